@@ -1,0 +1,5 @@
+import sys
+
+from netra.cli import main
+
+sys.exit(main())

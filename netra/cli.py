@@ -1,0 +1,122 @@
+"""The `netra` command. Each subcommand is a thin shell over the module that does the work."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from netra import __version__
+from netra.errors import NetraError
+
+
+def _root(arg: str | None) -> Path:
+    """The source tree: --root, else the nearest parent of the cwd holding kernels/ and manifests/."""
+    if arg:
+        return Path(arg).resolve()
+    here = Path.cwd().resolve()
+    for d in (here, *here.parents):
+        if (d / "kernels").is_dir() and (d / "manifests").is_dir():
+            return d
+    raise NetraError(f"{here}: not inside a netra source tree (no kernels/ and manifests/)", "pass --root")
+
+
+def _say(msg: str) -> None:
+    print(f"netra: {msg}", file=sys.stderr)
+
+
+def cmd_lock(args: argparse.Namespace) -> int:
+    from netra import build
+
+    root = _root(args.root)
+    fresh = build.make_lock(root, jobs=args.jobs, progress=None if args.quiet else _say)
+    if args.check:
+        diffs = build.check_lock(root, fresh)
+        for d in diffs:
+            print(d)
+        if diffs:
+            raise NetraError(
+                f"release/manifest.lock is out of date with the sources ({len(diffs)} difference(s) above)",
+                "run `netra lock` and commit the result",
+            )
+        print(f"release/manifest.lock is up to date ({len(fresh.lock.artifacts)} artifacts, {len(fresh.lock.files)} files)")
+        return 0
+    build.write_lock(root, fresh)
+    print(
+        f"wrote release/manifest.lock: {len(fresh.lock.artifacts)} artifacts, {len(fresh.lock.files)} files, "
+        f"{fresh.lock.toolchain}"
+    )
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from netra import build
+
+    root = _root(args.root)
+    report = build.build(
+        root,
+        Path(args.out),
+        jobs=args.jobs,
+        reference=Path(args.reference) if args.reference else None,
+        keep=Path(args.keep) if args.keep else None,
+        progress=None if args.quiet else _say,
+    )
+    print(
+        f"built {len(report.results)} artifacts into {args.out} in {report.seconds:.2f}s with "
+        f"{report.tools.identity}: every .text matches the lock, every static check passed"
+    )
+    return 0
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    from netra import catalog
+
+    cat = catalog.load(_root(args.root))
+    for a in cat.artifacts:
+        print(f"{a.name:48} {a.target:7} {a.key:45} {a.tactic.maturity:10} {', '.join(a.used_by)}")
+    for f in cat.fallbacks:
+        print(f"fallback {f.model}: {f.op}: {f.reason}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="netra", description="Locked, certified ahead-of-time GPU kernels.")
+    p.add_argument("--version", action="version", version=f"netra {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--root", help="source tree (default: found from the current directory)")
+        sp.add_argument("-j", "--jobs", type=int, default=None, help="parallel assemblies (default: all cores)")
+        sp.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+
+    lk = sub.add_parser("lock", help="assemble the catalog and write release/manifest.lock")
+    common(lk)
+    lk.add_argument("--check", action="store_true", help="exit 1, naming each difference, if the lock is stale")
+    lk.set_defaults(func=cmd_lock)
+
+    b = sub.add_parser("build", help="assemble every locked artifact and gate it against the lock")
+    common(b)
+    b.add_argument("out", help="output folder for the code objects (<out>/<target>/<artifact>.hsaco)")
+    b.add_argument("--reference", help="a previous build folder or wheel, to show the first differing instruction")
+    b.add_argument("--keep", help="copy the generated instantiation files here")
+    b.set_defaults(func=cmd_build)
+
+    c = sub.add_parser("catalog", help="list artifacts, their contracts, maturity and users")
+    c.add_argument("--root", help="source tree")
+    c.set_defaults(func=cmd_catalog)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except NetraError as e:
+        print(f"netra: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""Reading AMDGPU code objects: the .text hash the lock pins, and the facts the static gate checks.
+
+pyelftools parses the ELF; msgpack decodes the NT_AMDGPU_METADATA note. `text_sha256` is the only
+function the runtime needs, and it needs neither msgpack nor a toolchain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import struct
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from netra.errors import ValidationError
+
+EM_AMDGPU = 224
+NT_AMDGPU_METADATA = 32
+KD_SIZE = 64
+
+
+def _elf(data: bytes, name: str) -> Any:
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        return ELFFile(io.BytesIO(data))
+    except ELFError as e:
+        raise ValidationError(f"{name}: not an ELF code object ({e})", "rebuild it with `netra build`") from e
+
+
+def text_bytes(data: bytes, name: str = "code object") -> bytes:
+    elf = _elf(data, name)
+    sec = elf.get_section_by_name(".text")
+    if sec is None:
+        raise ValidationError(f"{name}: no .text section", "rebuild it with `netra build`")
+    return sec.data()
+
+
+def text_sha256(data: bytes, name: str = "code object") -> str:
+    """The machine-code identity the lock records: stable across toolchains' packaging differences."""
+    return hashlib.sha256(text_bytes(data, name)).hexdigest()
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """The 64-byte kernel descriptor, decoded (see the AMDGPU usage docs, 'Kernel Descriptor')."""
+
+    group_segment_bytes: int
+    private_segment_bytes: int
+    kernarg_bytes: int
+    entry_offset: int
+    rsrc3: int
+    rsrc1: int
+    rsrc2: int
+    properties: int
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Descriptor:
+        g, p, k = struct.unpack_from("<III", raw, 0)
+        (entry,) = struct.unpack_from("<q", raw, 16)
+        rsrc3, rsrc1, rsrc2 = struct.unpack_from("<III", raw, 44)
+        (props,) = struct.unpack_from("<H", raw, 56)
+        return cls(g, p, k, entry, rsrc3, rsrc1, rsrc2, props)
+
+    @property
+    def vgpr_alloc(self) -> int:
+        """Unified VGPRs (arch + acc) allocated per lane: granule of 8 on gfx90a/gfx94x/gfx950."""
+        return ((self.rsrc1 & 0x3F) + 1) * 8
+
+    @property
+    def sgpr_granule_field(self) -> int:
+        return (self.rsrc1 >> 6) & 0xF
+
+    @property
+    def accum_offset(self) -> int:
+        return ((self.rsrc3 & 0x3F) + 1) * 4
+
+    @property
+    def wave32(self) -> bool:
+        return bool(self.properties & (1 << 10))
+
+    @property
+    def kernarg_ptr(self) -> bool:
+        return bool(self.properties & (1 << 3))
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    symbol_value: int  # address of the kernel's code
+    kd_value: int | None
+    descriptor: Descriptor | None
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CodeObject:
+    name: str
+    e_machine: int
+    e_flags: int
+    abi_version: int
+    text_sha256: str
+    text_addr: int
+    text_size: int
+    kernels: dict[str, Kernel]
+    metadata: dict[str, Any]
+    undefined_symbols: tuple[str, ...]
+    text_relocations: int
+    dynamic_relocations: int
+    sections: tuple[str, ...] = field(default=())
+
+
+def _notes_metadata(elf: Any) -> dict[str, Any]:
+    import msgpack
+
+    for sec in elf.iter_sections():
+        if sec["sh_type"] != "SHT_NOTE":
+            continue
+        for note in sec.iter_notes():
+            if note["n_name"] == "AMDGPU" and note["n_type"] == NT_AMDGPU_METADATA:
+                desc = note["n_descdata"]
+                if isinstance(desc, str):  # pyelftools gives str for unknown note types on some versions
+                    desc = desc.encode("latin-1")
+                return msgpack.unpackb(desc, raw=False)
+    return {}
+
+
+def inspect(data: bytes, name: str = "code object") -> CodeObject:
+    """Everything the static gate needs, from one parse of the file."""
+    from elftools.elf.relocation import RelocationSection
+
+    elf = _elf(data, name)
+    text = elf.get_section_by_name(".text")
+    if text is None:
+        raise ValidationError(f"{name}: no .text section", "rebuild it with `netra build`")
+    symbols: dict[str, Any] = {}
+    undefined: list[str] = []
+    for symtab_name in (".symtab", ".dynsym"):
+        st = elf.get_section_by_name(symtab_name)
+        if st is None:
+            continue
+        for s in st.iter_symbols():
+            if not s.name:
+                continue
+            if s["st_shndx"] == "SHN_UNDEF":
+                undefined.append(s.name)
+            else:
+                symbols.setdefault(s.name, s)
+    text_index = next(i for i, s in enumerate(elf.iter_sections()) if s.name == ".text")
+    text_relocs = 0
+    dyn_relocs = 0
+    for sec in elf.iter_sections():
+        if isinstance(sec, RelocationSection):
+            if sec["sh_info"] == text_index:
+                text_relocs += sec.num_relocations()
+            else:
+                dyn_relocs += sec.num_relocations()
+    meta = _notes_metadata(elf)
+    kernels: dict[str, Kernel] = {}
+    for k in meta.get("amdhsa.kernels", []):
+        kname = k.get(".name", "")
+        sym = symbols.get(kname)
+        kd = symbols.get(f"{kname}.kd")
+        desc = None
+        if kd is not None:
+            for sec in elf.iter_sections():
+                start, size = sec["sh_addr"], sec["sh_size"]
+                if sec["sh_type"] != "SHT_NOBITS" and start <= kd["st_value"] < start + size:
+                    off = kd["st_value"] - start
+                    raw = sec.data()[off : off + KD_SIZE]
+                    if len(raw) == KD_SIZE:
+                        desc = Descriptor.parse(raw)
+                    break
+        kernels[kname] = Kernel(
+            name=kname,
+            symbol_value=sym["st_value"] if sym is not None else -1,
+            kd_value=kd["st_value"] if kd is not None else None,
+            descriptor=desc,
+            metadata=k,
+        )
+    return CodeObject(
+        name=name,
+        e_machine=elf["e_machine"] if isinstance(elf["e_machine"], int) else _machine_number(elf),
+        e_flags=elf["e_flags"],
+        abi_version=elf["e_ident"]["EI_ABIVERSION"],
+        text_sha256=hashlib.sha256(text.data()).hexdigest(),
+        text_addr=text["sh_addr"],
+        text_size=text["sh_size"],
+        kernels=kernels,
+        metadata=meta,
+        undefined_symbols=tuple(sorted(set(undefined))),
+        text_relocations=text_relocs,
+        dynamic_relocations=dyn_relocs,
+        sections=tuple(s.name for s in elf.iter_sections()),
+    )
+
+
+def _machine_number(elf: Any) -> int:
+    """pyelftools names e_machine; the gate wants the number (EM_AMDGPU is 224)."""
+    elf.stream.seek(18)
+    return struct.unpack("<H", elf.stream.read(2))[0]
+
+
+def read(f: BinaryIO | bytes, name: str) -> CodeObject:
+    return inspect(f if isinstance(f, bytes) else f.read(), name)

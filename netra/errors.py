@@ -1,0 +1,67 @@
+"""One error hierarchy, so callers can catch NetraError and users always get a fix with the problem.
+
+Every error renders as a single line: what went wrong (naming the file, artifact or GPU class), then
+the hint that fixes it. The CLI and the build hook print exactly this line and exit non-zero.
+"""
+
+from __future__ import annotations
+
+
+class NetraError(Exception):
+    """Base class: a message naming the object at fault and a hint with the fix."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message}; hint: {self.hint}" if self.hint else self.message
+
+
+class ManifestError(NetraError):
+    """A model manifest, template manifest or tactic list is malformed or inconsistent."""
+
+
+class LockError(NetraError):
+    """release/manifest.lock is missing, unreadable, or out of date with the sources."""
+
+
+class ToolchainError(NetraError):
+    """No usable AMDGPU toolchain (llvm-mc + ld.lld with gfx950) was found or it failed to run."""
+
+
+class AssemblyError(NetraError):
+    """A template instantiation failed to assemble or link."""
+
+
+class TextMismatchError(NetraError):
+    """An artifact's .text differs from the hash the lock records."""
+
+
+class ValidationError(NetraError):
+    """A code object breaks its contract or the GPU's limits."""
+
+
+class IntegrityError(NetraError):
+    """An installed or built file the lock lists is missing or altered."""
+
+
+class MissingFileError(IntegrityError):
+    """A file the lock lists is absent."""
+
+
+class AlteredFileError(IntegrityError):
+    """A file the lock lists has a different sha256 (or .text sha256) than locked."""
+
+
+class UncertifiedGPUClassError(NetraError):
+    """The GPU class asked for has no certified table in this install."""
+
+
+class RuntimeUnavailableError(NetraError):
+    """The GPU runtime library (HIP, CUDA driver) needed to load a kernel is not present."""
+
+
+class WheelGateError(NetraError):
+    """A built wheel does not carry exactly the locked files."""

@@ -1,0 +1,137 @@
+"""Finding an AMDGPU assembler and linker that can target gfx950, and proving it before use.
+
+Search order: $NETRA_LLVM_BINDIR if set (an explicit choice, used as is or refused), then ROCm's LLVM
+at $ROCM_PATH/llvm/bin (default /opt/rocm), then an upstream LLVM >= 20: versioned tools on PATH
+(llvm-mc-22, ld.lld-22, ...), unversioned ones on PATH, then /usr/lib/llvm-N/bin, newest first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from netra.errors import ToolchainError
+from netra.lock import Toolchain
+
+MIN_LLVM = 20
+TOOLS = ("llvm-mc", "ld.lld", "llvm-objdump")
+INSTALL_HINT = "apt-get install -y llvm-22 lld-22 (or install ROCm and set ROCM_PATH)"
+TRIPLE = "amdgcn-amd-amdhsa"
+_VERSION_RE = re.compile(r"LLVM version (\d+)\.(\d+)\.(\d+)(\S*)")
+
+
+@dataclass(frozen=True)
+class Tools:
+    """A proven toolchain: absolute tool paths plus what the lock records about it."""
+
+    llvm_mc: str
+    ld_lld: str
+    llvm_objdump: str
+    identity: Toolchain
+    origin: str  # where it was found, for messages only (never written into anything built)
+
+    def describe(self) -> str:
+        return f"{self.identity} ({self.origin})"
+
+
+def _run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
+
+
+def _version(llvm_mc: str) -> tuple[int, str] | None:
+    try:
+        out = _run([llvm_mc, "--version"]).stdout
+    except OSError:
+        return None
+    m = _VERSION_RE.search(out)
+    if not m:
+        return None
+    return int(m.group(1)), f"{m.group(1)}.{m.group(2)}.{m.group(3)}{m.group(4)}"
+
+
+def _supports_gfx950(llvm_mc: str) -> bool:
+    """Assemble one gfx950-only instruction: a target list can claim AMDGPU without knowing gfx950."""
+    probe = "v_cvt_pk_fp8_f32 v0, v1, v2\ns_endpgm\n"
+    try:
+        r = _run([llvm_mc, f"-triple={TRIPLE}", "-mcpu=gfx950", "-show-encoding"], stdin=probe)
+    except OSError:
+        return False
+    return r.returncode == 0 and "v_cvt_pk_fp8_f32" in r.stdout
+
+
+def _candidate(
+    bindir: Path | None, names: dict[str, str], flavour: str, origin: str, search_path: str = ""
+) -> Tools | None:
+    paths = {}
+    for tool in TOOLS:
+        name = names[tool]
+        p = bindir / name if bindir is not None else shutil.which(name, path=search_path)
+        if p is None or not os.access(p, os.X_OK) or not Path(p).is_file():
+            return None
+        paths[tool] = str(p)
+    ver = _version(paths["llvm-mc"])
+    if ver is None or ver[0] < MIN_LLVM or not _supports_gfx950(paths["llvm-mc"]):
+        return None
+    return Tools(
+        llvm_mc=paths["llvm-mc"],
+        ld_lld=paths["ld.lld"],
+        llvm_objdump=paths["llvm-objdump"],
+        identity=Toolchain(flavour=flavour, version=ver[1]),
+        origin=origin,
+    )
+
+
+
+def discover(
+    env: dict[str, str] | None = None, lib_root: str | Path = "/usr/lib"
+) -> Tools:
+    """Return the first proven toolchain; otherwise say everything that was searched and how to get one."""
+    env = dict(os.environ if env is None else env)
+    searched: list[str] = []
+
+    explicit = env.get("NETRA_LLVM_BINDIR")
+    if explicit:
+        found = _candidate(Path(explicit), {t: t for t in TOOLS}, "llvm", f"NETRA_LLVM_BINDIR={explicit}")
+        if found is None:
+            raise ToolchainError(
+                f"NETRA_LLVM_BINDIR={explicit} has no llvm-mc/ld.lld/llvm-objdump >= {MIN_LLVM} with gfx950",
+                "point it at an LLVM bin folder with the AMDGPU target, or unset it to search the defaults",
+            )
+        return found
+
+    rocm = Path(env.get("ROCM_PATH") or "/opt/rocm") / "llvm" / "bin"
+    searched.append(str(rocm))
+    found = _candidate(rocm, {t: t for t in TOOLS}, "rocm", str(rocm))
+    if found:
+        return found
+
+    path_env = env.get("PATH", "")
+    for major in range(30, MIN_LLVM - 1, -1):
+        names = {t: f"{t}-{major}" for t in TOOLS}
+        found = _candidate(None, names, "llvm", f"PATH (*-{major})", path_env)
+        if found:
+            return found
+    searched.append("llvm-mc-N/ld.lld-N on PATH")
+    found = _candidate(None, {t: t for t in TOOLS}, "llvm", "PATH", path_env)
+    if found:
+        return found
+    searched.append("llvm-mc/ld.lld on PATH")
+
+    root = Path(lib_root)
+    dirs = sorted(
+        (d for d in root.glob("llvm-*") if d.name[5:].isdigit() and int(d.name[5:]) >= MIN_LLVM),
+        key=lambda d: int(d.name[5:]),
+        reverse=True,
+    )
+    for d in dirs:
+        found = _candidate(d / "bin", {t: t for t in TOOLS}, "llvm", str(d / "bin"))
+        if found:
+            return found
+    searched.append(f"{root}/llvm-N/bin (N >= {MIN_LLVM})")
+    raise ToolchainError(
+        f"no AMDGPU toolchain with gfx950 found (searched {', '.join(searched)})", INSTALL_HINT
+    )

@@ -1,0 +1,351 @@
+"""Tests of the float64 reference (no GPU): the yardstick must be right before kernels are measured."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from netra import reference as ref
+
+
+def bf16(values: list[float] | np.ndarray) -> np.ndarray:
+    """bf16 bits of values that are exactly representable; fails loudly if one is not."""
+    v = np.asarray(values, dtype=np.float64)
+    bits = ref.f64_to_bf16_rne(v)
+    np.testing.assert_array_equal(ref.bf16_to_f64(bits), v)
+    return bits
+
+
+# ---------------------------------------------------------------------------------------------
+# FP8 E4M3FN
+# ---------------------------------------------------------------------------------------------
+
+# Codes observed from gfx950 hardware conversion.
+GFX950_CODES = [
+    (1.0, 0x38),
+    (-1.0, 0xB8),
+    (0.5, 0x30),
+    (3.0, 0x44),
+    (0.1, 0x1D),
+    (1.0625, 0x38),  # midpoint of 1.0 and 1.125: ties to the even mantissa
+    (1.125, 0x39),
+    (240.0, 0x77),
+    (448.0, 0x7E),
+    (2.0**-9, 0x01),
+    (2.0**-6, 0x08),
+    (1e-10, 0x00),
+    (-0.0, 0x80),
+]
+
+
+@pytest.mark.parametrize(("value", "code"), GFX950_CODES)
+def test_fp8_encode_matches_gfx950(value: float, code: int) -> None:
+    got = ref.fp8_e4m3_encode(np.array([value]))
+    assert got.dtype == np.uint8
+    assert int(got[0]) == code, f"{value!r} -> {int(got[0]):#04x}, expected {code:#04x}"
+
+
+def test_fp8_decode_matches_gfx950_table() -> None:
+    for value, code in GFX950_CODES:
+        if value in (0.1, 1.0625, 1e-10):  # not representable: decode gives the rounded value
+            continue
+        got = ref.fp8_e4m3_decode(np.array([code], dtype=np.uint8))[0]
+        assert got == value and math.copysign(1.0, got) == math.copysign(1.0, value)
+
+
+def test_fp8_round_trip_all_codes() -> None:
+    codes = np.arange(256, dtype=np.uint8)
+    values = ref.fp8_e4m3_decode(codes)
+    nan = np.isnan(values)
+    assert sorted(codes[nan].tolist()) == [0x7F, 0xFF]
+    np.testing.assert_array_equal(ref.fp8_e4m3_encode(values[~nan]), codes[~nan])
+    assert values[0x7E] == 448.0 and values[0xFE] == -448.0
+    assert values[0x01] == 2.0**-9 and values[0x08] == 2.0**-6
+
+
+def test_fp8_encode_is_nearest_even_against_brute_force() -> None:
+    codes = np.arange(256, dtype=np.uint8)
+    table = ref.fp8_e4m3_decode(codes)
+    finite = ~np.isnan(table)
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, 4000) * rng.choice([2.0**-9, 2.0**-5, 1.0, 16.0, 448.0], 4000)
+    # Exact midpoints between neighbours must be in the sample: they are where RNE matters.
+    pos = np.sort(np.unique(np.abs(table[finite])))
+    x = np.concatenate([x, (pos[1:] + pos[:-1]) / 2, -(pos[1:] + pos[:-1]) / 2])
+    got = ref.fp8_e4m3_encode(x)
+    dist = np.abs(table[finite][None, :] - x[:, None])
+    best = dist.min(axis=1, keepdims=True)
+    for i in range(x.size):
+        cands = codes[finite][dist[i] == best[i, 0]]
+        if cands.size > 1:  # tie: the even mantissa wins (+-0 are the same value)
+            cands = cands[(cands & 1) == 0]
+        if x[i] == 0:
+            continue
+        cands = cands[(cands >> 7) == (x[i] < 0)]
+        assert int(got[i]) in cands.tolist(), (x[i], int(got[i]), cands)
+
+
+def test_fp8_encode_out_of_range_is_nan() -> None:
+    # 464 is the midpoint of 448 and (absent) 480 and ties to 448; anything above becomes NaN.
+    got = ref.fp8_e4m3_encode(np.array([460.0, 464.0, -464.0, 464.5, -1000.0, np.inf, np.nan]))
+    assert got.tolist() == [0x7E, 0x7E, 0xFE, 0x7F, 0xFF, 0x7F, 0x7F]
+
+
+def test_fp8_rejects_non_uint8_codes() -> None:
+    with pytest.raises(TypeError):
+        ref.fp8_e4m3_decode(np.array([0x38], dtype=np.int64))
+
+
+# ---------------------------------------------------------------------------------------------
+# bf16
+# ---------------------------------------------------------------------------------------------
+
+
+def test_bf16_to_f64() -> None:
+    got = ref.bf16_to_f64(np.array([0x3F80, 0xC000, 0x0001, 0x7F80], dtype=np.uint16))
+    assert got.tolist() == [1.0, -2.0, 2.0**-133, math.inf]
+    with pytest.raises(TypeError):
+        ref.bf16_to_f64(np.array([1.0], dtype=np.float32))
+
+
+def test_bf16_rne_ties_and_no_double_rounding() -> None:
+    x = np.array(
+        [
+            1 + 2**-8,  # tie between 0x3f80 and 0x3f81: even wins
+            1 + 3 * 2**-8,  # tie between 0x3f81 and 0x3f82: even wins
+            -(1 + 2**-8),
+            1 + 2**-8 + 2**-30,  # above the tie; a float32 detour would land on the tie
+            1 + 2**-8 - 2**-30,
+        ]
+    )
+    assert ref.f64_to_bf16_rne(x).tolist() == [0x3F80, 0x3F82, 0xBF80, 0x3F81, 0x3F80]
+
+
+def test_bf16_special_values() -> None:
+    x = np.array([np.nan, -np.nan, np.inf, 3.4e38, -0.0, 2.0**-134, 3 * 2.0**-134])
+    got = ref.f64_to_bf16_rne(x)
+    assert got.dtype == np.uint16
+    assert got.tolist() == [0x7FC0, 0xFFC0, 0x7F80, 0x7F80, 0x8000, 0x0000, 0x0002]
+
+
+def test_bf16_round_trip_all_patterns() -> None:
+    bits = np.arange(65536, dtype=np.uint16)
+    values = ref.bf16_to_f64(bits)
+    ok = ~np.isnan(values)
+    np.testing.assert_array_equal(ref.f64_to_bf16_rne(values[ok]), bits[ok])
+
+
+# ---------------------------------------------------------------------------------------------
+# RMSNorm
+# ---------------------------------------------------------------------------------------------
+
+
+def test_rmsnorm_hand_computed() -> None:
+    # mean(3^2, 4^2) = 12.5; + eps 3.5 = 16; rstd = 1/4.
+    x = bf16([[3.0, 4.0], [0.0, -2.0]])
+    w = bf16([2.0, 0.5])
+    y = ref.rmsnorm(x, w, eps=3.5)
+    # Row 2: mean = 2; + 3.5 = 5.5.
+    expected = [[1.5, 0.5], [0.0, -2.0 / math.sqrt(5.5) * 0.5]]
+    np.testing.assert_allclose(y, expected, rtol=1e-15, atol=0)
+    assert ref.rmsnorm_bf16(x, w, eps=3.5)[0].tolist() == [0x3FC0, 0x3F00]
+
+
+def test_rmsnorm_weight_offset() -> None:
+    x = bf16([[3.0, 4.0]])
+    w = bf16([2.0, 0.5])
+    y = ref.rmsnorm(x, w, eps=3.5, weight_offset=1.0)
+    np.testing.assert_array_equal(y, [[0.75 * 3.0, 1.0 * 1.5]])
+
+
+def test_rmsnorm_bf16_rounds_once() -> None:
+    # x = [1] with eps = 0: y = w exactly, so any representable w must come back bit-exact,
+    # and the row scale must be applied per row.
+    x = bf16([[1.0], [-4.0]])
+    w = bf16([1.5])
+    assert ref.rmsnorm_bf16(x, w, eps=0.0).tolist() == [[0x3FC0], [0xBFC0]]
+
+
+def test_rmsnorm_rejects_wrong_weight_shape() -> None:
+    with pytest.raises(ValueError):
+        ref.rmsnorm(bf16([[1.0, 2.0]]), bf16([1.0, 2.0, 3.0]), eps=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# FP8 group quantization
+# ---------------------------------------------------------------------------------------------
+
+
+def test_group_quant_scale_and_saturation() -> None:
+    rng = np.random.default_rng(2)
+    vals = rng.uniform(-3, 3, size=(2, 256))
+    vals[0, 5] = 7.0  # amax of row 0, group 0
+    vals[0, 200] = -5.0  # amax of row 0, group 1 (negative)
+    vals[1, :128] = 0.0  # all-zero group
+    x = ref.f64_to_bf16_rne(vals)
+    xf = ref.bf16_to_f64(x)
+    r = ref.fp8_group_quant(x)
+    assert r.q.shape == (2, 256) and r.q.dtype == np.uint8
+    assert r.scales.shape == (2, 2)
+    assert r.scales[0, 0] == 7.0 / 448.0
+    assert r.scales[0, 1] == 5.0 / 448.0
+    assert r.scales[1, 0] == 1e-10 / 448.0
+    assert r.scales[1, 1] == np.max(np.abs(xf[1, 128:])) / 448.0
+    assert r.q[0, 5] == 0x7E and r.q[0, 200] == 0xFE  # amax lands exactly on +-448
+    assert not np.any(r.q[1, :128])
+    # The largest magnitude of every group maps to 448 and nothing exceeds it or becomes NaN.
+    assert np.all((r.q & 0x7F) <= 0x7E)
+    np.testing.assert_array_equal(r.values, xf)
+    np.testing.assert_array_equal(r.dequant, ref.fp8_e4m3_decode(r.q) * np.repeat(r.scales, 128, axis=1))
+    # Round-to-nearest bound: half a step of the top binade (16 of 448) relative to amax.
+    err = np.abs(r.dequant - xf).reshape(2, 2, 128).max(axis=-1)
+    assert np.all(err <= r.scales * 16.0 * (1 + 1e-12))
+
+
+def test_group_quant_codes_follow_encoder() -> None:
+    # amax 448 gives scale 1, so the codes are exactly the encoder's codes.
+    vals = np.array([[448.0, 1.0625, 0.1, -3.0] + [0.0] * 124])
+    r = ref.fp8_group_quant(ref.f64_to_bf16_rne(vals))
+    assert r.scales[0, 0] == 1.0
+    expected = ref.fp8_e4m3_encode(ref.bf16_to_f64(ref.f64_to_bf16_rne(vals)))
+    np.testing.assert_array_equal(r.q, expected)
+    assert r.q[0, :4].tolist() == [0x7E, 0x38, 0x1D, 0xC4]
+
+
+def test_group_quant_every_element_its_own_amax() -> None:
+    # group=1: every nonzero element is its group's amax and must land on +-448 exactly.
+    x = bf16([[1.0, -2.0, 3.0, 0.0]])
+    r = ref.fp8_group_quant(x, group=1)
+    assert r.q.tolist() == [[0x7E, 0xFE, 0x7E, 0x00]]
+
+
+def test_group_quant_rejects_ragged_rows() -> None:
+    with pytest.raises(ValueError):
+        ref.fp8_group_quant(bf16([[1.0] * 100]))
+
+
+# ---------------------------------------------------------------------------------------------
+# SiLU-and-mul + FP8 group quantization
+# ---------------------------------------------------------------------------------------------
+
+
+def test_silu_known_values() -> None:
+    got = ref.silu(np.array([0.0, 1.0, -1.0, 2.0, -1000.0, 1000.0]))
+    expected = [0.0, 0.7310585786300049, -0.2689414213699951, 1.7615941559557649, 0.0, 1000.0]
+    np.testing.assert_allclose(got, expected, rtol=1e-15, atol=0)
+
+
+def test_silu_mul_uses_gate_first_half() -> None:
+    g = [0.0, 1.0, -1.0, 2.0] + [0.0] * 124
+    u = [5.0, 2.0, 3.0, -0.5] + [1.0] * 124
+    x = bf16([g + u])
+    r = ref.silu_mul_fp8_quant(x)
+    h = ref.silu(np.array(g)) * np.array(u)
+    np.testing.assert_allclose(r.values[0], h, rtol=1e-15, atol=0)
+    amax = 2 * 0.7310585786300049
+    assert r.scales.shape == (1, 1)
+    assert r.scales[0, 0] == pytest.approx(amax / 448.0, rel=1e-15)
+    assert r.q[0, 1] == 0x7E  # h = 2 * silu(1) is the amax
+    assert r.q[0, 0] == 0x00
+    # Swapping halves must change the result: the gate is the first half.
+    swapped = ref.silu_mul_fp8_quant(bf16([u + g]))
+    assert not np.array_equal(swapped.values, r.values)
+
+
+def test_silu_mul_matches_group_quant_of_h() -> None:
+    rng = np.random.default_rng(3)
+    x = ref.f64_to_bf16_rne(rng.normal(0, 2, size=(3, 2 * 256)))
+    r = ref.silu_mul_fp8_quant(x)
+    xf = ref.bf16_to_f64(x)
+    h = ref.silu(xf[:, :256]) * xf[:, 256:]
+    np.testing.assert_array_equal(r.values, h)
+    assert r.q.shape == (3, 256) and r.scales.shape == (3, 2)
+    amax = np.abs(h).reshape(3, 2, 128).max(axis=-1)
+    np.testing.assert_array_equal(r.scales, amax / 448.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# MoE top-k softmax
+# ---------------------------------------------------------------------------------------------
+
+
+def test_topk_equal_logits_pick_lower_ids() -> None:
+    r = ref.moe_topk_softmax(bf16([[0.5] * 128]), k=8)
+    assert r.ids.dtype == np.int32
+    assert r.ids.tolist() == [list(range(8))]
+    np.testing.assert_allclose(r.weights, np.full((1, 8), 1 / 8), rtol=1e-15)
+
+
+def test_topk_order_and_boundary_tie() -> None:
+    logits = np.zeros(16)
+    logits[[9, 4]] = 3.0  # tie for first place: 4 before 9
+    logits[7] = 2.0
+    logits[[12, 2]] = 1.0  # tie for the last slot: 2 wins, 12 is dropped
+    r = ref.moe_topk_softmax(bf16([logits.tolist()]), k=4)
+    assert r.ids.tolist() == [[4, 9, 7, 2]]
+    e = np.exp([3.0, 3.0, 2.0, 1.0])
+    np.testing.assert_allclose(r.weights[0], e / e.sum(), rtol=1e-15)
+    assert math.isclose(float(r.weights.sum()), 1.0, rel_tol=1e-15)
+    assert np.all(np.diff(r.weights[0]) <= 0)
+
+
+def test_topk_weights_sum_to_one_and_renormalize() -> None:
+    rng = np.random.default_rng(4)
+    logits = ref.f64_to_bf16_rne(rng.normal(0, 3, size=(64, 128)))
+    r = ref.moe_topk_softmax(logits, k=8)
+    np.testing.assert_allclose(r.weights.sum(axis=-1), 1.0, rtol=1e-14)
+    lf = ref.bf16_to_f64(logits)
+    p = np.exp(lf - lf.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    sel = np.take_along_axis(p, r.ids.astype(np.int64), axis=-1)
+    np.testing.assert_allclose(r.weights, sel / sel.sum(axis=-1, keepdims=True), rtol=1e-13)
+    # Selected are the k largest, in descending order.
+    assert np.all(np.sort(p, axis=-1)[:, -8:][:, ::-1] == sel)
+
+
+def test_topk_many_ties_match_brute_force() -> None:
+    # Few distinct values over 128 experts: ties everywhere, including across the k boundary.
+    rng = np.random.default_rng(5)
+    logits = rng.integers(0, 3, size=(32, 128)).astype(np.float64)
+    r = ref.moe_topk_softmax(ref.f64_to_bf16_rne(logits), k=8)
+    for row, ids in zip(logits, r.ids, strict=True):
+        expected = sorted(range(128), key=lambda e, row=row: (-row[e], e))[:8]
+        assert ids.tolist() == expected
+
+
+def test_topk_distinct_logits_are_not_false_ties() -> None:
+    # exp(2**-130) == exp(0) == 1.0 in float64, but 2**-130 > 0 so id 3 outranks id 0.
+    r = ref.moe_topk_softmax(ref.f64_to_bf16_rne(np.array([[0.0, -1.0, -2.0, 2.0**-130]])), k=2)
+    assert r.ids.tolist() == [[3, 0]]
+
+
+def test_topk_rejects_bad_input() -> None:
+    with pytest.raises(ValueError):
+        ref.moe_topk_softmax(bf16([[0.0] * 4]), k=5)
+    with pytest.raises(ValueError):
+        ref.moe_topk_softmax(ref.f64_to_bf16_rne(np.array([[0.0, np.nan]])), k=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Deviation metrics
+# ---------------------------------------------------------------------------------------------
+
+
+def test_relative_max_error() -> None:
+    assert ref.relative_max_error([1.0, -4.0], [1.0, -4.0]) == 0.0
+    assert ref.relative_max_error([1.5, -4.0], [1.0, -4.0]) == 0.5 / 4.0
+    assert ref.relative_max_error([np.nan, 0.0], [1.0, 0.0]) == math.inf
+    assert ref.relative_max_error([0.0], [0.0]) == 0.0
+    assert ref.relative_max_error([1e-30], [0.0]) == math.inf
+    with pytest.raises(ValueError):
+        ref.relative_max_error([1.0], [1.0, 2.0])
+
+
+def test_fp8_step_distance() -> None:
+    u8 = np.uint8
+    a = np.array([0x38, 0x38, 0x38, 0x80, 0x01, 0x7E, 0x7F, 0x08], dtype=u8)
+    b = np.array([0x38, 0x39, 0x3A, 0x00, 0x81, 0x7D, 0x7F, 0x07], dtype=u8)
+    assert ref.fp8_step_distance(a, b).tolist() == [0, 1, 2, 0, 2, 1, 256, 1]
+    assert ref.count_fp8_beyond_one_step(a, b) == 3
