@@ -129,13 +129,27 @@ def assemble(spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path
     return Built(spec=spec, path=dest, source=src)
 
 
-def disassemble(tools: Tools, path: Path, mcpu: str = "gfx950") -> str:
+def disassemble(tools: Tools, paths: list[Path], mcpu: str = "gfx950") -> dict[Path, str]:
+    """Disassemble several code objects with one llvm-objdump process (its start-up dominates)."""
+    if not paths:
+        return {}
     r = subprocess.run(
-        [tools.llvm_objdump, "-d", "--no-show-raw-insn", "--no-leading-addr", f"--mcpu={mcpu}", str(path)],
+        [tools.llvm_objdump, "-d", "--no-show-raw-insn", "--no-leading-addr", f"--mcpu={mcpu}", *map(str, paths)],
         capture_output=True,
         text=True,
         check=False,
     )
     if r.returncode != 0:
-        raise AssemblyError(f"{path.name}: llvm-objdump failed: {r.stderr.strip()}", "check the toolchain")
-    return r.stdout
+        raise AssemblyError(f"llvm-objdump failed: {r.stderr.strip()}", "check the toolchain")
+    out: dict[Path, str] = {}
+    starts = []
+    for p in paths:
+        header = f"{p}:\tfile format"
+        i = r.stdout.find(header)
+        if i < 0:
+            raise AssemblyError(f"{p.name}: llvm-objdump printed no disassembly", "check the toolchain")
+        starts.append((i, p))
+    starts.sort()
+    for (i, p), (j, _) in zip(starts, [*starts[1:], (len(r.stdout), None)]):
+        out[p] = r.stdout[i:j]
+    return out

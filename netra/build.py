@@ -65,14 +65,19 @@ def assemble_all(
     out = work / "out"
     scratch.mkdir(parents=True, exist_ok=True)
 
-    def one(spec: ArtifactSpec) -> Result:
+    def one(spec: ArtifactSpec) -> tuple[Built, CodeObject]:
         built = assemble(spec, tools, cat.root, scratch, out)
-        facts = inspect(built.path.read_bytes(), spec.file)
-        problems = check(facts, spec, disassemble(tools, built.path, spec.target))
-        return Result(spec, built, facts, problems)
+        return built, inspect(built.path.read_bytes(), spec.file)
 
-    with ThreadPoolExecutor(max_workers=_jobs(jobs)) as pool:
-        return list(pool.map(one, specs))
+    n = _jobs(jobs)
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        made = list(pool.map(one, specs))
+        # One llvm-objdump per worker rather than per artifact: its start-up costs more than the work.
+        chunks = [[b.path for b, _ in made[i::n]] for i in range(n)]
+        listings: dict[Path, str] = {}
+        for part in pool.map(lambda c: disassemble(tools, c), [c for c in chunks if c]):
+            listings.update(part)
+    return [Result(s, b, f, check(f, s, listings[b.path])) for s, (b, f) in zip(specs, made)]
 
 
 def locked_artifact(r: Result) -> LockedArtifact:
@@ -166,8 +171,8 @@ def check_lock(root: Path, fresh: Fresh) -> list[str]:
     return out
 
 
-def verify_tracked(root: Path, lock: Lock) -> None:
-    """Every tracked file present with its locked sha256, and nothing untracked where tracked files live."""
+def tree_differences(root: Path, lock: Lock) -> list[str]:
+    """Tracked files missing, altered, or present but unknown to the lock; empty when the tree matches."""
     missing, altered = [], []
     for f in lock.files:
         p = root / f.path
@@ -177,18 +182,24 @@ def verify_tracked(root: Path, lock: Lock) -> None:
             altered.append(f.path)
     locked_paths = {f.path for f in lock.files}
     extra = [p for p, _ in catalog_mod.tracked_files(root) if p not in locked_paths]
-    if missing or altered or extra:
-        parts = []
-        if missing:
-            parts.append("missing: " + ", ".join(missing))
-        if altered:
-            parts.append("altered: " + ", ".join(altered))
-        if extra:
-            parts.append("not in the lock: " + ", ".join(extra))
-        raise IntegrityError(
-            f"{lock_mod.LOCK_PATH} does not match the tree ({'; '.join(parts)})",
-            "restore the files (git checkout -- <file>), or if the change is intended run `netra lock`",
-        )
+    parts = []
+    if missing:
+        parts.append("missing " + ", ".join(missing))
+    if altered:
+        parts.append("altered " + ", ".join(altered))
+    if extra:
+        parts.append("not in the lock " + ", ".join(extra))
+    return parts
+
+
+TREE_HINT = "restore the files (git checkout -- <file>), or if the change is intended run `netra lock`"
+
+
+def verify_tracked(root: Path, lock: Lock) -> None:
+    """Every tracked file present with its locked sha256, and nothing untracked where tracked files live."""
+    parts = tree_differences(root, lock)
+    if parts:
+        raise IntegrityError(f"{lock_mod.LOCK_PATH} does not match the tree ({'; '.join(parts)})", TREE_HINT)
 
 
 def _reference_bytes(reference: Path, spec_file: str) -> bytes | None:
@@ -209,8 +220,9 @@ def first_difference(tools: Tools, ours: Path, theirs: bytes, mcpu: str) -> str:
     with tempfile.TemporaryDirectory(prefix="netra-ref-") as tmp:
         ref = Path(tmp) / ours.name
         ref.write_bytes(theirs)
-        a = [ln for ln in disassemble(tools, ours, mcpu).splitlines() if ln.startswith(("\t", " "))]
-        b = [ln for ln in disassemble(tools, ref, mcpu).splitlines() if ln.startswith(("\t", " "))]
+        listing = disassemble(tools, [ours, ref], mcpu)
+        a = [ln for ln in listing[ours].splitlines() if ln.startswith(("\t", " "))]
+        b = [ln for ln in listing[ref].splitlines() if ln.startswith(("\t", " "))]
     for i, (x, y) in enumerate(zip(a, b)):
         if x.strip() != y.strip():
             return f"first differing instruction #{i}: built `{x.strip()}`, reference `{y.strip()}`"
@@ -233,7 +245,9 @@ def build(
     t0 = time.monotonic()
     root = Path(root).resolve()
     lock = lock_mod.read(root / lock_mod.LOCK_PATH)
-    verify_tracked(root, lock)
+    tree = tree_differences(root, lock)
+    if any(not p.startswith("altered") for p in tree):
+        raise IntegrityError(f"{lock_mod.LOCK_PATH} does not match the tree ({'; '.join(tree)})", TREE_HINT)
     cat = catalog_mod.load(root)
     specs = []
     for a in lock.artifacts:
@@ -267,12 +281,16 @@ def build(
                         else f"{reference} has no {r.spec.file}"
                     )
                 mismatches.append(line)
+        # Altered sources are reported after assembly, so the message can name what they changed.
+        where = f" (tree: {'; '.join(tree)})" if tree else ""
         if mismatches:
             raise TextMismatchError(
-                f"{len(mismatches)} artifact(s) differ from {lock_mod.LOCK_PATH}: " + " | ".join(mismatches),
-                "if the template change is intended run `netra lock`; if only the toolchain differs, "
+                f"{len(mismatches)} artifact(s) differ from {lock_mod.LOCK_PATH}{where}: " + " | ".join(mismatches),
+                "if the change is intended run `netra lock`; if only the toolchain differs, "
                 f"build with {lock.toolchain} (set NETRA_LLVM_BINDIR or ROCM_PATH)",
             )
+        if tree:
+            raise IntegrityError(f"{lock_mod.LOCK_PATH} does not match the tree ({'; '.join(tree)})", TREE_HINT)
         _refuse_problems(results)
         if keep is not None:
             shutil.copytree(work / "src", keep, dirs_exist_ok=True)

@@ -2,7 +2,8 @@
 
 Search order: $NETRA_LLVM_BINDIR if set (an explicit choice, used as is or refused), then ROCm's LLVM
 at $ROCM_PATH/llvm/bin (default /opt/rocm), then an upstream LLVM >= 20: versioned tools on PATH
-(llvm-mc-22, ld.lld-22, ...), unversioned ones on PATH, then /usr/lib/llvm-N/bin, newest first.
+(llvm-mc-22, ld.lld-22, ...), unversioned ones on PATH, then <root>/llvm-N/bin, newest first, for each
+root in $NETRA_LLVM_ROOTS (default /usr/lib; e.g. /usr/lib:/opt for a hand-built /opt/llvm-21).
 """
 
 from __future__ import annotations
@@ -38,29 +39,29 @@ class Tools:
         return f"{self.identity} ({self.origin})"
 
 
-def _run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
+def _prove(llvm_mc: str) -> tuple[int, str] | None:
+    """Version and gfx950 support, asked concurrently: a target list can claim AMDGPU without gfx950.
 
-
-def _version(llvm_mc: str) -> tuple[int, str] | None:
-    try:
-        out = _run([llvm_mc, "--version"]).stdout
-    except OSError:
-        return None
-    m = _VERSION_RE.search(out)
-    if not m:
-        return None
-    return int(m.group(1)), f"{m.group(1)}.{m.group(2)}.{m.group(3)}{m.group(4)}"
-
-
-def _supports_gfx950(llvm_mc: str) -> bool:
-    """Assemble one gfx950-only instruction: a target list can claim AMDGPU without knowing gfx950."""
+    The probe assembles one gfx950-only instruction (the OCP FP8 conversion the kernels rely on).
+    """
     probe = "v_cvt_pk_fp8_f32 v0, v1, v2\ns_endpgm\n"
     try:
-        r = _run([llvm_mc, f"-triple={TRIPLE}", "-mcpu=gfx950", "-show-encoding"], stdin=probe)
+        ver = subprocess.Popen([llvm_mc, "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        asm = subprocess.Popen(
+            [llvm_mc, f"-triple={TRIPLE}", "-mcpu=gfx950", "-show-encoding"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
     except OSError:
-        return False
-    return r.returncode == 0 and "v_cvt_pk_fp8_f32" in r.stdout
+        return None
+    asm_out, _ = asm.communicate(probe)
+    ver_out, _ = ver.communicate()
+    m = _VERSION_RE.search(ver_out)
+    if not m or asm.returncode != 0 or "v_cvt_pk_fp8_f32" not in asm_out:
+        return None
+    return int(m.group(1)), f"{m.group(1)}.{m.group(2)}.{m.group(3)}{m.group(4)}"
 
 
 def _candidate(
@@ -73,8 +74,8 @@ def _candidate(
         if p is None or not os.access(p, os.X_OK) or not Path(p).is_file():
             return None
         paths[tool] = str(p)
-    ver = _version(paths["llvm-mc"])
-    if ver is None or ver[0] < MIN_LLVM or not _supports_gfx950(paths["llvm-mc"]):
+    ver = _prove(paths["llvm-mc"])
+    if ver is None or ver[0] < MIN_LLVM:
         return None
     return Tools(
         llvm_mc=paths["llvm-mc"],
@@ -86,9 +87,7 @@ def _candidate(
 
 
 
-def discover(
-    env: dict[str, str] | None = None, lib_root: str | Path = "/usr/lib"
-) -> Tools:
+def discover(env: dict[str, str] | None = None) -> Tools:
     """Return the first proven toolchain; otherwise say everything that was searched and how to get one."""
     env = dict(os.environ if env is None else env)
     searched: list[str] = []
@@ -121,17 +120,17 @@ def discover(
         return found
     searched.append("llvm-mc/ld.lld on PATH")
 
-    root = Path(lib_root)
-    dirs = sorted(
-        (d for d in root.glob("llvm-*") if d.name[5:].isdigit() and int(d.name[5:]) >= MIN_LLVM),
-        key=lambda d: int(d.name[5:]),
-        reverse=True,
-    )
-    for d in dirs:
-        found = _candidate(d / "bin", {t: t for t in TOOLS}, "llvm", str(d / "bin"))
-        if found:
-            return found
-    searched.append(f"{root}/llvm-N/bin (N >= {MIN_LLVM})")
+    for root in (Path(r) for r in env.get("NETRA_LLVM_ROOTS", "/usr/lib").split(os.pathsep) if r):
+        dirs = sorted(
+            (d for d in root.glob("llvm-*") if d.name[5:].isdigit() and int(d.name[5:]) >= MIN_LLVM),
+            key=lambda d: int(d.name[5:]),
+            reverse=True,
+        )
+        for d in dirs:
+            found = _candidate(d / "bin", {t: t for t in TOOLS}, "llvm", str(d / "bin"))
+            if found:
+                return found
+        searched.append(f"{root}/llvm-N/bin (N >= {MIN_LLVM})")
     raise ToolchainError(
         f"no AMDGPU toolchain with gfx950 found (searched {', '.join(searched)})", INSTALL_HINT
     )

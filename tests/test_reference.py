@@ -22,7 +22,7 @@ def bf16(values: list[float] | np.ndarray) -> np.ndarray:
 # FP8 E4M3FN
 # ---------------------------------------------------------------------------------------------
 
-# Codes observed from gfx950 hardware conversion.
+# Known gfx950 conversion results: the reference must reproduce them bit for bit.
 GFX950_CODES = [
     (1.0, 0x38),
     (-1.0, 0xB8),

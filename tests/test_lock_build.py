@@ -1,0 +1,169 @@
+"""The catalog, the lock and the cross-assembly gate, run for real on the repository's kernels."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from netra import catalog, lock
+
+REPO = Path(__file__).resolve().parents[1]
+LOCK = "release/manifest.lock"
+
+
+def netra(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env_path = {"PYTHONPATH": str(REPO)}
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "netra", *args],
+        cwd=cwd,
+        env={**os.environ, **env_path},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def copy_sources(dest: Path) -> Path:
+    """The inputs `netra lock` and `netra build` read: kernels, manifests, release."""
+    for d in ("kernels", "manifests", "release"):
+        shutil.copytree(REPO / d, dest / d)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("build")
+    r = netra("build", str(out), "--root", str(REPO), "-q")
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_catalog_shares_artifacts_between_models() -> None:
+    cat = catalog.load(REPO)
+    assert 15 <= len(cat.artifacts) <= 25
+    by_key = {}
+    for a in cat.artifacts:
+        by_key.setdefault((a.key, a.tactic.name), []).append(a)
+    assert all(len(v) == 1 for v in by_key.values())  # one artifact per contract and tactic
+    shared = next(a for a in cat.artifacts if a.key == "rmsnorm(hidden=4096,weight_offset=0)")
+    assert set(shared.used_by) == {"Llama-3.1-8B", "Qwen3-235B-A22B"}
+    assert all("qwen" not in a.name.lower() and "llama" not in a.name.lower() for a in cat.artifacts)
+
+
+def test_full_catalog_builds_and_matches_the_lock(built: Path) -> None:
+    locked = lock.read(REPO / LOCK)
+    files = sorted(p.relative_to(built).as_posix() for p in built.rglob("*") if p.is_file())
+    assert files == sorted(a.file for a in locked.artifacts)
+    from netra.codeobject import text_sha256
+
+    for a in locked.artifacts:
+        assert text_sha256((built / a.file).read_bytes()) == a.text_sha256, a.name
+
+
+def test_lock_is_up_to_date_with_the_sources() -> None:
+    r = netra("lock", "--check", "--root", str(REPO), "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_lock_twice_is_byte_identical(tmp_path: Path) -> None:
+    root = copy_sources(tmp_path)
+    (root / LOCK).unlink()
+    assert netra("lock", "--root", str(root), "-q").returncode == 0
+    first = (root / LOCK).read_bytes()
+    assert netra("lock", "--root", str(root), "-q").returncode == 0
+    assert (root / LOCK).read_bytes() == first
+    assert first == (REPO / LOCK).read_bytes()  # and equal to the committed lock: no paths, no times
+    assert str(tmp_path).encode() not in first
+
+
+def test_two_builds_are_byte_identical(built: Path, tmp_path: Path) -> None:
+    r = netra("build", str(tmp_path), "--root", str(REPO), "-q", "-j", "1")
+    assert r.returncode == 0, r.stderr
+    for p in built.rglob("*.hsaco"):
+        assert sha(p) == sha(tmp_path / p.relative_to(built)), p.name
+        assert b"/tmp" not in p.read_bytes() and str(REPO).encode() not in p.read_bytes()
+
+
+def insert_instruction(root: Path, template: str) -> None:
+    """Add one instruction at the top of the template's kernel body (after its entry label)."""
+    path = root / "kernels" / "gfx950" / f"{template}.s"
+    text = path.read_text()
+    marker = "\\name:\n"
+    assert marker in text, f"{template}.s has no '\\name:' label line"
+    path.write_text(text.replace(marker, marker + "    s_nop 0\n", 1))
+
+
+def test_one_instruction_change_fails_naming_the_artifacts(tmp_path: Path) -> None:
+    root = copy_sources(tmp_path / "tree")
+    insert_instruction(root, "moe_topk_softmax")
+    out = tmp_path / "out"
+    r = netra("build", str(out), "--root", str(root))
+    assert r.returncode == 1
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 2 and err[0].startswith("netra: assembling")  # progress line, then one error line
+    names = [a.name for a in catalog.load(root).artifacts if a.template.name == "moe_topk_softmax"]
+    assert names and all(n in err[1] for n in names)
+    others = [a.name for a in catalog.load(root).artifacts if a.template.name != "moe_topk_softmax"]
+    assert not any(n in err[1] for n in others)
+    assert "altered kernels/gfx950/moe_topk_softmax.s" in err[1]
+    assert not out.exists() or not any(out.rglob("*"))  # nothing published
+
+
+def test_reference_build_shows_the_first_differing_instruction(built: Path, tmp_path: Path) -> None:
+    root = copy_sources(tmp_path / "tree")
+    insert_instruction(root, "moe_topk_softmax")
+    r = netra("build", str(tmp_path / "out"), "--root", str(root), "--reference", str(built))
+    assert r.returncode == 1
+    assert "first differing instruction #0: built `s_nop 0`" in r.stderr
+
+
+def test_constant_outside_its_range_fails_with_the_templates_message(tmp_path: Path) -> None:
+    root = copy_sources(tmp_path)
+    model = root / "manifests" / "models" / "qwen3-30b-a3b.toml"
+    model.write_text(model.read_text().replace("hidden = 2048\ngroup = 128", "hidden = 2048\ngroup = 64"))
+    before = (root / LOCK).read_bytes()
+    r = netra("lock", "--root", str(root))
+    assert r.returncode == 1
+    err = r.stderr.strip().splitlines()[-1]
+    assert "netra_fp8_group_quant_h2048_g64_b256" in err and "fp8_group_quant" in err and "GROUP" in err
+    assert (root / LOCK).read_bytes() == before  # the lock is untouched
+
+
+def test_lock_check_names_each_difference(tmp_path: Path) -> None:
+    root = copy_sources(tmp_path)
+    model = root / "manifests" / "models" / "llama-3.1-8b.toml"
+    model.write_text(model.read_text().replace("inter = 14336", "inter = 12288"))
+    r = netra("lock", "--check", "--root", str(root), "-q")
+    assert r.returncode == 1
+    assert "file manifests/models/llama-3.1-8b.toml: sha256 locked" in r.stdout
+    assert "artifact netra_silu_mul_fp8_quant_i12288_g128_b256: not in the lock (new artifact)" in r.stdout
+    assert "artifact netra_silu_mul_fp8_quant_i14336_g128_b256: locked but no longer in the catalog" in r.stdout
+    assert "out of date" in r.stderr
+
+
+def test_build_refuses_a_tree_missing_a_tracked_file(tmp_path: Path) -> None:
+    root = copy_sources(tmp_path / "tree")
+    (root / "manifests" / "models" / "gemma-2-9b.toml").unlink()
+    r = netra("build", str(tmp_path / "out"), "--root", str(root))
+    assert r.returncode == 1
+    assert "missing manifests/models/gemma-2-9b.toml" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_manifest_may_not_claim_accepted_without_hardware(tmp_path: Path) -> None:
+    root = copy_sources(tmp_path)
+    tactics = root / "manifests" / "gfx950" / "tactics.toml"
+    tactics.write_text(tactics.read_text().replace('maturity = "verified"', 'maturity = "accepted"', 1))
+    r = netra("lock", "--root", str(root))
+    assert r.returncode == 1 and "static only" in r.stderr
