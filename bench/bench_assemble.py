@@ -42,13 +42,17 @@ def part1(repeat: int, jobs: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         keep = t / "keep"
-        subprocess.run(netra("build", str(t / "warm"), "--root", str(REPO), "--keep", str(keep), "-q"), env=env, check=True)
+        subprocess.run(
+            netra("build", str(t / "warm"), "--root", str(REPO), "--keep", str(keep), "-q"),
+            env=env,
+            check=True,
+        )
         sources = sorted(keep.glob("*.s"))
         script = t / "loop.sh"
         script.write_text(
             "set -e\n"
-            f'ls {keep}/*.s | xargs -P {jobs} -I{{}} sh -c \'b=$(basename {{}} .s); '
-            f'{tools.llvm_mc} -triple={TRIPLE} -mcpu=gfx950 -filetype=obj -I {REPO}/kernels/gfx950 {{}} -o {t}/sh/$b.o '
+            f"ls {keep}/*.s | xargs -P {jobs} -I{{}} sh -c 'b=$(basename {{}} .s); "
+            f"{tools.llvm_mc} -triple={TRIPLE} -mcpu=gfx950 -filetype=obj -I {REPO}/kernels/gfx950 {{}} -o {t}/sh/$b.o "
             f"&& {tools.ld_lld} -shared --no-undefined --build-id=none -o {t}/sh/$b.hsaco {t}/sh/$b.o'\n"
         )
         shell, ours = [], []
@@ -56,11 +60,15 @@ def part1(repeat: int, jobs: int) -> None:
             shutil.rmtree(t / "sh", ignore_errors=True)
             (t / "sh").mkdir()
             shell.append(timed(["bash", str(script)]))
-            ours.append(timed(netra("build", str(t / f"out{i}"), "--root", str(REPO), "-q", "-j", str(jobs)), env=env))
+            ours.append(
+                timed(netra("build", str(t / f"out{i}"), "--root", str(REPO), "-q", "-j", str(jobs)), env=env)
+            )
         s, n = statistics.median(shell), statistics.median(ours)
         print(f"catalog: {len(sources)} artifacts, jobs={jobs}, {repeat} alternating runs (median)")
         print(f"  shell loop llvm-mc + ld.lld : {s:.3f} s")
-        print(f"  netra build (whole command): {n:.3f} s   ratio {n / s:.2f}  overhead {100 * (n / s - 1):+.0f}%")
+        print(
+            f"  netra build (whole command): {n:.3f} s   ratio {n / s:.2f}  overhead {100 * (n / s - 1):+.0f}%"
+        )
 
 
 def synthetic_tree(dest: Path, n: int) -> None:
@@ -78,7 +86,9 @@ def synthetic_tree(dest: Path, n: int) -> None:
         'maturity = "experiment"\n'
         for b in blocks
     )
-    (dest / "manifests" / "gfx950" / "tactics.toml").write_text(f'target = "gfx950"\ncertification = "static"\n{tactics}')
+    (dest / "manifests" / "gfx950" / "tactics.toml").write_text(
+        f'target = "gfx950"\ncertification = "static"\n{tactics}'
+    )
 
 
 def part2(sizes: list[int], jobs: int) -> None:
@@ -90,7 +100,9 @@ def part2(sizes: list[int], jobs: int) -> None:
             root = Path(tmp)
             synthetic_tree(root, n)
             lock_s = timed(netra("lock", "--root", str(root), "-q", "-j", str(jobs)), env=env)
-            count = sum(1 for ln in (root / "release/manifest.lock").read_text().splitlines() if ln == "[[artifacts]]")
+            count = sum(
+                1 for ln in (root / "release/manifest.lock").read_text().splitlines() if ln == "[[artifacts]]"
+            )
             check_s = timed(netra("lock", "--check", "--root", str(root), "-q", "-j", str(jobs)), env=env)
             print(f"  {count:>9} {lock_s:>10.2f}s {1000 * lock_s / count:>11.1f}ms {check_s:>12.2f}s")
 

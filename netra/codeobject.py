@@ -111,10 +111,10 @@ class CodeObject:
     sections: tuple[str, ...] = field(default=())
 
 
-def _notes_metadata(elf: Any) -> dict[str, Any]:
+def _notes_metadata(sections: list[Any]) -> dict[str, Any]:
     import msgpack
 
-    for sec in elf.iter_sections():
+    for sec in sections:
         if sec["sh_type"] != "SHT_NOTE":
             continue
         for note in sec.iter_notes():
@@ -127,18 +127,20 @@ def _notes_metadata(elf: Any) -> dict[str, Any]:
 
 
 def inspect(data: bytes, name: str = "code object") -> CodeObject:
-    """Everything the static gate needs, from one parse of the file."""
+    """Everything the static gate needs, from one parse of the file (sections are walked once)."""
     from elftools.elf.relocation import RelocationSection
+    from elftools.elf.sections import SymbolTableSection
 
     elf = _elf(data, name)
-    text = elf.get_section_by_name(".text")
+    sections = list(elf.iter_sections())
+    by_name = {s.name: s for s in reversed(sections)}  # the first section of a name wins
+    text = by_name.get(".text")
     if text is None:
         raise ValidationError(f"{name}: no .text section", "rebuild it with `netra build`")
     symbols: dict[str, Any] = {}
     undefined: list[str] = []
-    for symtab_name in (".symtab", ".dynsym"):
-        st = elf.get_section_by_name(symtab_name)
-        if st is None:
+    for st in (by_name.get(".symtab"), by_name.get(".dynsym")):
+        if not isinstance(st, SymbolTableSection):
             continue
         for s in st.iter_symbols():
             if not s.name:
@@ -147,16 +149,16 @@ def inspect(data: bytes, name: str = "code object") -> CodeObject:
                 undefined.append(s.name)
             else:
                 symbols.setdefault(s.name, s)
-    text_index = next(i for i, s in enumerate(elf.iter_sections()) if s.name == ".text")
+    text_index = sections.index(text)
     text_relocs = 0
     dyn_relocs = 0
-    for sec in elf.iter_sections():
+    for sec in sections:
         if isinstance(sec, RelocationSection):
             if sec["sh_info"] == text_index:
                 text_relocs += sec.num_relocations()
             else:
                 dyn_relocs += sec.num_relocations()
-    meta = _notes_metadata(elf)
+    meta = _notes_metadata(sections)
     kernels: dict[str, Kernel] = {}
     for k in meta.get("amdhsa.kernels", []):
         kname = k.get(".name", "")
@@ -164,7 +166,7 @@ def inspect(data: bytes, name: str = "code object") -> CodeObject:
         kd = symbols.get(f"{kname}.kd")
         desc = None
         if kd is not None:
-            for sec in elf.iter_sections():
+            for sec in sections:
                 start, size = sec["sh_addr"], sec["sh_size"]
                 if sec["sh_type"] != "SHT_NOBITS" and start <= kd["st_value"] < start + size:
                     off = kd["st_value"] - start
@@ -179,12 +181,13 @@ def inspect(data: bytes, name: str = "code object") -> CodeObject:
             descriptor=desc,
             metadata=k,
         )
+    text_data = text.data()
     return CodeObject(
         name=name,
-        e_machine=elf["e_machine"] if isinstance(elf["e_machine"], int) else _machine_number(elf),
+        e_machine=_machine_number(data),
         e_flags=elf["e_flags"],
         abi_version=elf["e_ident"]["EI_ABIVERSION"],
-        text_sha256=hashlib.sha256(text.data()).hexdigest(),
+        text_sha256=hashlib.sha256(text_data).hexdigest(),
         text_addr=text["sh_addr"],
         text_size=text["sh_size"],
         kernels=kernels,
@@ -192,14 +195,13 @@ def inspect(data: bytes, name: str = "code object") -> CodeObject:
         undefined_symbols=tuple(sorted(set(undefined))),
         text_relocations=text_relocs,
         dynamic_relocations=dyn_relocs,
-        sections=tuple(s.name for s in elf.iter_sections()),
+        sections=tuple(s.name for s in sections),
     )
 
 
-def _machine_number(elf: Any) -> int:
-    """pyelftools names e_machine; the gate wants the number (EM_AMDGPU is 224)."""
-    elf.stream.seek(18)
-    return struct.unpack("<H", elf.stream.read(2))[0]
+def _machine_number(data: bytes) -> int:
+    """pyelftools names e_machine; the gate wants the number (EM_AMDGPU is 224), at offset 18."""
+    return struct.unpack_from("<H", data, 18)[0]
 
 
 def read(f: BinaryIO | bytes, name: str) -> CodeObject:
