@@ -221,14 +221,24 @@ def first_difference(tools: Tools, ours: Path, theirs: bytes, mcpu: str) -> str:
         ref = Path(tmp) / ours.name
         ref.write_bytes(theirs)
         listing = disassemble(tools, [ours, ref], mcpu)
-        a = [ln for ln in listing[ours].splitlines() if ln.startswith(("\t", " "))]
-        b = [ln for ln in listing[ref].splitlines() if ln.startswith(("\t", " "))]
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x.strip() != y.strip():
-            return f"first differing instruction #{i}: built `{x.strip()}`, reference `{y.strip()}`"
+        a, b = _instructions(listing[ours]), _instructions(listing[ref])
+    for i, ((x, at), (y, _)) in enumerate(zip(a, b)):
+        if x != y:
+            return f"first differing instruction #{i} (at {at}): built `{x}`, reference `{y}`"
     if len(a) != len(b):
         return f"instruction counts differ: built {len(a)}, reference {len(b)}"
     return "disassembly identical (difference is in encoding only)"
+
+
+def _instructions(listing: str) -> list[tuple[str, str]]:
+    """(instruction, address) pairs from an llvm-objdump listing, whose comments carry the address."""
+    out = []
+    for ln in listing.splitlines():
+        if not ln.startswith(("\t", " ")):
+            continue
+        text, _, comment = ln.partition("//")
+        out.append((" ".join(text.split()), comment.strip().split(":")[0] or "?"))
+    return out
 
 
 def build(

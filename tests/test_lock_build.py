@@ -99,9 +99,9 @@ def insert_instruction(root: Path, template: str) -> None:
     """Add one instruction at the top of the template's kernel body (after its entry label)."""
     path = root / "kernels" / "gfx950" / f"{template}.s"
     text = path.read_text()
-    marker = "\\name:\n"
-    assert marker in text, f"{template}.s has no '\\name:' label line"
-    path.write_text(text.replace(marker, marker + "    s_nop 0\n", 1))
+    marker = "NETRA_KERNEL_BEGIN \\name\n"
+    assert marker in text, f"{template}.s does not open its kernel with NETRA_KERNEL_BEGIN"
+    path.write_text(text.replace(marker, marker + "  s_nop 0\n", 1))
 
 
 def test_one_instruction_change_fails_naming_the_artifacts(tmp_path: Path) -> None:
@@ -125,7 +125,7 @@ def test_reference_build_shows_the_first_differing_instruction(built: Path, tmp_
     insert_instruction(root, "moe_topk_softmax")
     r = netra("build", str(tmp_path / "out"), "--root", str(root), "--reference", str(built))
     assert r.returncode == 1
-    assert "first differing instruction #0: built `s_nop 0`" in r.stderr
+    assert "first differing instruction #0 (at " in r.stderr and "built `s_nop 0`, reference `s_load" in r.stderr
 
 
 def test_constant_outside_its_range_fails_with_the_templates_message(tmp_path: Path) -> None:
