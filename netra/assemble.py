@@ -64,7 +64,12 @@ def _metadata(spec: ArtifactSpec) -> list[str]:
         "    .args:",
     ]
     for a in tpl.args:
-        fields = [f".name: {a.name}", f".offset: {a.offset}", f".size: {a.size}", f".value_kind: {a.value_kind}"]
+        fields = [
+            f".name: {a.name}",
+            f".offset: {a.offset}",
+            f".size: {a.size}",
+            f".value_kind: {a.value_kind}",
+        ]
         if a.address_space:
             fields.append(f".address_space: {a.address_space}")
         if a.access:
@@ -134,7 +139,14 @@ def disassemble(tools: Tools, paths: list[Path], mcpu: str = "gfx950") -> dict[P
     if not paths:
         return {}
     r = subprocess.run(
-        [tools.llvm_objdump, "-d", "--no-show-raw-insn", "--no-leading-addr", f"--mcpu={mcpu}", *map(str, paths)],
+        [
+            tools.llvm_objdump,
+            "-d",
+            "--no-show-raw-insn",
+            "--no-leading-addr",
+            f"--mcpu={mcpu}",
+            *map(str, paths),
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -150,6 +162,6 @@ def disassemble(tools: Tools, paths: list[Path], mcpu: str = "gfx950") -> dict[P
             raise AssemblyError(f"{p.name}: llvm-objdump printed no disassembly", "check the toolchain")
         starts.append((i, p))
     starts.sort()
-    for (i, p), (j, _) in zip(starts, [*starts[1:], (len(r.stdout), None)]):
+    for (i, p), (j, _) in zip(starts, [*starts[1:], (len(r.stdout), None)], strict=True):
         out[p] = r.stdout[i:j]
     return out

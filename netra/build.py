@@ -77,7 +77,7 @@ def assemble_all(
         listings: dict[Path, str] = {}
         for part in pool.map(lambda c: disassemble(tools, c), [c for c in chunks if c]):
             listings.update(part)
-    return [Result(s, b, f, check(f, s, listings[b.path])) for s, (b, f) in zip(specs, made)]
+    return [Result(s, b, f, check(f, s, listings[b.path])) for s, (b, f) in zip(specs, made, strict=True)]
 
 
 def locked_artifact(r: Result) -> LockedArtifact:
@@ -124,7 +124,9 @@ class Fresh:
     report: Report
 
 
-def make_lock(root: Path, tools: Tools | None = None, jobs: int | None = None, progress: Progress | None = None) -> Fresh:
+def make_lock(
+    root: Path, tools: Tools | None = None, jobs: int | None = None, progress: Progress | None = None
+) -> Fresh:
     """Build everything the catalog declares and derive the lock and static tables from it."""
     t0 = time.monotonic()
     cat = catalog_mod.load(root)
@@ -145,7 +147,9 @@ def make_lock(root: Path, tools: Tools | None = None, jobs: int | None = None, p
     for path, role in sorted(set(catalog_mod.tracked_files(root)) | {(p, "table") for p in new_tables}):
         digest = sha256_bytes(new_tables[path].encode()) if path in new_tables else sha256_file(root / path)
         files.append(TrackedFile(path=path, sha256=digest, role=role))
-    lock = Lock(toolchain=tools.identity, files=tuple(files), artifacts=tuple(locked[n] for n in sorted(locked)))
+    lock = Lock(
+        toolchain=tools.identity, files=tuple(files), artifacts=tuple(locked[n] for n in sorted(locked))
+    )
     return Fresh(lock=lock, tables=new_tables, report=Report(tools, results, time.monotonic() - t0))
 
 
@@ -212,7 +216,9 @@ def _reference_bytes(reference: Path, spec_file: str) -> bytes | None:
                 return z.read(f"{WHEEL_DATA}/{spec_file}")
             except KeyError:
                 return None
-    raise NetraError(f"{reference}: not a build folder or a .whl", "pass a previous `netra build` output or a wheel")
+    raise NetraError(
+        f"{reference}: not a build folder or a .whl", "pass a previous `netra build` output or a wheel"
+    )
 
 
 def first_difference(tools: Tools, ours: Path, theirs: bytes, mcpu: str) -> str:
@@ -222,7 +228,7 @@ def first_difference(tools: Tools, ours: Path, theirs: bytes, mcpu: str) -> str:
         ref.write_bytes(theirs)
         listing = disassemble(tools, [ours, ref], mcpu)
         a, b = _instructions(listing[ours]), _instructions(listing[ref])
-    for i, ((x, at), (y, _)) in enumerate(zip(a, b)):
+    for i, ((x, at), (y, _)) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return f"first differing instruction #{i} (at {at}): built `{x}`, reference `{y}`"
     if len(a) != len(b):
@@ -295,12 +301,15 @@ def build(
         where = f" (tree: {'; '.join(tree)})" if tree else ""
         if mismatches:
             raise TextMismatchError(
-                f"{len(mismatches)} artifact(s) differ from {lock_mod.LOCK_PATH}{where}: " + " | ".join(mismatches),
+                f"{len(mismatches)} artifact(s) differ from {lock_mod.LOCK_PATH}{where}: "
+                + " | ".join(mismatches),
                 "if the change is intended run `netra lock`; if only the toolchain differs, "
                 f"build with {lock.toolchain} (set NETRA_LLVM_BINDIR or ROCM_PATH)",
             )
         if tree:
-            raise IntegrityError(f"{lock_mod.LOCK_PATH} does not match the tree ({'; '.join(tree)})", TREE_HINT)
+            raise IntegrityError(
+                f"{lock_mod.LOCK_PATH} does not match the tree ({'; '.join(tree)})", TREE_HINT
+            )
         _refuse_problems(results)
         if keep is not None:
             shutil.copytree(work / "src", keep, dirs_exist_ok=True)

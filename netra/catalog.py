@@ -136,7 +136,9 @@ def _template(path: Path, root: Path, target: str) -> Template:
     raw = _load_toml(path, root)
     name = _need(raw, "template", str, where)
     if name != path.stem:
-        raise ManifestError(f"{where}: template {name!r} must match its file name {path.stem!r}", "rename one")
+        raise ManifestError(
+            f"{where}: template {name!r} must match its file name {path.stem!r}", "rename one"
+        )
     op = _need(raw, "op", str, where)
     family(op, where)
     source = path.parent / _need(raw, "source", str, where)
@@ -156,7 +158,9 @@ def _template(path: Path, root: Path, target: str) -> Template:
         size = _need(a, "size", int, aw)
         kind = _need(a, "value_kind", str, aw)
         if kind not in VALUE_KINDS or size not in (1, 2, 4, 8):
-            raise ManifestError(f"{aw}: value_kind {kind!r} / size {size} not supported", "see docs/authoring.md")
+            raise ManifestError(
+                f"{aw}: value_kind {kind!r} / size {size} not supported", "see docs/authoring.md"
+            )
         offset = (offset + size - 1) // size * size  # natural alignment, as the HIP ABI lays arguments
         args.append(
             Arg(
@@ -255,7 +259,9 @@ def load(root: str | Path) -> Catalog:
         for i, fb in enumerate(raw.get("fallbacks", [])):
             fw = f"{where}: fallbacks[{i}]"
             fallbacks.append(
-                Fallback(model, _need(fb, "op", str, fw), str(fb.get("use", "")), _need(fb, "reason", str, fw))
+                Fallback(
+                    model, _need(fb, "op", str, fw), str(fb.get("use", "")), _need(fb, "reason", str, fw)
+                )
             )
 
     artifacts: list[ArtifactSpec] = []

@@ -65,3 +65,23 @@ class RuntimeUnavailableError(NetraError):
 
 class WheelGateError(NetraError):
     """A built wheel does not carry exactly the locked files."""
+
+
+class HipError(NetraError):
+    """A HIP call failed; the message carries hipGetErrorName/hipGetErrorString."""
+
+
+class KernargError(NetraError, ValueError):
+    """Kernel arguments that do not fit the kernel's kernarg layout (missing, extra, or out of range)."""
+
+
+class ContractError(NetraError, ValueError):
+    """A malformed request: a contract with the wrong parameters for its op, or an unknown policy."""
+
+
+class TableError(NetraError):
+    """A certified table breaks the table format (docs/tables.md): the release itself is wrong."""
+
+
+class NoGPUError(UncertifiedGPUClassError):
+    """No GPU class was given and none was detected: there is nothing to open a catalog for."""

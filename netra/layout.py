@@ -62,7 +62,11 @@ def build_record(lock_text: bytes, lock: Lock, code_objects: dict[str, bytes], b
     """
     by_file = {a.file: a for a in lock.artifacts}
     entries = {
-        path: {"sha256": sha256_bytes(data), "text_sha256": by_file[path].text_sha256, "artifact": by_file[path].name}
+        path: {
+            "sha256": sha256_bytes(data),
+            "text_sha256": by_file[path].text_sha256,
+            "artifact": by_file[path].name,
+        }
         for path, data in sorted(code_objects.items())
     }
     record = {

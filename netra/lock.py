@@ -133,7 +133,9 @@ def from_dict(data: dict[str, Any], where: str = LOCK_PATH) -> Lock:
         raise LockError(f"{where}: malformed lock ({e!r})", "regenerate it with `netra lock`") from e
     for f in files:
         if f.role not in ROLES:
-            raise LockError(f"{where}: file {f.path} has unknown role {f.role!r}", "regenerate it with `netra lock`")
+            raise LockError(
+                f"{where}: file {f.path} has unknown role {f.role!r}", "regenerate it with `netra lock`"
+            )
     artifacts = tuple(_artifact_from(a, where) for a in data.get("artifacts", []))
     return Lock(toolchain=tc, files=files, artifacts=artifacts)
 

@@ -46,7 +46,9 @@ def _prove(llvm_mc: str) -> tuple[int, str] | None:
     """
     probe = "v_cvt_pk_fp8_f32 v0, v1, v2\ns_endpgm\n"
     try:
-        ver = subprocess.Popen([llvm_mc, "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        ver = subprocess.Popen(
+            [llvm_mc, "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
         asm = subprocess.Popen(
             [llvm_mc, f"-triple={TRIPLE}", "-mcpu=gfx950", "-show-encoding"],
             stdin=subprocess.PIPE,
@@ -84,7 +86,6 @@ def _candidate(
         identity=Toolchain(flavour=flavour, version=ver[1]),
         origin=origin,
     )
-
 
 
 def discover(env: dict[str, str] | None = None) -> Tools:

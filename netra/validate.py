@@ -88,12 +88,16 @@ def check(co: CodeObject, spec: ArtifactSpec, disassembly: str) -> list[Problem]
                 f"template ABI {tpl.kernarg_bytes}",
             )
         )
-    meta_args = [(a.get(".name"), a.get(".offset"), a.get(".size"), a.get(".value_kind")) for a in m.get(".args", [])]
+    meta_args = [
+        (a.get(".name"), a.get(".offset"), a.get(".size"), a.get(".value_kind")) for a in m.get(".args", [])
+    ]
     abi_args = [(a.name, a.offset, a.size, a.value_kind) for a in tpl.args]
     if meta_args != abi_args:
         p.append(Problem("kernarg", f"metadata args {meta_args} differ from the template ABI {abi_args}"))
     if tpl.args and not d.kernarg_ptr:
-        p.append(Problem("kernarg", "the kernel takes arguments but the descriptor enables no kernarg pointer"))
+        p.append(
+            Problem("kernarg", "the kernel takes arguments but the descriptor enables no kernarg pointer")
+        )
 
     meta_lds = m.get(".group_segment_fixed_size")
     if d.group_segment_bytes != meta_lds or d.group_segment_bytes != tpl.lds_bytes:
@@ -104,13 +108,17 @@ def check(co: CodeObject, spec: ArtifactSpec, disassembly: str) -> list[Problem]
             )
         )
     if d.group_segment_bytes > lim["lds_bytes"]:
-        p.append(Problem("lds", f"LDS {d.group_segment_bytes} bytes exceeds {spec.target}'s {lim['lds_bytes']}"))
+        p.append(
+            Problem("lds", f"LDS {d.group_segment_bytes} bytes exceeds {spec.target}'s {lim['lds_bytes']}")
+        )
 
     vgpr_count = int(m.get(".vgpr_count", -1))
     if d.vgpr_alloc > lim["vgprs"] or vgpr_count > lim["vgprs"]:
         p.append(Problem("vgpr", f"{max(d.vgpr_alloc, vgpr_count)} VGPRs exceeds {lim['vgprs']}"))
     if vgpr_count < 0 or d.vgpr_alloc < vgpr_count:
-        p.append(Problem("vgpr", f"descriptor allocates {d.vgpr_alloc} VGPRs, metadata declares {vgpr_count}"))
+        p.append(
+            Problem("vgpr", f"descriptor allocates {d.vgpr_alloc} VGPRs, metadata declares {vgpr_count}")
+        )
 
     sgpr_count = int(m.get(".sgpr_count", -1))
     sgpr_alloc = (d.sgpr_granule_field + 1) * 8
@@ -121,14 +129,24 @@ def check(co: CodeObject, spec: ArtifactSpec, disassembly: str) -> list[Problem]
 
     acc = d.accum_offset
     if not (4 <= acc <= 256) or acc % 4 or acc > max(d.vgpr_alloc, 4):
-        p.append(Problem("accum_offset", f"accum_offset {acc} must be 4..256, a multiple of 4, <= {d.vgpr_alloc}"))
+        p.append(
+            Problem("accum_offset", f"accum_offset {acc} must be 4..256, a multiple of 4, <= {d.vgpr_alloc}")
+        )
 
     if d.wave32 or m.get(".wavefront_size") != lim["wave_size"]:
-        p.append(Problem("wave64", f"wave size {m.get('.wavefront_size')} (wave32 bit {d.wave32}); gfx950 is wave64"))
+        p.append(
+            Problem(
+                "wave64", f"wave size {m.get('.wavefront_size')} (wave32 bit {d.wave32}); gfx950 is wave64"
+            )
+        )
 
     max_wg = int(m.get(".max_flat_workgroup_size", 0))
     if max_wg < spec.tactic.block or spec.tactic.block > lim["max_block"]:
-        p.append(Problem("workgroup", f"max_flat_workgroup_size {max_wg} < the contract's block {spec.tactic.block}"))
+        p.append(
+            Problem(
+                "workgroup", f"max_flat_workgroup_size {max_wg} < the contract's block {spec.tactic.block}"
+            )
+        )
 
     if d.private_segment_bytes or m.get(".private_segment_fixed_size", 0):
         p.append(Problem("scratch", f"uses {d.private_segment_bytes} bytes of scratch; contracts allow none"))

@@ -1,0 +1,100 @@
+"""What `netra doctor` verification costs against `sha256sum` over the same files.
+
+The files are every file the installed lock implies (netra.layout.members): the lock, build.json,
+tables, manifests and code objects under netra/_data. Side by side, alternately, medians:
+  - `sha256sum FILES` (one process hashing every file) and `sha256sum -c SUMS` (checking them),
+  - doctor's verification in-process (netra.doctor.verify: read the lock, bind build.json, hash every
+    file, parse each code object's ELF for .text and hash that too), imports already done,
+  - the same with the lock already parsed (hashing and ELF work only),
+  - `netra doctor` end to end as a command (interpreter start, imports, GPU and library probes).
+Run it with the python of an environment where netra is installed (a wheel install):
+
+    /path/to/venv/bin/python bench/bench_doctor.py [-n 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def median_ms(ts: list[float]) -> float:
+    return statistics.median(ts) * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", type=int, default=30)
+    n = ap.parse_args().n
+
+    from netra import _toml, doctor, installed, layout
+    from netra import lock as lock_mod
+
+    inst = installed.locate()
+    if inst.kind != "wheel":
+        sys.exit(
+            f"bench_doctor: {inst.root} is a source checkout; run this with a venv's python (wheel install)"
+        )
+    lk = lock_mod.read(inst.lock_file)
+    files = [str(inst.root / m.data_path) for m in layout.members(lk)]
+    size = sum(Path(f).stat().st_size for f in files)
+    with tempfile.NamedTemporaryFile("w", suffix=".sha256", delete=False) as sums:
+        for f in files:
+            sums.write(f"{hashlib.sha256(Path(f).read_bytes()).hexdigest()}  {f}\n")
+
+    def run(argv: list[str]) -> float:
+        t0 = time.perf_counter()
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, cwd=tempfile.gettempdir())
+        return time.perf_counter() - t0
+
+    def verify() -> float:
+        t0 = time.perf_counter()
+        r = doctor.verify(inst)
+        dt = time.perf_counter() - t0
+        assert not r["problems"], r["problems"]
+        return dt
+
+    items = doctor._items(inst, lk, __import__("json").loads((inst.root / "build.json").read_bytes()))
+
+    def hash_only() -> float:
+        t0 = time.perf_counter()
+        bad = [doctor._check(it)[1] for it in items]
+        dt = time.perf_counter() - t0
+        assert not any(bad)
+        return dt
+
+    def parse_lock() -> float:
+        t0 = time.perf_counter()
+        lock_mod.from_dict(_toml.loads(inst.lock_file.read_bytes().decode()))
+        return time.perf_counter() - t0
+
+    cases = {
+        "sha256sum FILES": lambda: run(["sha256sum", *files]),
+        "sha256sum -c SUMS": lambda: run(["sha256sum", "--quiet", "-c", sums.name]),
+        "doctor.verify (in-process)": verify,
+        "  of which: parse the TOML lock": parse_lock,
+        "  of which: hash + .text (lock parsed)": hash_only,
+        "python -c pass": lambda: run([sys.executable, "-c", "pass"]),
+        "netra doctor (command)": lambda: run([sys.executable, "-m", "netra", "doctor"]),
+    }
+    for f in cases.values():
+        f()  # warm-up: page cache, .pyc, lazy imports
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(n):
+        for name, f in cases.items():
+            times[name].append(f())
+    base = median_ms(times["sha256sum FILES"])
+    print(f"{len(files)} files, {size} bytes, under {inst.root}; {n} alternating runs, medians")
+    for name, ts in times.items():
+        m = median_ms(ts)
+        print(f"  {name:40} {m:8.2f} ms  x{m / base:6.2f} of sha256sum FILES")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""Loading and launching gfx950 code objects through the HIP module API (ctypes on libamdhip64.so).
+
+    from netra.hip import Hip
+    hip = Hip()                                   # RuntimeUnavailableError without a HIP runtime
+    hip.launch(kernel, rows, stream, {"y": ptr, "rows": n})  # kernel: Catalog.select; stream: hipStream_t
+
+hipModuleLoadData and hipModuleGetFunction run once per (device, code object) and the handles are
+cached; each launch packs the arguments from the table's kernarg layout into one buffer and passes it
+through `extra` (HIP_LAUNCH_PARAM_BUFFER_POINTER, buffer, HIP_LAUNCH_PARAM_BUFFER_SIZE, &size,
+HIP_LAUNCH_PARAM_END), which HIP's clr reads at each argument's metadata offset and size. The stream
+belongs to the caller (a framework's current stream); nothing here synchronizes.
+
+NOT RUN ON HARDWARE: no AMD GPU and no ROCm runtime were available where this was written. The calls
+follow ROCm's documented API and clr's hip_module.cpp; what is tested is everything up to the library
+(argument packing, the `extra` array, grid computation, the missing-library error). See docs/runtime.md.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from netra import libs
+from netra.errors import HipError, RuntimeUnavailableError
+from netra.kernarg import KernargError
+from netra.runtime import Kernel
+
+# hip_runtime_api.h (ROCm 5.x-7.x, unchanged): values of the `extra` array markers. Note they differ from
+# CUDA's CU_LAUNCH_PARAM_* (END is 0x00 there), so an array built for one runtime is wrong for the other.
+HIP_LAUNCH_PARAM_BUFFER_POINTER = 0x01
+HIP_LAUNCH_PARAM_BUFFER_SIZE = 0x02
+HIP_LAUNCH_PARAM_END = 0x03
+HIP_SUCCESS = 0
+HIP_INSTALL_HINT = (
+    "install a ROCm release that supports gfx950 (the MI350 series), e.g. its rocm-hip-runtime package, and "
+    "make libamdhip64.so findable (ROCM_PATH, or LD_LIBRARY_PATH=/opt/rocm/lib), or pass Hip(library=PATH)"
+)
+
+
+@dataclass(frozen=True)
+class LaunchArgs:
+    """Everything hipModuleLaunchKernel needs besides the function and stream, computed without HIP."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    kernargs: bytes
+
+
+def launch_args(kernel: Kernel, rows: int, args: Mapping[str, Any] | bytes) -> LaunchArgs:
+    """Grid for `rows`, the table's block, dynamic LDS, and the kernarg segment (packed here from a
+    mapping of argument values, or given already packed as exactly kernarg.size bytes)."""
+    if isinstance(args, (bytes, bytearray)):
+        if len(args) != kernel.kernarg.size:
+            raise KernargError(
+                f"{kernel.artifact}: packed kernel arguments are {len(args)} bytes, "
+                f"the layout has {kernel.kernarg.size}",
+                "pack them with kernel.pack(**args)",
+            )
+        packed = bytes(args)
+    else:
+        packed = kernel.pack(**args)
+    return LaunchArgs(kernel.grid(rows), kernel.block, kernel.dynamic_lds_bytes, packed)
+
+
+class Extra:
+    """The `extra` array and the memory it points to, kept alive together for the duration of a launch."""
+
+    def __init__(self, kernargs: bytes) -> None:
+        self.buffer = (ctypes.c_char * max(1, len(kernargs))).from_buffer_copy(kernargs or b"\0")
+        self.size = ctypes.c_size_t(len(kernargs))
+        self.array = (ctypes.c_void_p * 5)(
+            HIP_LAUNCH_PARAM_BUFFER_POINTER,
+            ctypes.addressof(self.buffer),
+            HIP_LAUNCH_PARAM_BUFFER_SIZE,
+            ctypes.addressof(self.size),
+            HIP_LAUNCH_PARAM_END,
+        )
+
+
+def _load(candidates: Sequence[str]) -> tuple[ctypes.CDLL, str]:
+    tried: list[str] = []
+    for c in candidates:
+        try:
+            return ctypes.CDLL(c), c
+        except OSError as e:
+            tried.append(f"{c}: {e}")
+    raise RuntimeUnavailableError(
+        f"HIP runtime library libamdhip64.so could not be loaded ({'; '.join(tried) or 'not found'})",
+        HIP_INSTALL_HINT,
+    )
+
+
+class Hip:
+    """One process's HIP module loader: handles cached per (device, artifact), launches on caller streams."""
+
+    def __init__(self, library: str | Path | None = None) -> None:
+        if library is not None:
+            candidates = [str(library)]
+        else:
+            found = libs.find(libs.HIP)
+            candidates = [str(found)] if found else list(libs.HIP)  # let the dynamic linker try too
+        self.lib, self.library = _load(candidates)
+        L = self.lib
+        vp, u32 = ctypes.c_void_p, ctypes.c_uint
+        L.hipModuleLoadData.argtypes = [ctypes.POINTER(vp), vp]
+        L.hipModuleGetFunction.argtypes = [ctypes.POINTER(vp), vp, ctypes.c_char_p]
+        L.hipModuleLaunchKernel.argtypes = [
+            vp,
+            u32,
+            u32,
+            u32,
+            u32,
+            u32,
+            u32,
+            u32,
+            vp,
+            ctypes.POINTER(vp),
+            ctypes.POINTER(vp),
+        ]
+        L.hipGetDevice.argtypes = [ctypes.POINTER(ctypes.c_int)]
+        L.hipGetErrorString.argtypes = [ctypes.c_int]
+        L.hipGetErrorString.restype = ctypes.c_char_p
+        L.hipGetErrorName.argtypes = [ctypes.c_int]
+        L.hipGetErrorName.restype = ctypes.c_char_p
+        for f in (L.hipModuleLoadData, L.hipModuleGetFunction, L.hipModuleLaunchKernel, L.hipGetDevice):
+            f.restype = ctypes.c_int
+        self._functions: dict[tuple[int, str], tuple[int, int, bytes]] = {}
+        self._mutex = threading.Lock()
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != HIP_SUCCESS:
+            name = (self.lib.hipGetErrorName(rc) or b"?").decode(errors="replace")
+            text = (self.lib.hipGetErrorString(rc) or b"?").decode(errors="replace")
+            raise HipError(f"{what}: {name} ({rc}): {text}", _hint(rc))
+
+    def device(self) -> int:
+        dev = ctypes.c_int(0)
+        self._check(self.lib.hipGetDevice(ctypes.byref(dev)), "hipGetDevice")
+        return dev.value
+
+    def function(self, kernel: Kernel) -> int:
+        """The kernel's hipFunction_t on the current device, loading its module the first time."""
+        if kernel.loader != "hip":
+            raise HipError(
+                f"{kernel.artifact} is a {kernel.gpu_class} kernel for the {kernel.loader} loader, not HIP",
+                "open the catalog of the GPU class this process runs on",
+            )
+        key = (self.device(), kernel.artifact)
+        hit = self._functions.get(key)
+        if hit is not None:
+            return hit[1]
+        with self._mutex:
+            hit = self._functions.get(key)
+            if hit is None:
+                image = kernel.code_object  # kept referenced for the module's lifetime
+                module, fn = ctypes.c_void_p(), ctypes.c_void_p()
+                self._check(
+                    self.lib.hipModuleLoadData(ctypes.byref(module), image),
+                    f"hipModuleLoadData({kernel.artifact})",
+                )
+                self._check(
+                    self.lib.hipModuleGetFunction(ctypes.byref(fn), module, kernel.symbol.encode()),
+                    f"hipModuleGetFunction({kernel.symbol})",
+                )
+                hit = self._functions[key] = (module.value or 0, fn.value or 0, image)
+            return hit[1]
+
+    def launch(self, kernel: Kernel, rows: int, stream: int, args: Mapping[str, Any] | bytes) -> None:
+        """Enqueue the kernel for `rows` rows on `stream` (hipStream_t as int; 0 is the null stream).
+
+        `args` maps each kernel argument name to its value (device pointers as ints or objects with
+        .data_ptr()), or is the segment already packed by kernel.pack. A dict, not keywords: kernels
+        commonly take an argument named `rows` themselves."""
+        la = launch_args(kernel, rows, args)
+        if 0 in la.grid:
+            return  # nothing to do for zero rows; HIP would reject a zero-size grid
+        fn = self.function(kernel)
+        extra = Extra(la.kernargs)
+        rc = self.lib.hipModuleLaunchKernel(
+            fn, *la.grid, *la.block, la.shared_bytes, ctypes.c_void_p(stream or None), None, extra.array
+        )
+        self._check(rc, f"hipModuleLaunchKernel({kernel.symbol}, grid {la.grid}, block {la.block})")
+
+
+def _hint(rc: int) -> str:
+    return {
+        200: "the code object is not a valid image; verify the install with `netra doctor`",
+        209: "this code object is for another GPU target than the current device; open that device's class",
+        500: "the kernel symbol is not in the code object; verify the install with `netra doctor`",
+    }.get(rc, "see the HIP error above; `netra doctor` checks the install and the host")

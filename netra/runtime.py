@@ -1,0 +1,555 @@
+"""The serving API: a certified kernel for an exact contract, an explicit fallback, or a refusal.
+
+    from netra.runtime import open_catalog
+    cat = open_catalog("gfx950")                       # or open_catalog(): the detected GPU's class
+    k = cat.select("rmsnorm(hidden=4096,weight_offset=0)", policy="verified")
+    if k:                                              # a Kernel; a Fallback is falsy and says why
+        k.grid(rows), k.block, k.pack(y=..., rows=...), k.code_object, k.symbol
+
+Opening a catalog reads the packaged lock and the class's table and checks the table (sha256 against
+the lock) and the binding of build.json to the lock. Each code object is checked the first time it is
+selected (whole-file sha256 against build.json, whose .text sha256 must equal the lock's) and then kept
+in memory, so repeated selection does no file access and no hashing. Anything missing or altered
+raises an IntegrityError subclass naming the file, the GPU class, what was expected, and the fix; no
+environment variable or argument turns that into a warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from netra import installed, tables
+from netra.errors import (
+    AlteredFileError,
+    ContractError,
+    MissingFileError,
+    NoGPUError,
+    UncertifiedGPUClassError,
+)
+from netra.installed import Install
+from netra.kernarg import KernargLayout
+from netra.lock import Lock, LockedArtifact
+from netra.ops import FAMILIES, contract_key
+from netra.tables import MATURITIES, Candidate, Table, TableError
+
+DEFAULT_POLICY = "accepted"
+POLICIES = ("experiment", "verified", "accepted")  # the minimum maturity a caller accepts; never "rejected"
+_UNCERTIFIED_HINT = (
+    "use a GPU of a certified class, or a release certifying this one; `netra doctor` shows the host"
+)
+_KEY = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\((.*)\)\s*$")
+
+
+@dataclass(frozen=True)
+class Contract:
+    """An exact contract: an op family and its integer parameters (netra/ops.py)."""
+
+    op: str
+    params: Mapping[str, int]
+
+    @classmethod
+    def of(cls, op: str, **params: int) -> Contract:
+        return cls(op, dict(params))
+
+    @classmethod
+    def parse(cls, text: str) -> Contract:
+        """'rmsnorm(hidden=4096,weight_offset=0)' -> Contract; parameter order does not matter."""
+        m = _KEY.match(text)
+        if m is None:
+            raise ContractError(
+                f"{text!r} is not a contract",
+                "write it as op(name=int,...), e.g. rmsnorm(hidden=4096,weight_offset=0)",
+            )
+        params: dict[str, int] = {}
+        for part in filter(None, (p.strip() for p in m.group(2).split(","))):
+            name, eq, value = (s.strip() for s in part.partition("="))
+            if not eq or not name.isidentifier() or not re.fullmatch(r"-?\d+", value) or name in params:
+                raise ContractError(
+                    f"{text!r}: parameter {part!r} is not name=integer",
+                    "e.g. rmsnorm(hidden=4096,weight_offset=0)",
+                )
+            params[name] = int(value)
+        return cls(m.group(1), params)
+
+    def __hash__(self) -> int:  # params is a dict: hash by the canonical key instead
+        return hash(self.key)
+
+    @property
+    def key(self) -> str:
+        """The table key for a known op (family parameter order); a readable rendering otherwise."""
+        fam = FAMILIES.get(self.op)
+        if fam is not None and set(self.params) == set(fam.params):
+            return contract_key(self.op, dict(self.params))
+        return f"{self.op}(" + ",".join(f"{k}={self.params[k]}" for k in sorted(self.params)) + ")"
+
+
+def as_contract(value: Contract | str | Mapping[str, Any]) -> Contract:
+    if isinstance(value, Contract):
+        return value
+    if isinstance(value, str):
+        return Contract.parse(value)
+    if isinstance(value, Mapping) and isinstance(value.get("op"), str):
+        params = {k: v for k, v in value.items() if k != "op"}
+        bad = [k for k, v in params.items() if isinstance(v, bool) or not isinstance(v, int)]
+        if bad:
+            raise ContractError(
+                f"contract {value!r}: parameters {', '.join(bad)} must be integers", "see netra/ops.py"
+            )
+        return Contract(value["op"], params)
+    raise ContractError(
+        f"{value!r} is not a contract", "pass Contract.of(op, **params), 'op(k=v,...)' or {'op': ..., k: v}"
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class Kernel:
+    """A certified kernel, verified against the lock: everything needed to launch it."""
+
+    gpu_class: str
+    loader: str  # "hip" for gfx950; "cuda" for sm_90 tables
+    contract: str
+    tactic: str
+    artifact: str
+    symbol: str
+    maturity: str
+    block: tuple[int, int, int]
+    lds_bytes: int
+    dynamic_lds_bytes: int
+    workspace_bytes: int
+    kernarg: KernargLayout
+    evidence: Mapping[str, Any] = field(repr=False)
+    code_object: bytes = field(repr=False)
+    candidate: Candidate = field(repr=False)
+
+    def __bool__(self) -> bool:
+        return True
+
+    def grid(self, rows: int) -> tuple[int, int, int]:
+        """Blocks per axis for `rows` rows (the flattened token dimension)."""
+        return self.candidate.launch.grid(rows)
+
+    def pack(self, /, **args: Any) -> bytes:
+        """The kernarg segment for these arguments, byte-exact per the table's layout."""
+        return self.kernarg.pack(**args)
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """Netra does not serve this request: the caller must use its own implementation. Falsy."""
+
+    gpu_class: str
+    contract: str
+    code: str  # "unknown_op", "no_entry", "no_tactic", "below_policy", "rejected"
+    reason: str
+    policy: str
+    candidates: tuple[tuple[str, str], ...] = ()  # (tactic, maturity) of the table entry, ranked
+    documented: str | None = None  # the table's documented fallback reason for this op, if any
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def choose(candidates: tuple[Candidate, ...], policy: str, tactic: str | None = None) -> Candidate | None:
+    """The first ranked candidate at or above the policy; rejected never qualifies."""
+    floor = MATURITIES.index(policy)
+    for c in candidates:
+        if (tactic is None or c.tactic == tactic) and c.maturity != "rejected" and c.rank >= floor:
+            return c
+    return None
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read(path: Any) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+class Catalog:
+    """One GPU class's certified table in one install. Made by open_catalog; safe to share across threads."""
+
+    def __init__(
+        self,
+        install: Install,
+        lock: Lock,
+        table: Table,
+        certified: tuple[str, ...],
+        built: Mapping[str, Mapping[str, str]] | None,
+    ) -> None:
+        self.install = install
+        self.lock = lock
+        self.table = table
+        self.gpu_class = table.gpu_class
+        self.certified_classes = certified
+        self._built = built  # build.json code_objects (wheel), None in a source checkout
+        self._mutex = threading.Lock()
+        self._code: dict[str, bytes] = {}
+        self._selected: dict[tuple[Any, str, str | None], Kernel | Fallback] = {}
+
+    def contracts(self) -> list[str]:
+        return sorted(self.table.entries)
+
+    def maturity_counts(self) -> dict[str, int]:
+        return self.table.maturity_counts()
+
+    def select(
+        self,
+        contract: Contract | str | Mapping[str, Any],
+        policy: str = DEFAULT_POLICY,
+        *,
+        tactic: str | None = None,
+    ) -> Kernel | Fallback:
+        """The certified kernel for this exact contract at or above `policy`, else a Fallback saying why.
+
+        Results are memoized: asking again returns the same object without parsing or file access."""
+        raw = (contract, policy, tactic) if isinstance(contract, (str, Contract)) else None
+        if raw is not None:
+            hit = self._selected.get(raw)
+            if hit is not None:
+                return hit
+        c = as_contract(contract)
+        memo = (c.key, policy, tactic)
+        hit = self._selected.get(memo)
+        if hit is None:
+            if policy not in POLICIES:
+                raise ContractError(
+                    f"policy {policy!r} is not one of {', '.join(POLICIES)}", "the default is 'accepted'"
+                )
+            result = self._select(c, policy, tactic)
+            with self._mutex:
+                hit = self._selected.setdefault(memo, result)
+        if raw is not None:
+            self._selected[raw] = hit
+        return hit
+
+    def _select(self, c: Contract, policy: str, tactic: str | None) -> Kernel | Fallback:
+        cls = self.gpu_class
+        documented = next((f.reason for f in self.table.fallbacks if f.op == c.op), None)
+        fam = FAMILIES.get(c.op)
+        if fam is None:
+            why = f"op {c.op!r} is not a Netra op family ({', '.join(sorted(FAMILIES))})"
+            if documented:
+                why += f"; the {cls} table documents: {documented}"
+            return Fallback(cls, c.key, "unknown_op", why, policy, documented=documented)
+        if set(c.params) != set(fam.params):
+            raise ContractError(
+                f"contract {c.key}: op {c.op} takes exactly the parameters {', '.join(fam.params)}",
+                f"see {fam.doc}",
+            )
+        entry = self.table.entries.get(c.key)
+        if entry is None:
+            why = f"{c.key} is not in the certified {cls} table (Netra serves exact contracts only)"
+            return Fallback(cls, c.key, "no_entry", why, policy, documented=documented)
+        ranked = tuple((x.tactic, x.maturity) for x in entry.candidates)
+        listed = ", ".join(f"{t} ({m})" for t, m in ranked)
+        if tactic is not None and all(x.tactic != tactic for x in entry.candidates):
+            why = f"{c.key} on {cls} has no tactic {tactic!r}; its tactics: {listed}"
+            return Fallback(cls, c.key, "no_tactic", why, policy, ranked)
+        chosen = choose(entry.candidates, policy, tactic)
+        if chosen is None:
+            pool = [x for x in entry.candidates if tactic is None or x.tactic == tactic]
+            if all(x.maturity == "rejected" for x in pool):
+                which = f"tactic {tactic}" if tactic else "every tactic"
+                why = f"{c.key} on {cls}: {which} is rejected, and rejected tactics are never served"
+                return Fallback(cls, c.key, "rejected", why, policy, ranked)
+            best = max((x for x in pool if x.maturity != "rejected"), key=lambda x: x.rank)
+            why = (
+                f"{c.key} on {cls}: the best {'match' if tactic else 'candidate'} is {best.tactic} at "
+                f"maturity {best.maturity!r}, below the policy {policy!r} ({listed}); "
+                f"to opt in, select(..., policy={best.maturity!r})"
+            )
+            return Fallback(cls, c.key, "below_policy", why, policy, ranked)
+        return Kernel(
+            gpu_class=cls,
+            loader=self.table.loader,
+            contract=c.key,
+            tactic=chosen.tactic,
+            artifact=chosen.artifact,
+            symbol=chosen.symbol,
+            maturity=chosen.maturity,
+            block=chosen.launch.block,
+            lds_bytes=chosen.lds_bytes,
+            dynamic_lds_bytes=chosen.launch.dynamic_lds_bytes,
+            workspace_bytes=chosen.workspace_bytes,
+            kernarg=chosen.kernarg,
+            evidence=chosen.evidence,
+            code_object=self.code_object(chosen),
+            candidate=chosen,
+        )
+
+    def code_object(self, c: Candidate) -> bytes:
+        """The candidate's code object bytes, verified against the lock the first time, then cached."""
+        data = self._code.get(c.file)
+        if data is not None:
+            return data
+        with self._mutex:
+            data = self._code.get(c.file)
+            if data is None:
+                data = self._verified_code_object(c)
+                self._code[c.file] = data
+            return data
+
+    def _verified_code_object(self, c: Candidate) -> bytes:
+        inst = self.install
+        path = inst.code_object(c.file)
+        what = f"{path}: code object {c.artifact} of GPU class {self.gpu_class}"
+        data = _read(path)
+        if self._built is not None:
+            want = self._built[c.file]["sha256"]
+            if data is None:
+                raise MissingFileError(
+                    f"{what} is missing (expected sha256 {want})",
+                    inst.rebuild,
+                )
+            got = _sha256(data)
+            if got != want:
+                raise AlteredFileError(
+                    f"{what} is altered: sha256 {got}, "
+                    f"expected {want} (build.json, .text locked as {c.text_sha256})",
+                    inst.rebuild,
+                )
+            return data
+        # A source checkout has no build record: check the machine code itself against the lock.
+        if data is None:
+            raise MissingFileError(
+                f"{what} is missing (expected .text sha256 {c.text_sha256})",
+                inst.rebuild,
+            )
+        from netra.codeobject import text_sha256
+        from netra.errors import ValidationError
+
+        try:
+            got = text_sha256(data, str(path))
+        except ValidationError as e:
+            got = f"unreadable ({e.message})"
+        if got != c.text_sha256:
+            raise AlteredFileError(
+                f"{what} differs from the lock: .text sha256 {got}, locked {c.text_sha256}",
+                inst.rebuild,
+            )
+        return data
+
+    def verify(self) -> None:
+        """Check every code object this table references now, instead of at first selection."""
+        for c in self.table.candidates():
+            self.code_object(c)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Opening
+
+
+def _load_lock(inst: Install) -> tuple[Lock, bytes]:
+    from netra import _toml
+    from netra import lock as lock_mod
+
+    raw = _read(inst.lock_file)
+    if raw is None:
+        raise MissingFileError(
+            f"{inst.lock_file}: the release lock of this netra install is missing", inst.reinstall
+        )
+    try:
+        return lock_mod.from_dict(_toml.loads(raw.decode()), str(inst.lock_file)), raw
+    except (UnicodeDecodeError, _toml.TOMLDecodeError) as e:
+        raise AlteredFileError(f"{inst.lock_file}: not a readable lock ({e})", inst.reinstall) from e
+
+
+def _load_build_record(inst: Install, lock_raw: bytes) -> dict[str, dict[str, str]] | None:
+    """build.json's code objects, after checking it was made for this very lock (wheel installs)."""
+    path = inst.build_record
+    if path is None:
+        return None
+    raw = _read(path)
+    if raw is None:
+        raise MissingFileError(f"{path}: the build record of this netra install is missing", inst.reinstall)
+    try:
+        record = json.loads(raw)
+        bound, code = record["lock_sha256"], record["code_objects"]
+        if not isinstance(code, dict):
+            raise TypeError("code_objects is not an object")
+    except (ValueError, KeyError, TypeError) as e:
+        raise AlteredFileError(f"{path}: not a readable build record ({e!r})", inst.reinstall) from e
+    have = _sha256(lock_raw)
+    if bound != have:
+        raise AlteredFileError(
+            f"{inst.lock_file} and {path} disagree: the build record was made for lock sha256 {bound}, "
+            f"the installed lock has sha256 {have}",
+            inst.reinstall,
+        )
+    return code
+
+
+def certified_classes(lock: Lock) -> tuple[str, ...]:
+    """The GPU classes whose tables the lock tracks: the classes this install is certified for."""
+    return tuple(sorted(c for f in lock.files_with_role("table") if (c := tables.gpu_class_of(f.path))))
+
+
+def _cross_check(
+    inst: Install, lock: Lock, table: Table, built: Mapping[str, Mapping[str, str]] | None
+) -> None:
+    """The table, the lock and the build record must describe the same code objects."""
+    where = inst.tracked(tables.table_path(table.gpu_class))
+    problems: list[str] = []
+    for c in table.candidates():
+        a: LockedArtifact | None = lock.artifact(c.artifact)
+        if a is None:
+            problems.append(f"{c.artifact}: not in the lock")
+            continue
+        facts = {
+            "target": (a.target, table.gpu_class),
+            "file": (a.file, c.file),
+            ".text sha256": (a.text_sha256, c.text_sha256),
+            "lds_bytes": (a.lds_bytes, c.lds_bytes),
+            "kernarg size": (a.kernarg_bytes, c.kernarg.size),
+        }
+        problems += [f"{c.artifact}: {k} locked {x!r}, table {y!r}" for k, (x, y) in facts.items() if x != y]
+        if c.symbol not in a.symbols:
+            problems.append(
+                f"{c.artifact}: symbol {c.symbol} is not among the locked symbols {list(a.symbols)}"
+            )
+        if a.max_workgroup_size and c.launch.threads_per_block > a.max_workgroup_size:
+            limit = a.max_workgroup_size
+            problems.append(
+                f"{c.artifact}: block {c.launch.block} exceeds the locked max workgroup size {limit}"
+            )
+        if built is not None:
+            rec = built.get(c.file)
+            if (
+                rec is None
+                or rec.get("text_sha256") != a.text_sha256
+                or not isinstance(rec.get("sha256"), str)
+            ):
+                raise AlteredFileError(
+                    f"{inst.build_record}: no valid record of {c.file} (GPU class {table.gpu_class}) "
+                    f"with the locked .text sha256 {a.text_sha256}",
+                    inst.reinstall,
+                )
+    if problems:
+        raise TableError(
+            f"{where}: the {table.gpu_class} table disagrees with the lock ({'; '.join(problems[:6])}"
+            + (f"; and {len(problems) - 6} more)" if len(problems) > 6 else ")"),
+            "the release is inconsistent; regenerate with `netra lock`, or " + inst.reinstall,
+        )
+
+
+_catalogs: dict[tuple[str, str], Catalog] = {}
+_detected: dict[tuple[Install, str | None], str] = {}
+_open_mutex = threading.Lock()
+_install: list[Install] = []
+
+
+def _default_install() -> Install:
+    """This package's install, located once per process."""
+    if not _install:
+        _install.append(installed.locate())
+    return _install[0]
+
+
+def _open(inst: Install, gpu_class: str) -> Catalog:
+    lock, lock_raw = _load_lock(inst)
+    built = _load_build_record(inst, lock_raw)
+    certified = certified_classes(lock)
+    if gpu_class not in certified:
+        raise UncertifiedGPUClassError(
+            f"GPU class {gpu_class!r} is not certified by this netra-kernel {inst.version} install; "
+            f"certified: {', '.join(certified) or 'none'}",
+            _UNCERTIFIED_HINT,
+        )
+    lock_path = tables.table_path(gpu_class)
+    locked = lock.file(lock_path)
+    assert locked is not None
+    path = inst.tracked(lock_path)
+    raw = _read(path)
+    if raw is None:
+        raise MissingFileError(
+            f"{path}: the certified table of GPU class {gpu_class} is missing "
+            f"(expected sha256 {locked.sha256})",
+            inst.reinstall,
+        )
+    got = _sha256(raw)
+    if got != locked.sha256:
+        raise AlteredFileError(
+            f"{path}: the certified table of GPU class {gpu_class} is altered: sha256 {got}, "
+            f"locked {locked.sha256}",
+            inst.reinstall,
+        )
+    table = tables.loads(raw, str(path), gpu_class)
+    _cross_check(inst, lock, table, built)
+    return Catalog(inst, lock, table, certified, built)
+
+
+def open_catalog(
+    gpu_class: str | None = None,
+    *,
+    install: Install | None = None,
+    sysfs_nodes: str | None = None,
+) -> Catalog:
+    """The certified catalog of `gpu_class` (default: the class of this host's GPU) in this install.
+
+    Raises UncertifiedGPUClassError (listing the certified classes) for a class this install does not
+    certify, NoGPUError when no class is given and no GPU is found, and an IntegrityError subclass when
+    the lock, build record or table is missing or altered. Catalogs are cached per install and class.
+    """
+    inst = install or _default_install()
+    if gpu_class is None:
+        found = _detected.get((inst, sysfs_nodes))
+        if found is None:
+            found = _detected[(inst, sysfs_nodes)] = _detected_class(inst, sysfs_nodes)
+        gpu_class = found
+    memo = (str(inst.root), gpu_class)
+    cat = _catalogs.get(memo)
+    if cat is None:
+        with _open_mutex:
+            cat = _catalogs.get(memo)
+            if cat is None:
+                cat = _catalogs[memo] = _open(inst, gpu_class)
+    return cat
+
+
+def _detected_class(inst: Install, sysfs_nodes: str | None) -> str:
+    from netra import gpus
+
+    found = gpus.detect(sysfs_nodes) if sysfs_nodes is not None else gpus.detect()
+    lock, _ = _load_lock(inst)
+    certified = certified_classes(lock)
+    if not found.gpus:
+        raise NoGPUError(
+            f"no GPU found on this host ({'; '.join(found.notes)}); "
+            f"certified: {', '.join(certified) or 'none'}",
+            "pass the GPU class explicitly, e.g. open_catalog('gfx950'), to inspect a catalog without a GPU",
+        )
+    usable = [c for c in found.classes if c in certified]
+    if len(usable) == 1:
+        return usable[0]
+    if not usable:
+        raise UncertifiedGPUClassError(
+            f"this host's GPU class(es) {', '.join(found.classes)} are not certified by this netra-kernel "
+            f"{inst.version} install; certified: {', '.join(certified) or 'none'}",
+            _UNCERTIFIED_HINT,
+        )
+    raise ContractError(
+        f"this host has GPUs of several certified classes ({', '.join(usable)})",
+        "pass the one to use: open_catalog('<class>')",
+    )
+
+
+def clear_cache() -> None:
+    """Forget opened catalogs (and their verified code objects): the next open re-reads and re-checks."""
+    with _open_mutex:
+        _catalogs.clear()
+        _detected.clear()
+        _install.clear()

@@ -1,0 +1,165 @@
+"""`netra doctor` on the real wheel, pip-installed in a fresh venv (read-only: the shared session venv).
+Damage scenarios are in test_runtime_integrity.py, which has a venv of its own to damage."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# ---------------------------------------------------------------------------------------------------
+# Driving the venv (duplicated in each test_runtime*/test_doctor* module: no shared conftest here)
+
+
+def _python(venv: Any) -> str:
+    for attr in ("python", "python_path", "interpreter", "exe"):
+        v = getattr(venv, attr, None)
+        if v:
+            return str(v)
+    p = Path(venv)
+    return str(p / "bin" / "python") if p.is_dir() else str(p)
+
+
+def _run(python: str, *argv: str) -> subprocess.CompletedProcess:
+    e = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    return subprocess.run(
+        [python, *argv],
+        capture_output=True,
+        text=True,
+        env=e,
+        cwd=tempfile.gettempdir(),
+        timeout=300,
+        check=False,
+    )
+
+
+def _code(python: str, code: str, *args: str) -> Any:
+    r = _run(python, "-c", textwrap.dedent(code), *args)
+    assert r.returncode == 0, f"venv python failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def py(installed_venv: Any) -> str:
+    return _python(installed_venv)
+
+
+@pytest.fixture(scope="module")
+def pkg(py: str) -> Path:
+    return Path(_code(py, "import json, os, netra; print(json.dumps(os.path.dirname(netra.__file__)))"))
+
+
+def _sysfs(root: Path, versions: list[int]) -> Path:
+    """KFD topology nodes in the kernel's format (node 0 is the CPU)."""
+    for nid, v in enumerate([0, *versions]):
+        d = root / str(nid)
+        d.mkdir(parents=True)
+        (d / "properties").write_text(
+            f"simd_count {0 if v == 0 else 256}\ngfx_target_version {v}\nvendor_id 4098\n"
+        )
+    return root
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_doctor_passes_on_a_fresh_install_and_reports_everything(py: str, pkg: Path) -> None:
+    human = _run(py, "-m", "netra", "doctor")
+    js = _run(py, "-m", "netra", "doctor", "--json")
+    assert human.returncode == 0 and js.returncode == 0, human.stdout + human.stderr
+    report = json.loads(js.stdout)
+    data = pkg / "_data"
+    members = _code(
+        py,
+        """
+        import json, sys
+        from netra import layout, lock
+        print(json.dumps([m.data_path for m in layout.members(lock.read(sys.argv[1]))]))
+        """,
+        str(data / "manifest.lock"),
+    )
+    table = json.loads((data / "tables" / "gfx950.json").read_text())
+    counts = dict.fromkeys(("rejected", "experiment", "verified", "accepted"), 0)
+    for e in table["entries"]:
+        for c in e["candidates"]:
+            counts[c["maturity"]] += 1
+
+    assert report["ok"] and report["intact"] and report["problems"] == []
+    assert report["install"]["kind"] == "wheel" and report["install"]["root"] == str(data)
+    assert report["files"]["checked"] == len(members)
+    assert report["files"]["bytes"] == sum((data / m).stat().st_size for m in members)
+    assert report["lock"]["sha256"] == hashlib.sha256((data / "manifest.lock").read_bytes()).hexdigest()
+    assert report["lock"]["bound_to_build_record"] is True and report["lock"]["record"] == "match"
+    gfx = report["certified_classes"]["gfx950"]
+    assert gfx["maturity"] == counts and gfx["contracts"] == len(table["entries"])
+    assert gfx["certification"] == "static" and gfx["loader"] == "hip"
+    assert set(report["runtime_libraries"]) == {"hip", "cuda"}
+    assert report["gpu_detection"], "every detection source says what it found"
+    text = human.stdout
+    assert f"netra-kernel {report['netra_version']} (wheel install" in text
+    assert report["lock"]["sha256"] in text and "all intact" in text and text.rstrip().endswith("result: OK")
+
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((pkg / "schemas" / "doctor.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft202012Validator(schema).validate(report)
+
+
+def test_require_gpu_needs_a_gpu_of_a_certified_class(py: str, tmp_path: Path) -> None:
+    cases = {
+        "gfx950": (_sysfs(tmp_path / "a", [90500]), True),
+        "gfx942": (_sysfs(tmp_path / "b", [90402]), True),
+        "gfx942-optional": (tmp_path / "b", False),
+        "none": (_sysfs(tmp_path / "c", []), True),
+    }
+    res = {}
+    for name, (nodes, require) in cases.items():
+        argv = ["-m", "netra", "doctor", "--json", "--sysfs-nodes", str(nodes)] + (
+            ["--require-gpu"] if require else []
+        )
+        r = _run(py, *argv)
+        res[name] = (r.returncode, json.loads(r.stdout))
+    rc, rep = res["gfx950"]
+    assert rc == 0 and rep["ok"]
+    amd = [g for g in rep["gpus"] if g["vendor"] == "amd"]
+    assert [(g["class"], g["certified"], g["source"]) for g in amd] == [("gfx950", True, "kfd-sysfs")]
+    assert amd[0]["maturity"] == rep["certified_classes"]["gfx950"]["maturity"]
+    rc, rep = res["gfx942"]
+    assert rc == 1 and rep["intact"] and not rep["ok"]
+    assert "gfx942" in rep["problems"][-1] and "certified: gfx950" in rep["problems"][-1]
+    rc, rep = res["gfx942-optional"]
+    assert rc == 0 and rep["ok"] and any(g["class"] == "gfx942" and not g["certified"] for g in rep["gpus"])
+    rc, rep = res["none"]
+    assert rc == 1 and "no GPU of a certified class" in rep["problems"][-1]
+
+
+def test_doctor_fast_text_reader_agrees_with_pyelftools_on_every_code_object(py: str, pkg: Path) -> None:
+    """codeobject's struct reader (doctor's fast path) and pyelftools (the reference) give the same .text."""
+    out = _code(
+        py,
+        """
+        import hashlib, json, sys
+        from pathlib import Path
+        from netra import lock
+        from netra.codeobject import fast_text, text_bytes
+        data = Path(sys.argv[1])
+        lk = lock.read(data / "manifest.lock")
+        res = []
+        for a in lk.artifacts:
+            blob = (data / a.file).read_bytes()
+            fast = hashlib.sha256(fast_text(blob)).hexdigest()
+            res.append([a.file, fast, hashlib.sha256(text_bytes(blob)).hexdigest(), a.text_sha256])
+        print(json.dumps(res))
+        """,
+        str(pkg / "_data"),
+    )
+    assert out
+    for file, fast, reference, locked in out:
+        assert fast == reference == locked, file

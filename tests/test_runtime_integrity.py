@@ -1,0 +1,240 @@
+"""Damage to an installed wheel: doctor names it and the runtime refuses it, from a fresh venv.
+
+One fresh venv (venv_factory + the real wheel) for this module; each test damages one thing and
+restores it before the next. Everything runs through that venv's python in a subprocess.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from elftools.elf.elffile import ELFFile  # the test's own ELF reader, independent of netra's
+
+# ---------------------------------------------------------------------------------------------------
+# Driving the venv (duplicated in each test_runtime*/test_doctor* module: no shared conftest here)
+
+
+def _python(venv: Any) -> str:
+    for attr in ("python", "python_path", "interpreter", "exe"):
+        v = getattr(venv, attr, None)
+        if v:
+            return str(v)
+    p = Path(venv)
+    return str(p / "bin" / "python") if p.is_dir() else str(p)
+
+
+def _run(python: str, *argv: str) -> subprocess.CompletedProcess:
+    e = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    return subprocess.run(
+        [python, *argv],
+        capture_output=True,
+        text=True,
+        env=e,
+        cwd=tempfile.gettempdir(),
+        timeout=300,
+        check=False,
+    )
+
+
+def _code(python: str, code: str, *args: str) -> Any:
+    r = _run(python, "-c", textwrap.dedent(code), *args)
+    assert r.returncode == 0, f"venv python failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def venv(venv_factory: Any, built_wheel: Any) -> tuple[str, Path]:
+    """A fresh venv of our own: these tests damage it (and restore it after each test)."""
+    py = _python(venv_factory(built_wheel))
+    pkg = Path(_code(py, "import json, os, netra; print(json.dumps(os.path.dirname(netra.__file__)))"))
+    return py, pkg
+
+
+@contextmanager
+def damaged(path: Path, change: str, offset: int = 0) -> Iterator[None]:
+    """Delete a file, flip one byte of it, or append to it; restore it exactly afterwards."""
+    original = path.read_bytes()
+    try:
+        if change == "delete":
+            path.unlink()
+        elif change == "flip":
+            b = bytearray(original)
+            b[offset] ^= 0x01
+            path.write_bytes(bytes(b))
+        elif change == "append":
+            path.write_bytes(original + b"\n# appended\n")
+        yield
+    finally:
+        path.write_bytes(original)
+
+
+RUNTIME = """
+    import json, sys
+    from netra.errors import NetraError
+    from netra.runtime import open_catalog
+    out = {}
+    try:
+        cat = open_catalog("gfx950")
+        for key, tactic in json.loads(sys.argv[1]):
+            try:
+                k = cat.select(key, policy="experiment", tactic=tactic)
+                out[key + "/" + tactic] = ["served", k.artifact]
+            except NetraError as e:
+                out[key + "/" + tactic] = [type(e).__name__, e.message, e.hint]
+    except NetraError as e:
+        out["open"] = [type(e).__name__, e.message, e.hint]
+    print(json.dumps(out))
+    """
+
+
+def _runtime(py: str, picks: list[tuple[str, str]]) -> dict[str, Any]:
+    return _code(py, RUNTIME, json.dumps(picks))
+
+
+def _doctor(py: str) -> tuple[int, dict[str, Any], str]:
+    j = _run(py, "-m", "netra", "doctor", "--json")
+    h = _run(py, "-m", "netra", "doctor")
+    assert j.returncode == h.returncode, (j.stderr, h.stderr)
+    return j.returncode, json.loads(j.stdout), h.stdout
+
+
+def _table(pkg: Path) -> dict[str, Any]:
+    return json.loads((pkg / "_data" / "tables" / "gfx950.json").read_text())
+
+
+def _two_candidates(pkg: Path) -> tuple[tuple[str, dict[str, Any]], tuple[str, dict[str, Any]]]:
+    entries = _table(pkg)["entries"]
+    a, b = entries[0], entries[-1]
+    return (a["key"], a["candidates"][0]), (b["key"], b["candidates"][0])
+
+
+def _region(blob: bytes, symbol: str, region: str) -> int:
+    """A byte offset inside .text, inside the kernel descriptor (<symbol>.kd), or inside the metadata note."""
+    elf = ELFFile(io.BytesIO(blob))
+    if region == "text":
+        sec = elf.get_section_by_name(".text")
+        return sec["sh_offset"] + sec["sh_size"] // 2
+    if region == "metadata":
+        sec = next(s for s in elf.iter_sections() if s["sh_type"] == "SHT_NOTE")
+        return sec["sh_offset"] + sec["sh_size"] // 2
+    for tab in (".symtab", ".dynsym"):
+        st = elf.get_section_by_name(tab)
+        syms = st.get_symbol_by_name(f"{symbol}.kd") if st is not None else None
+        if syms:
+            addr = syms[0]["st_value"]
+            sec = next(s for s in elf.iter_sections() if s["sh_addr"] <= addr < s["sh_addr"] + s["sh_size"])
+            return sec["sh_offset"] + (addr - sec["sh_addr"]) + 48  # COMPUTE_PGM_RSRC1
+    raise AssertionError(f"no {symbol}.kd symbol")
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("change", ["delete", "flip"])
+def test_missing_or_altered_table_fails_doctor_and_the_runtime_names_it(
+    venv: tuple[str, Path], change: str
+) -> None:
+    py, pkg = venv
+    table = pkg / "_data" / "tables" / "gfx950.json"
+    (key, cand), _ = _two_candidates(pkg)
+    with damaged(table, change, offset=table.stat().st_size // 2):
+        rc, report, text = _doctor(py)
+        rt = _runtime(py, [(key, cand["tactic"])])
+    assert rc == 1 and not report["ok"] and not report["intact"]
+    bucket = report["files"]["missing" if change == "delete" else "altered"]
+    assert [(m["path"], m["kind"]) for m in bucket] == [("tables/gfx950.json", "table")]
+    assert f"{'missing' if change == 'delete' else 'altered'} table tables/gfx950.json" in text
+    assert "result: FAILED" in text
+    name, message, hint = rt["open"]
+    assert name == ("MissingFileError" if change == "delete" else "AlteredFileError")
+    assert str(table) in message and "gfx950" in message and "sha256" in message
+    assert hint.startswith("pip install --force-reinstall netra-kernel==")
+
+
+@pytest.mark.parametrize("region", ["text", "descriptor", "metadata"])
+def test_flipped_byte_in_a_code_object_is_refused(venv: tuple[str, Path], region: str) -> None:
+    py, pkg = venv
+    (key, cand), (other_key, other) = _two_candidates(pkg)
+    path = pkg / "_data" / cand["file"]
+    offset = _region(path.read_bytes(), cand["symbol"], region)
+    with damaged(path, "flip", offset):
+        rc, report, text = _doctor(py)
+        rt = _runtime(py, [(key, cand["tactic"]), (other_key, other["tactic"])])
+    assert rc == 1 and not report["ok"]
+    (altered,) = report["files"]["altered"]
+    assert (altered["path"], altered["kind"]) == (cand["file"], "code_object")
+    # The whole-file hash catches every region; the .text hash (parsed ELF) only a change in machine code.
+    assert set(altered["checks"]) == ({"sha256", "text_sha256"} if region == "text" else {"sha256"})
+    if region == "text":
+        assert altered["checks"]["text_sha256"]["expected"] == cand["text_sha256"]
+    assert f"altered code_object {cand['file']}" in text
+    name, message, hint = rt[f"{key}/{cand['tactic']}"]
+    assert name == "AlteredFileError"
+    assert (
+        str(path) in message and "gfx950" in message and cand["artifact"] in message and "expected" in message
+    )
+    assert hint.startswith("pip install --force-reinstall netra-kernel==")
+    assert rt[f"{other_key}/{other['tactic']}"] == ["served", other["artifact"]]  # refusal is per code object
+
+
+def test_altered_lock_breaks_its_binding_to_the_build(venv: tuple[str, Path]) -> None:
+    py, pkg = venv
+    (key, cand), _ = _two_candidates(pkg)
+    with damaged(pkg / "_data" / "manifest.lock", "append"):
+        rc, report, _ = _doctor(py)
+        rt = _runtime(py, [(key, cand["tactic"])])
+    assert rc == 1 and report["lock"]["bound_to_build_record"] is False
+    assert {a["path"] for a in report["files"]["altered"]} >= {"build.json"}
+    name, message, _ = rt["open"]
+    assert name == "AlteredFileError" and "disagree" in message
+
+
+def test_unexpected_file_in_the_package_data_fails_doctor(venv: tuple[str, Path]) -> None:
+    py, pkg = venv
+    extra = pkg / "_data" / "gfx950" / "extra.hsaco"
+    extra.write_bytes(b"\x7fELF")
+    try:
+        rc, report, _ = _doctor(py)
+    finally:
+        extra.unlink()
+    assert rc == 1 and report["files"]["unexpected"] == ["gfx950/extra.hsaco"]
+
+
+def test_import_netra_works_without_the_data_and_the_runtime_names_what_is_missing(
+    venv: tuple[str, Path],
+) -> None:
+    py, pkg = venv
+    data = pkg / "_data"
+    aside = pkg.parent / "_netra_data_aside"
+    data.rename(aside)
+    try:
+        imp = _run(py, "-c", "import netra; print(netra.__version__)")
+        rt = _runtime(py, [])
+        rc, report, _ = _doctor(py)
+    finally:
+        aside.rename(data)
+    assert imp.returncode == 0 and imp.stdout.strip()
+    name, message, hint = rt["open"]
+    assert name == "MissingFileError" and str(data / "manifest.lock") in message
+    assert hint == f"pip install --force-reinstall netra-kernel=={imp.stdout.strip()}"
+    assert rc == 1 and report["files"]["missing"][0]["path"] == "manifest.lock"
+
+
+def test_restored_install_passes_doctor_again(venv: tuple[str, Path]) -> None:
+    """Runs last: every damage above was undone exactly, and doctor's verdict follows the files."""
+    py, pkg = venv
+    rc, report, text = _doctor(py)
+    assert rc == 0 and report["ok"] and "result: OK" in text, report["problems"]
+    assert not (pkg.parent / "_netra_data_aside").exists()
+    shutil.rmtree(pkg / "__pycache__", ignore_errors=True)
