@@ -39,7 +39,9 @@ def cmd_lock(args: argparse.Namespace) -> int:
                 f"release/manifest.lock is out of date with the sources ({len(diffs)} difference(s) above)",
                 "run `netra lock` and commit the result",
             )
-        print(f"release/manifest.lock is up to date ({len(fresh.lock.artifacts)} artifacts, {len(fresh.lock.files)} files)")
+        print(
+            f"release/manifest.lock is up to date ({len(fresh.lock.artifacts)} artifacts, {len(fresh.lock.files)} files)"
+        )
         return 0
     build.write_lock(root, fresh)
     print(
@@ -79,6 +81,39 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify_wheel(args: argparse.Namespace) -> int:
+    """Check a wheel carries exactly the locked files: --lock, else the tree's lock, else the wheel's own."""
+    from netra import lock, wheelgate
+
+    wheel = Path(args.wheel)
+    if args.lock or args.root:
+        path = Path(args.lock) if args.lock else _root(args.root) / lock.LOCK_PATH
+        raw, against, where = *wheelgate.read_lock(path), str(path)
+    else:
+        try:
+            path = _root(None) / lock.LOCK_PATH
+            raw, against, where = *wheelgate.read_lock(path), str(path)
+        except NetraError:  # not in a source tree: the wheel can still be checked for consistency
+            raw = wheelgate.packaged_lock(wheel)
+            against, where = wheelgate.parse_lock(raw, f"{wheel.name}:manifest.lock"), "the lock it carries"
+    problems = wheelgate.check_wheel(wheel, against, raw)
+    if problems:
+        raise wheelgate.error(wheel, problems, why=f"checked against {where}")
+    print(f"{wheel.name}: carries exactly the locked files ({where}): OK")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Verify this install and report the host; exit 1 when anything is missing or altered."""
+    import json
+
+    from netra import doctor
+
+    report = doctor.run(sysfs_nodes=args.sysfs_nodes, require_gpu=args.require_gpu)
+    print(json.dumps(report, indent=1, sort_keys=True) if args.json else doctor.render(report))
+    return 0 if report["ok"] else 1
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="netra", description="Locked, certified ahead-of-time GPU kernels.")
     p.add_argument("--version", action="version", version=f"netra {__version__}")
@@ -86,24 +121,42 @@ def parser() -> argparse.ArgumentParser:
 
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--root", help="source tree (default: found from the current directory)")
-        sp.add_argument("-j", "--jobs", type=int, default=None, help="parallel assemblies (default: all cores)")
+        sp.add_argument(
+            "-j", "--jobs", type=int, default=None, help="parallel assemblies (default: all cores)"
+        )
         sp.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
     lk = sub.add_parser("lock", help="assemble the catalog and write release/manifest.lock")
     common(lk)
-    lk.add_argument("--check", action="store_true", help="exit 1, naming each difference, if the lock is stale")
+    lk.add_argument(
+        "--check", action="store_true", help="exit 1, naming each difference, if the lock is stale"
+    )
     lk.set_defaults(func=cmd_lock)
 
     b = sub.add_parser("build", help="assemble every locked artifact and gate it against the lock")
     common(b)
     b.add_argument("out", help="output folder for the code objects (<out>/<target>/<artifact>.hsaco)")
-    b.add_argument("--reference", help="a previous build folder or wheel, to show the first differing instruction")
+    b.add_argument(
+        "--reference", help="a previous build folder or wheel, to show the first differing instruction"
+    )
     b.add_argument("--keep", help="copy the generated instantiation files here")
     b.set_defaults(func=cmd_build)
 
     c = sub.add_parser("catalog", help="list artifacts, their contracts, maturity and users")
     c.add_argument("--root", help="source tree")
     c.set_defaults(func=cmd_catalog)
+
+    vw = sub.add_parser("verify-wheel", help="check a built wheel carries exactly the locked files")
+    vw.add_argument("wheel", help="the .whl to check")
+    vw.add_argument("--lock", help="lock to check against (default: the source tree's, else the wheel's own)")
+    vw.add_argument("--root", help="source tree whose release/manifest.lock to use")
+    vw.set_defaults(func=cmd_verify_wheel)
+
+    d = sub.add_parser("doctor", help="verify this install file by file; report GPUs and runtime libraries")
+    d.add_argument("--json", action="store_true", help="the report as JSON (schema: docs/doctor.md)")
+    d.add_argument("--require-gpu", action="store_true", help="also exit 1 unless a certified GPU is found")
+    d.add_argument("--sysfs-nodes", help="KFD topology nodes (default: /sys/class/kfd/kfd/topology/nodes)")
+    d.set_defaults(func=cmd_doctor)
     return p
 
 

@@ -125,7 +125,9 @@ def test_reference_build_shows_the_first_differing_instruction(built: Path, tmp_
     insert_instruction(root, "moe_topk_softmax")
     r = netra("build", str(tmp_path / "out"), "--root", str(root), "--reference", str(built))
     assert r.returncode == 1
-    assert "first differing instruction #0 (at " in r.stderr and "built `s_nop 0`, reference `s_load" in r.stderr
+    assert (
+        "first differing instruction #0 (at " in r.stderr and "built `s_nop 0`, reference `s_load" in r.stderr
+    )
 
 
 def test_constant_outside_its_range_fails_with_the_templates_message(tmp_path: Path) -> None:
@@ -148,7 +150,9 @@ def test_lock_check_names_each_difference(tmp_path: Path) -> None:
     assert r.returncode == 1
     assert "file manifests/models/llama-3.1-8b.toml: sha256 locked" in r.stdout
     assert "artifact netra_silu_mul_fp8_quant_i12288_g128_b256: not in the lock (new artifact)" in r.stdout
-    assert "artifact netra_silu_mul_fp8_quant_i14336_g128_b256: locked but no longer in the catalog" in r.stdout
+    assert (
+        "artifact netra_silu_mul_fp8_quant_i14336_g128_b256: locked but no longer in the catalog" in r.stdout
+    )
     assert "out of date" in r.stderr
 
 

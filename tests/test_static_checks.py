@@ -108,7 +108,8 @@ def build(tools: Tools, tmp: Path, text: str, *, link: bool = True, undefined_ok
     src, obj, out = tmp / "k.s", tmp / "k.o", tmp / "k.hsaco"
     src.write_text(text)
     subprocess.run(
-        [tools.llvm_mc, f"-triple={TRIPLE}", "-mcpu=gfx950", "-filetype=obj", "-o", str(obj), str(src)], check=True
+        [tools.llvm_mc, f"-triple={TRIPLE}", "-mcpu=gfx950", "-filetype=obj", "-o", str(obj), str(src)],
+        check=True,
     )
     if not link:
         return obj
@@ -215,7 +216,9 @@ def test_scratch_is_refused(tools: Tools, tmp_path: Path) -> None:
 
 def test_missing_kernel_descriptor(tools: Tools, tmp_path: Path) -> None:
     # Metadata names a kernel whose .kd symbol does not exist.
-    text = source().replace("  - .name: probe_kernel\n    .symbol: probe_kernel.kd", "  - .name: ghost\n    .symbol: ghost.kd")
+    text = source().replace(
+        "  - .name: probe_kernel\n    .symbol: probe_kernel.kd", "  - .name: ghost\n    .symbol: ghost.kd"
+    )
     got = failed(tools, build(tools, tmp_path, text), spec_for())
     assert "kd" in got and "ghost.kd" in " ".join(got["kd"])
 
@@ -249,8 +252,20 @@ def test_register_scan_reads_ranges_and_singles() -> None:
 def test_every_check_is_exercised() -> None:
     # Keep this list in step with the tests above: a check nobody tries to break is not a check.
     exercised = {
-        "elf", "symbols", "kd", "kernarg", "lds", "vgpr", "sgpr", "accum_offset", "wave64", "workgroup",
-        "scratch", "undefined", "relocations", "registers",
+        "elf",
+        "symbols",
+        "kd",
+        "kernarg",
+        "lds",
+        "vgpr",
+        "sgpr",
+        "accum_offset",
+        "wave64",
+        "workgroup",
+        "scratch",
+        "undefined",
+        "relocations",
+        "registers",
     }
     assert set(CHECKS) == exercised
 

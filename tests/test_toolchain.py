@@ -38,7 +38,11 @@ def test_rocm_path_is_preferred(tmp_path: Path) -> None:
     real = discover()
     rocm_bin = tmp_path / "rocm" / "llvm" / "bin"
     rocm_bin.mkdir(parents=True)
-    for name, target in (("llvm-mc", real.llvm_mc), ("ld.lld", real.ld_lld), ("llvm-objdump", real.llvm_objdump)):
+    for name, target in (
+        ("llvm-mc", real.llvm_mc),
+        ("ld.lld", real.ld_lld),
+        ("llvm-objdump", real.llvm_objdump),
+    ):
         (rocm_bin / name).symlink_to(target)
     found = discover({**os.environ, "ROCM_PATH": str(tmp_path / "rocm")})
     assert found.identity.flavour == "rocm" and found.llvm_mc == str(rocm_bin / "llvm-mc")

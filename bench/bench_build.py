@@ -1,0 +1,163 @@
+"""What the release gate costs on top of assembly: build wall times side by side.
+
+Four commands, each run --repeat times on private copies of the repository (the tree and dist/ are
+never touched), wall time of the whole subprocess as a user waits for it:
+
+  release  `python -m build --no-isolation`: sdist, then the wheel from the sdist (what tools/release runs)
+  wheel    `python -m build --no-isolation --wheel`: the gated wheel straight from the tree
+  netra    `python -m netra build OUT`: assembly and the .text/static gates alone
+  plain    `python -m build --no-isolation --wheel` of the same package with plain hatchling: no backend
+           wrapper, no hook, no kernels (the packaging floor)
+  check    netra.wheelgate.check_wheel on the finished wheel, in process (the hook's finalize step)
+
+Usage: python bench/bench_build.py [--repeat 5] [--jobs N] [--json]
+Numbers and the exact command are recorded in docs/performance/build.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from netra import _toml  # noqa: E402
+
+BUILD = [sys.executable, "-m", "build", "--no-isolation", "--skip-dependency-check"]
+_IGNORE = shutil.ignore_patterns(".git", "dist", "build", ".venv*", "__pycache__", ".*_cache", "*.pyc")
+_SWITCHES = ("SOURCE_DATE_EPOCH", "HATCH_BUILD_NO_HOOKS", "HATCH_BUILD_HOOKS_ONLY", "HATCH_BUILD_CLEAN")
+
+
+def copy_repo(dest: Path) -> Path:
+    """The tree without VCS data, build outputs or venvs."""
+    shutil.copytree(REPO, dest, ignore=_IGNORE)
+    return dest
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _SWITCHES}
+    return {**env, "PYTHONDONTWRITEBYTECODE": "1", **extra}
+
+
+def plain_package(src: Path, dest: Path) -> Path:
+    """The same package and metadata built by stock hatchling: no backend wrapper, no hook, no data."""
+    dest.mkdir(parents=True)
+    shutil.copytree(src / "netra", dest / "netra")
+    shutil.copy2(src / "README.md", dest / "README.md")
+    text = (src / "pyproject.toml").read_text()
+    text = text.replace('build-backend = "netra_backend"', 'build-backend = "hatchling.build"')
+    text = re.sub(r"(?m)^backend-path = .*\n", "", text)
+    text = re.sub(r"(?ms)^\[tool\.hatch\.build\.hooks\.custom\]\n.*?(?=^\[)", "", text)
+    cfg = _toml.loads(text)
+    assert cfg["build-system"]["build-backend"] == "hatchling.build", "could not strip the backend wrapper"
+    assert "hooks" not in cfg["tool"]["hatch"]["build"], "could not strip the hook"
+    (dest / "pyproject.toml").write_text(text)
+    return dest
+
+
+def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise SystemExit(
+            f"bench: `{' '.join(cmd)}` failed (exit {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+        )
+    return seconds
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--jobs", type=int, default=None, help="netra build -j (default: all cores, as the hook)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="netra-bench-") as tmp:
+        work = Path(tmp)
+        tree = copy_repo(work / "tree")
+        plain = plain_package(tree, work / "plain")
+        env = clean_env(PYTHONPATH=str(tree))
+        jobs = ["-j", str(args.jobs)] if args.jobs else []
+        runs: dict[str, list[float]] = {"release": [], "wheel": [], "netra": [], "plain": []}
+        # Round-robin so drift (thermal, page cache) spreads over all four; one warm-up round discarded.
+        for i in range(args.repeat + 1):
+            out = work / f"out{i}"
+            t = {
+                "release": timed([*BUILD, "--outdir", str(out / "r"), str(tree)], tree, env),
+                "wheel": timed([*BUILD, "--wheel", "--outdir", str(out / "w"), str(tree)], tree, env),
+                "netra": timed(
+                    [
+                        sys.executable,
+                        "-m",
+                        "netra",
+                        "build",
+                        str(out / "n"),
+                        "--root",
+                        str(tree),
+                        "-q",
+                        *jobs,
+                    ],
+                    work,
+                    env,
+                ),
+                "plain": timed([*BUILD, "--wheel", "--outdir", str(out / "p"), str(plain)], plain, env),
+            }
+            if i:
+                for k, v in t.items():
+                    runs[k].append(v)
+        artifacts = len(list((work / "out0" / "n").rglob("*.hsaco")))
+        # The finalize step alone, in process: what checking a finished wheel against the lock costs.
+        from netra import wheelgate
+
+        wheel = next((work / "out1" / "w").glob("*.whl"))
+        raw, lock = wheelgate.read_lock(tree / "release/manifest.lock")
+        checks = []
+        for _ in range(max(5, args.repeat)):
+            t0 = time.perf_counter()
+            assert wheelgate.check_wheel(wheel, lock, raw) == []
+            checks.append(time.perf_counter() - t0)
+        runs["check"] = checks
+
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    result = {
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "artifacts": artifacts,
+        "repeat": args.repeat,
+        "median_s": med,
+        "min_s": {k: min(v) for k, v in runs.items()},
+        "ratios": {
+            "wheel/netra": med["wheel"] / med["netra"],
+            "wheel/plain": med["wheel"] / med["plain"],
+            "release/plain": med["release"] / med["plain"],
+            "gate_overhead_s": med["wheel"] - med["netra"] - med["plain"],
+        },
+    }
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    print(f"{artifacts} artifacts, {result['machine']}, Python {result['python']}, median of {args.repeat}")
+    print("| command | median s | min s | x plain | x netra build |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for k in ("release", "wheel", "netra", "plain", "check"):
+        print(
+            f"| {k} | {med[k]:.2f} | {result['min_s'][k]:.2f} | {med[k] / med['plain']:.2f} | "
+            f"{med[k] / med['netra']:.2f} |"
+        )
+    print(f"gate overhead (wheel - netra - plain): {result['ratios']['gate_overhead_s']:+.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""The netra release gate as a hatch build hook: a thin adapter, every decision lives in netra.
+
+wheel (standard): initialize runs netra.build.build() (the same pipeline as `netra build`: tree vs
+lock, assembly, .text and static gates) into a temporary directory, stages exactly the files
+netra.layout.members() names (lock, build.json, tables, manifests, code objects) and force-includes
+them under netra/_data; finalize checks the finished wheel with netra.wheelgate and deletes it on any
+problem. wheel (editable): packages no data (docs/release.md says where the runtime looks instead).
+sdist: initialize refuses a tree that does not match its lock; finalize checks the sdist carries
+every locked and build file.
+
+Hatchling imports this file by path, possibly more than once: no sibling imports, no side effects at
+import time, and no dataclasses (they crash with `from __future__ import annotations` here).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+
+# Hatchling's own options for any hook, plus ours.
+_HATCH_OPTIONS = frozenset(
+    {"path", "dependencies", "require-runtime-dependencies", "require-runtime-features", "enable-by-default"}
+)
+_OUR_OPTIONS = frozenset({"jobs"})
+_TAG = "py3-none-any"  # code objects are not host code; no CPU binary ships (yet)
+
+
+def _import_netra(root: str) -> None:
+    """Make `import netra` mean the package in the tree being built, never an installed copy."""
+    root = os.path.realpath(root)
+    if not sys.path or sys.path[0] != root:
+        sys.path.insert(0, root)
+    loaded = sys.modules.get("netra")
+    if loaded is not None and not _inside(getattr(loaded, "__file__", None), root):
+        for name in [n for n in sys.modules if n == "netra" or n.startswith("netra.")]:
+            del sys.modules[name]
+    import netra
+
+    if not _inside(netra.__file__, root):
+        raise RuntimeError(f"`import netra` resolved to {netra.__file__}, not the tree being built ({root})")
+
+
+def _inside(path: str | None, root: str) -> bool:
+    return bool(path) and os.path.realpath(str(path)).startswith(os.path.join(root, "netra") + os.sep)
+
+
+class NetraGateHook(BuildHookInterface):
+    """Assemble, gate and package the locked kernels; refuse any archive that is not exactly the lock."""
+
+    PLUGIN_NAME = "custom"
+
+    # -- hatch entry points ---------------------------------------------------------------------
+
+    def initialize(self, version: str, build_data: dict[str, Any]) -> None:
+        self._reset()
+        jobs = self._validated_config(version)
+        _import_netra(self.root)
+        if self.target_name == "sdist":
+            self._initialize_sdist()
+        elif version == "editable":
+            self.app.display_warning(
+                "netra: editable install: no code objects or data are packaged; the runtime reads "
+                "release/ and manifests/ from this tree and code objects from build/kernels "
+                "(run `netra build build/kernels`; see docs/release.md)"
+            )
+        else:
+            self._initialize_wheel(build_data, jobs)
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        try:
+            if self._lock is None:
+                return  # editable: nothing was packaged, nothing to check
+            from netra import wheelgate
+
+            artifact = Path(artifact_path)
+            try:
+                if self.target_name == "sdist":
+                    problems = wheelgate.check_sdist(artifact, self.root, self._lock)
+                    hint = wheelgate.SDIST_HINT
+                else:
+                    problems = wheelgate.check_wheel(artifact, self._lock, self._lock_bytes)
+                    hint = None  # chosen from the problems
+            except BaseException:
+                artifact.unlink(missing_ok=True)  # unchecked is as bad as refused
+                raise
+            if problems:
+                artifact.unlink(missing_ok=True)
+                self.app.abort(f"netra: error: {wheelgate.error(artifact, problems, hint=hint)}")
+            wheelgate.vouch(artifact)
+            self.app.display_success(
+                f"netra: {artifact.name}: release gate passed ({self._what} checked against "
+                f"{self._lock_name}); hook total {time.monotonic() - self._t0:.1f}s"
+            )
+        finally:
+            self._cleanup()
+
+    # -- the two targets --------------------------------------------------------------------------
+
+    def _initialize_sdist(self) -> None:
+        from netra import build, lock
+        from netra.errors import NetraError
+
+        self._t0 = time.monotonic()
+        try:
+            self._lock_bytes, self._lock = self._read_lock()
+            build.verify_tracked(Path(self.root), self._lock)
+        except NetraError as e:
+            self.app.abort(f"netra: error: {e}")
+        self._lock_name = lock.LOCK_PATH
+        self._what = f"{len(self._lock.files) + 1} locked files and the build inputs"
+
+    def _initialize_wheel(self, build_data: dict[str, Any], jobs: int | None) -> None:
+        from netra import build, layout
+        from netra import lock as lock_mod
+        from netra.errors import IntegrityError, NetraError
+        from netra.hashing import sha256_bytes
+
+        self._t0 = time.monotonic()
+        root = Path(self.root).resolve()
+        tmp = Path(tempfile.mkdtemp(prefix="netra-wheel-"))
+        # Removed in finalize; the weakref also covers a build that dies between initialize and finalize.
+        self._cleanup = weakref.finalize(self, shutil.rmtree, str(tmp), True)
+        try:
+            lock_bytes, lock = self._read_lock()
+            self.app.display_waiting(f"netra: building the {len(lock.artifacts)} locked code objects")
+            report = build.build(
+                root, tmp / "code", jobs=jobs, progress=lambda msg: self.app.display_info(f"netra: {msg}")
+            )
+            if (root / lock_mod.LOCK_PATH).read_bytes() != lock_bytes:
+                raise IntegrityError(f"{lock_mod.LOCK_PATH} changed during the build", "build again")
+            wanted = layout.members(lock)
+            built = [m.data_path for m in wanted if m.kind == "code_object"]
+            code = {path: (tmp / "code" / path).read_bytes() for path in built}
+            record = layout.build_record(lock_bytes, lock, code, report.tools.identity).encode()
+            staged = tmp / "data"
+            for m in wanted:
+                if m.kind == "lock":
+                    blob = lock_bytes
+                elif m.kind == "build_record":
+                    blob = record
+                elif m.kind == "code_object":
+                    blob = code[m.data_path]
+                else:  # the bytes shipped are the bytes hashed here, whatever happens to the tree meanwhile
+                    blob = (root / m.origin).read_bytes()
+                    if sha256_bytes(blob) != m.sha256:
+                        raise IntegrityError(f"{m.origin} changed during the build", "build again")
+                dest = staged / m.data_path
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(blob)
+                os.chmod(dest, 0o644)  # the wheel's modes come from here; never from the umask
+                build_data["force_include"][str(dest)] = f"{layout.PACKAGE_DATA}/{m.data_path}"
+        except NetraError as e:
+            self._cleanup()
+            self.app.abort(f"netra: error: {e}")
+        except BaseException:
+            self._cleanup()
+            raise
+        build_data["tag"] = _TAG
+        build_data["pure_python"] = True
+        self._lock, self._lock_bytes, self._lock_name = lock, lock_bytes, lock_mod.LOCK_PATH
+        self._what = f"{len(wanted)} members under {layout.PACKAGE_DATA}"
+        self.app.display_success(
+            f"netra: {len(report.results)} code objects assembled and gated in {report.seconds:.1f}s with "
+            f"{report.tools.describe()}; packaging {len(wanted)} files under {layout.PACKAGE_DATA}"
+        )
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _reset(self) -> None:
+        self._lock: Any = None
+        self._lock_bytes: bytes | None = None
+        self._lock_name = ""
+        self._what = ""
+        self._t0 = time.monotonic()
+        self._cleanup: Any = lambda: None
+
+    def _validated_config(self, version: str) -> int | None:
+        """Refuse an unknown option or target before any work, naming the pyproject.toml key."""
+        where = "pyproject.toml [tool.hatch.build.hooks.custom]"
+        unknown = sorted(set(self.config) - _HATCH_OPTIONS - _OUR_OPTIONS)
+        if unknown:
+            self.app.abort(
+                f"netra: error: {where}: unknown option(s) {', '.join(unknown)}; hint: the netra release "
+                f"gate accepts only {', '.join(sorted(_OUR_OPTIONS))}"
+            )
+        if self.target_name not in ("wheel", "sdist") or version not in ("standard", "editable"):
+            self.app.abort(
+                f"netra: error: {where}: the netra release gate builds wheels and sdists, not "
+                f"{self.target_name} ({version}); hint: build with `python -m build` or tools/release"
+            )
+        jobs = self.config.get("jobs")
+        if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
+            self.app.abort(f"netra: error: {where}: jobs = {jobs!r}; hint: use a positive integer or omit it")
+        return jobs
+
+    def _read_lock(self) -> tuple[bytes, Any]:
+        """The lock's bytes (what ships) and their parse (what is checked): one read, so they agree."""
+        from netra import lock as lock_mod
+        from netra import wheelgate
+
+        raw, parsed = wheelgate.read_lock(Path(self.root) / lock_mod.LOCK_PATH)
+        return raw, parsed

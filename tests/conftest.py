@@ -1,0 +1,260 @@
+"""Session fixtures for tests that build, install and inspect real release artifacts.
+
+Everything runs the real tools: `python -m build`, hatchling through build_backend/, the AMDGPU
+toolchain, `python -m venv` and pip. A full build assembles every locked artifact, so the suite builds
+as little as it can: `built_sdist` and `built_wheel` come from ONE `python -m build` of `repo_copy`
+(the sdist, then the wheel from the sdist, as a release does) and every test shares them read-only.
+A test that breaks something makes its own copy with `make_repo_copy`; a test that changes an install
+makes its own venv with `venv_factory`.
+
+Builds use `--no-isolation` (the test venv has hatchling==1.33.0, pyelftools and msgpack) with
+`--skip-dependency-check`: [build-system].requires pins pyelftools and msgpack exactly for the isolated
+path, while requirements/test.in only asks for compatible versions; neither changes a byte of the
+archives (hatchling's version does, and both pin it). One test builds the isolated way.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # `import netra` means this tree's package, however pytest was started
+    sys.path.insert(0, str(REPO))
+# Never part of a clean clone's contents, even when git does not ignore them.
+SKIP_TOP = {".git", "dist", "build"}
+SKIP_ANY = {"__pycache__", ".pytest_cache", ".ruff_cache"}
+# Variables that change what a build does; the tests set them explicitly when they mean to.
+BUILD_ENV_SWITCHES = (
+    "SOURCE_DATE_EPOCH",
+    "HATCH_BUILD_NO_HOOKS",
+    "HATCH_BUILD_HOOKS_ONLY",
+    "HATCH_BUILD_HOOKS_ENABLE",
+    "HATCH_BUILD_CLEAN",
+    "HATCH_BUILD_LOCATION",
+    "NETRA_LLVM_BINDIR",
+)
+TIMEOUT = 600
+
+
+def repo_files(repo: Path = REPO) -> list[str]:
+    """The files a clean clone would have: tracked plus untracked-not-ignored, minus build outputs."""
+    names: list[str]
+    if (repo / ".git").exists() and shutil.which("git"):
+        out = subprocess.run(
+            ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True,
+            check=True,
+        ).stdout
+        names = sorted({n for n in out.decode().split("\0") if n})
+    else:  # an unpacked sdist: no git, copy what is there
+        names = sorted(p.relative_to(repo).as_posix() for p in repo.rglob("*") if p.is_file())
+    keep = []
+    for name in names:
+        parts = name.split("/")
+        if parts[0] in SKIP_TOP or parts[0].startswith(".venv") or SKIP_ANY & set(parts):
+            continue
+        if name.endswith((".pyc", ".pyo")) or not (repo / name).is_file():
+            continue  # deleted in the working tree but still in the index
+        keep.append(name)
+    return keep
+
+
+def copy_repo(dest: Path, repo: Path = REPO) -> Path:
+    """Copy the clone-visible files with their modes (the executable bit is part of an archive)."""
+    for name in repo_files(repo):
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(repo / name, target)
+    return dest
+
+
+def clean_env(**overrides: str) -> dict[str, str]:
+    """The test's environment minus build switches; no bytecode written into the copies being built."""
+    env = {k: v for k, v in os.environ.items() if k not in BUILD_ENV_SWITCHES}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(overrides)
+    return env
+
+
+def run_build(
+    src: Path,
+    outdir: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    isolated: bool = False,
+    umask: int | None = None,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`python -m build` of src into outdir, for real; returns the finished process (never raises)."""
+    flags = [] if isolated else ["--no-isolation", "--skip-dependency-check"]
+    cmd = [sys.executable, "-m", "build", *flags, "--outdir", str(outdir), *args, str(src)]
+    return subprocess.run(
+        cmd,
+        cwd=cwd or src,
+        env=env if env is not None else clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+        preexec_fn=(lambda: os.umask(umask)) if umask is not None else None,
+    )
+
+
+def log(r: subprocess.CompletedProcess[str]) -> str:
+    """A finished process's output, for assertion messages."""
+    return f"exit {r.returncode}\n--- stdout\n{r.stdout[-6000:]}\n--- stderr\n{r.stderr[-6000:]}"
+
+
+def one(folder: Path, pattern: str) -> Path:
+    found = sorted(folder.glob(pattern))
+    assert len(found) == 1, f"expected one {pattern} in {folder}, found {[p.name for p in found]}"
+    return found[0]
+
+
+@dataclass(frozen=True)
+class Build:
+    """One finished `python -m build`: where it wrote, and what it said."""
+
+    outdir: Path
+    process: subprocess.CompletedProcess[str]
+
+    @property
+    def sdist(self) -> Path:
+        return one(self.outdir, "*.tar.gz")
+
+    @property
+    def wheel(self) -> Path:
+        return one(self.outdir, "*.whl")
+
+
+@dataclass(frozen=True)
+class Venv:
+    root: Path
+
+    @property
+    def python(self) -> Path:
+        return self.root / "bin" / "python"
+
+    def bin(self, name: str) -> Path:
+        return self.root / "bin" / name
+
+    def run(self, *args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        """Run a command from the venv's bin/ (outside the source tree unless cwd says otherwise)."""
+        exe = str(args[0]) if "/" in str(args[0]) else str(self.bin(str(args[0])))
+        return subprocess.run(
+            [exe, *map(str, args[1:])],
+            cwd=cwd or self.root,
+            env=clean_env(PATH=f"{self.root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+
+
+# -- the repository -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def repo_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The repository as a clean clone has it, copied once per session: do not modify it."""
+    return copy_repo(tmp_path_factory.mktemp("repo") / "netra")
+
+
+@pytest.fixture(scope="session")
+def make_repo_copy(tmp_path_factory: pytest.TempPathFactory, repo_copy: Path) -> Callable[[str], Path]:
+    """make(name): a fresh, private copy for a test that breaks or changes it.
+
+    Copied from repo_copy, not from the working tree: the tree may change while the suite runs, and
+    every copy must be the same snapshot as the session's build.
+    """
+
+    def make(name: str = "repo") -> Path:
+        return copy_repo(tmp_path_factory.mktemp(name) / "netra", repo_copy)
+
+    return make
+
+
+# -- one real build, shared ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def session_build(repo_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Build:
+    """`python -m build` of repo_copy: the sdist, then the wheel built from that sdist. Built once."""
+    outdir = tmp_path_factory.mktemp("dist")
+    r = run_build(repo_copy, outdir)
+    assert r.returncode == 0, f"the session build failed\n{log(r)}"
+    return Build(outdir, r)
+
+
+@pytest.fixture(scope="session")
+def built_sdist(session_build: Build) -> Path:
+    return session_build.sdist
+
+
+@pytest.fixture(scope="session")
+def built_wheel(session_build: Build) -> Path:
+    return session_build.wheel
+
+
+# -- venvs ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(built_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel's runtime dependencies, downloaded once so each venv installs offline and fast."""
+    house = tmp_path_factory.mktemp("wheelhouse")
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    r = subprocess.run(
+        [*pip, "download", "-q", "-d", house, built_wheel],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert r.returncode == 0, f"pip download of the wheel's dependencies failed\n{log(r)}"
+    (house / built_wheel.name).unlink(missing_ok=True)  # only the dependencies; wheels are passed explicitly
+    return house
+
+
+@pytest.fixture(scope="session")
+def venv_factory(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> Callable[..., Venv]:
+    """make(wheel=None, name="venv"): a fresh `python -m venv`, with `wheel` installed by pip if given."""
+
+    def make(wheel: Path | None = None, name: str = "venv") -> Venv:
+        venv = Venv(tmp_path_factory.mktemp(name) / "venv")
+        r = subprocess.run(
+            [sys.executable, "-m", "venv", str(venv.root)], capture_output=True, text=True, check=False
+        )
+        assert r.returncode == 0, f"python -m venv failed\n{log(r)}"
+        if wheel is not None:
+            r = venv.run(
+                "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index",
+                "--find-links", wheelhouse, wheel,
+            )  # fmt: skip
+            assert r.returncode == 0, f"pip install {wheel.name} failed\n{log(r)}"
+        return venv
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def installed_venv(venv_factory: Callable[..., Venv], built_wheel: Path) -> Venv:
+    """A venv with built_wheel installed by pip, shared: tests that change an install make their own."""
+    return venv_factory(built_wheel, "installed")
+
+
+@pytest.fixture
+def private_tmpdir(tmp_path: Path) -> Path:
+    """A TMPDIR of the test's own, to prove a build leaves no temporary files behind."""
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    return d

@@ -1,0 +1,346 @@
+"""The release gate, for real: what a built wheel and sdist carry, and every way a build must refuse.
+
+Each refusal test breaks a private copy of the repository, runs a real `python -m build`, and checks
+three things: a non-zero exit, one error line that names the file at fault, and no wheel left behind
+(nor the hook's temporary directory).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import subprocess
+import sys
+import tarfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import Build, Venv, clean_env, log, run_build
+
+from netra import layout, wheelgate
+from netra.codeobject import text_sha256
+from netra.hashing import sha256_bytes
+from netra.lock import LOCK_PATH, Lock
+
+DATA = layout.PACKAGE_DATA + "/"
+
+
+def lock_of(root: Path) -> tuple[bytes, Lock]:
+    return wheelgate.read_lock(root / LOCK_PATH)
+
+
+def output(r: object) -> str:
+    return r.stdout + r.stderr  # type: ignore[attr-defined]
+
+
+def error_lines(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if "netra: error:" in ln]
+
+
+def assert_refused(r: object, outdir: Path, names: list[str], tmpdir: Path | None = None) -> str:
+    """Non-zero exit, one `netra: error:` line naming every name with a hint, no wheel left behind."""
+    assert r.returncode != 0, f"the build should have failed\n{log(r)}"  # type: ignore[attr-defined]
+    lines = error_lines(output(r))
+    assert len(lines) == 1, f"expected one error line, got {lines}\n{log(r)}"  # type: ignore[arg-type]
+    for name in names:
+        assert name in lines[0], f"{name} not named in: {lines[0]}"
+    assert "hint:" in lines[0]
+    assert not list(outdir.glob("*.whl")), f"a wheel was left in {outdir}: {list(outdir.iterdir())}"
+    if tmpdir is not None:
+        left = [p.name for p in tmpdir.iterdir() if p.name.startswith("netra-")]
+        assert not left, f"temporary directories left behind: {left}"
+    return lines[0]
+
+
+def append_to_pyproject(root: Path, text: str) -> None:
+    with open(root / "pyproject.toml", "a") as f:
+        f.write("\n" + text + "\n")
+
+
+def first(lock: Lock, role: str, suffix: str = "", under: str = "") -> str:
+    for f in lock.files:
+        if f.role == role and f.path.endswith(suffix) and f.path.startswith(under):
+            return f.path
+    raise AssertionError(f"the lock lists no {role} file {under}*{suffix}")
+
+
+# -- what a good build carries ----------------------------------------------------------------------
+
+
+def test_wheel_carries_exactly_the_locked_members_with_locked_hashes(
+    built_wheel: Path, repo_copy: Path
+) -> None:
+    raw, lock = lock_of(repo_copy)
+    with zipfile.ZipFile(built_wheel) as z:
+        names = z.namelist()
+        data = {n[len(DATA) :]: z.read(n) for n in names if n.startswith(DATA)}
+        wheel_meta = z.read(next(n for n in names if n.endswith(".dist-info/WHEEL"))).decode()
+    expected = {m.data_path: m for m in layout.members(lock)}
+    assert sorted(data) == sorted(expected), "netra/_data must hold exactly layout.members(lock)"
+    assert len(names) == len(set(names)), "no member may be stored twice"
+    assert data["manifest.lock"] == raw, "the packaged lock must be the tree's lock, byte for byte"
+    code_objects = [m for m in expected.values() if m.kind == "code_object"]
+    assert len(code_objects) == len(lock.artifacts) > 0
+    for m in expected.values():
+        if m.sha256 is not None:
+            assert sha256_bytes(data[m.data_path]) == m.sha256, f"{m.data_path}: sha256 differs from the lock"
+    for m in code_objects:
+        assert text_sha256(data[m.data_path]) == m.text_sha256, f"{m.data_path}: .text differs from the lock"
+    record = json.loads(data[layout.BUILD_RECORD])
+    assert record["lock_sha256"] == sha256_bytes(raw)
+    assert {p: e["sha256"] for p, e in record["code_objects"].items()} == {
+        m.data_path: sha256_bytes(data[m.data_path]) for m in code_objects
+    }
+    # Nothing but the package and its metadata; no code object outside the data folder.
+    assert all(n.startswith(("netra/", "netra_kernel-")) for n in names), names
+    assert not [n for n in names if n.endswith(".hsaco") and not n.startswith(DATA)]
+    package = sorted(n for n in names if n.startswith("netra/") and not n.startswith(DATA))
+    tree = (repo_copy / "netra").rglob("*")
+    assert package == sorted(p.relative_to(repo_copy).as_posix() for p in tree if p.is_file()), "netra/ as is"
+    # The tag is set explicitly: code objects are not host code.
+    assert built_wheel.name.endswith("-py3-none-any.whl")
+    assert "Tag: py3-none-any" in wheel_meta and "Root-Is-Purelib: true" in wheel_meta
+    assert wheelgate.check_wheel(built_wheel, lock, raw) == []
+
+
+def test_build_reports_through_hatch_display(session_build: Build) -> None:
+    """Counts and time come from the hook via hatch's display (they reach the frontend's output)."""
+    text = output(session_build.process)
+    assert "code objects assembled and gated in" in text
+    assert "release gate passed" in text and session_build.wheel.name in text
+
+
+def test_sdist_carries_every_locked_and_build_file(built_sdist: Path, repo_copy: Path) -> None:
+    raw, lock = lock_of(repo_copy)
+    with tarfile.open(built_sdist) as tar:
+        files = {ti.name.partition("/")[2]: ti for ti in tar.getmembers() if ti.isfile()}
+
+        def read(rel: str) -> bytes:
+            fh = tar.extractfile(files[rel])
+            assert fh is not None
+            return fh.read()
+
+        assert read(LOCK_PATH) == raw
+        for f in lock.files:
+            assert f.path in files, f"{f.path} (locked) missing from the sdist"
+            assert sha256_bytes(read(f.path)) == f.sha256, f"{f.path}: altered in the sdist"
+        for rel in ("pyproject.toml", "build_backend/netra_backend.py", "build_backend/hatch_build.py"):
+            assert read(rel) == (repo_copy / rel).read_bytes(), rel
+        for p in (repo_copy / "netra").rglob("*.py"):
+            assert p.relative_to(repo_copy).as_posix() in files
+        assert files["tools/release"].mode & 0o111, "tools/release must stay executable in the sdist"
+    assert not [n for n in files if n.startswith(DATA) or "__pycache__" in n]
+    assert wheelgate.check_sdist(built_sdist, repo_copy, lock) == []
+
+
+# -- refusals: the tree does not match its lock ----------------------------------------------------
+
+
+@pytest.mark.parametrize("target", [(), ("--wheel",)], ids=["sdist-then-wheel", "wheel-from-tree"])
+def test_deleted_table_fails_and_leaves_no_wheel(
+    make_repo_copy: Callable[[str], Path], private_tmpdir: Path, target: tuple[str, ...]
+) -> None:
+    root = make_repo_copy("no-table")
+    table = first(lock_of(root)[1], "table")
+    (root / table).unlink()
+    r = run_build(root, root / "dist", *target, env=clean_env(TMPDIR=str(private_tmpdir)))
+    assert_refused(r, root / "dist", [table], private_tmpdir)
+    assert not list((root / "dist").glob("*")), "not even an sdist is left for a tree that fails its lock"
+
+
+@pytest.mark.parametrize("target", [(), ("--wheel",)], ids=["sdist-then-wheel", "wheel-from-tree"])
+def test_deleted_template_fails_and_leaves_no_wheel(
+    make_repo_copy: Callable[[str], Path], private_tmpdir: Path, target: tuple[str, ...]
+) -> None:
+    root = make_repo_copy("no-template")
+    template = first(lock_of(root)[1], "source", ".s")
+    (root / template).unlink()
+    r = run_build(root, root / "dist", *target, env=clean_env(TMPDIR=str(private_tmpdir)))
+    assert_refused(r, root / "dist", [template], private_tmpdir)
+
+
+@pytest.mark.parametrize("target", [(), ("--wheel",)], ids=["sdist-then-wheel", "wheel-from-tree"])
+def test_one_byte_in_a_manifest_fails_naming_it(
+    make_repo_copy: Callable[[str], Path], private_tmpdir: Path, target: tuple[str, ...]
+) -> None:
+    root = make_repo_copy("manifest-byte")
+    manifest = first(lock_of(root)[1], "manifest", ".toml", "manifests/models/")
+    data = bytearray((root / manifest).read_bytes())
+    data[-1:] = b" " if data.endswith(b"\n") else b"\n"  # same TOML meaning, different bytes
+    (root / manifest).write_bytes(bytes(data))
+    r = run_build(root, root / "dist", *target, env=clean_env(TMPDIR=str(private_tmpdir)))
+    assert_refused(r, root / "dist", [manifest], private_tmpdir)
+
+
+# -- refusals: the archive does not match the lock -------------------------------------------------
+
+
+def test_stale_member_forced_into_the_data_folder_is_refused(
+    make_repo_copy: Callable[[str], Path], built_wheel: Path, private_tmpdir: Path
+) -> None:
+    """A real code object the lock does not list, slipped in by build config: the wheel is deleted."""
+    root = make_repo_copy("forced-stale")
+    _, lock = lock_of(root)
+    a = lock.artifacts[0]
+    with zipfile.ZipFile(built_wheel) as z:
+        (root / "stale.hsaco").write_bytes(z.read(DATA + a.file))
+    stale = f"{DATA}{a.target}/netra_stale_artifact.hsaco"
+    append_to_pyproject(root, f'[tool.hatch.build.targets.wheel.force-include]\n"stale.hsaco" = "{stale}"')
+    r = run_build(root, root / "dist", "--wheel", env=clean_env(TMPDIR=str(private_tmpdir)))
+    line = assert_refused(r, root / "dist", [stale], private_tmpdir)
+    assert "unexpected" in line and "code objects assembled and gated" in output(r), "refused after the build"
+
+
+@pytest.mark.parametrize("target", [(), ("--wheel",)], ids=["sdist-then-wheel", "wheel-from-tree"])
+def test_hatch_build_no_hooks_yields_no_kernel_less_wheel(
+    repo_copy: Path, tmp_path: Path, private_tmpdir: Path, target: tuple[str, ...]
+) -> None:
+    _, lock = lock_of(repo_copy)
+    out = tmp_path / "dist"
+    env = clean_env(HATCH_BUILD_NO_HOOKS="true", TMPDIR=str(private_tmpdir))
+    r = run_build(repo_copy, out, *target, env=env)
+    line = assert_refused(r, out, ["HATCH_BUILD_NO_HOOKS", DATA + lock.artifacts[0].file], private_tmpdir)
+    assert "missing" in line and "code objects assembled" not in output(r)
+
+
+def test_hook_disabled_in_pyproject_yields_no_wheel(
+    make_repo_copy: Callable[[str], Path], tmp_path: Path
+) -> None:
+    root = make_repo_copy("hook-off")
+    text = (root / "pyproject.toml").read_text()
+    hook = 'path = "build_backend/hatch_build.py"'
+    assert hook in text
+    (root / "pyproject.toml").write_text(text.replace(hook, hook + "\nenable-by-default = false", 1))
+    r = run_build(root, tmp_path / "dist", "--wheel")
+    assert_refused(r, tmp_path / "dist", ["did not run", DATA + "manifest.lock"])
+
+
+def test_unknown_hook_option_is_refused_before_any_work(
+    make_repo_copy: Callable[[str], Path], tmp_path: Path
+) -> None:
+    root = make_repo_copy("hook-typo")
+    text = (root / "pyproject.toml").read_text()
+    hook = 'path = "build_backend/hatch_build.py"'
+    (root / "pyproject.toml").write_text(text.replace(hook, hook + "\njbos = 4", 1))
+    r = run_build(root, tmp_path / "dist", "--wheel")
+    assert_refused(r, tmp_path / "dist", ["pyproject.toml", "jbos"])
+    assert "assembling" not in output(r)
+
+
+@pytest.mark.parametrize("no_hooks", [False, True], ids=["hook", "backend"])
+def test_sdist_missing_a_locked_file_is_refused(
+    make_repo_copy: Callable[[str], Path], tmp_path: Path, no_hooks: bool
+) -> None:
+    """Excluding a locked manifest from the sdist is caught by the hook, and by the backend without it."""
+    root = make_repo_copy("sdist-hole")
+    manifest = first(lock_of(root)[1], "manifest", ".toml", "manifests/models/")
+    text = (root / "pyproject.toml").read_text()
+    old = 'exclude = ["/netra/_data", "__pycache__", "*.py[cdo]"]'
+    assert old in text
+    (root / "pyproject.toml").write_text(text.replace(old, old[:-1] + f', "/{manifest}"]', 1))
+    env = clean_env(HATCH_BUILD_NO_HOOKS="true") if no_hooks else clean_env()
+    r = run_build(root, tmp_path / "dist", "--sdist", env=env)
+    assert_refused(r, tmp_path / "dist", [manifest, "missing"])
+    assert not list((tmp_path / "dist").glob("*.tar.gz"))
+
+
+# -- a wheel someone hands you: `netra verify-wheel` -------------------------------------------------
+
+
+def rewrite(src: Path, dest: Path, edit: Callable[[dict[str, bytes]], None], reseal: bool = False) -> None:
+    """Copy a wheel, editing its members; reseal=True also rewrites RECORD to match (a careful forger)."""
+    with zipfile.ZipFile(src) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    edit(members)
+    if reseal:
+        record = next(n for n in members if n.endswith(".dist-info/RECORD"))
+        rows = []
+        for n, b in members.items():
+            if n != record:
+                digest = base64.urlsafe_b64encode(hashlib.sha256(b).digest()).decode().rstrip("=")
+                rows.append(f"{n},sha256={digest},{len(b)}")
+        members[record] = ("\n".join([*rows, f"{record},,"]) + "\n").encode()
+    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as z:
+        for n, b in members.items():
+            z.writestr(n, b)
+
+
+def test_verify_wheel_accepts_the_built_wheel(
+    installed_venv: Venv, built_wheel: Path, repo_copy: Path
+) -> None:
+    """The installed `netra` checks a wheel against a given lock, and (outside any tree) against its own."""
+    r = installed_venv.run("netra", "verify-wheel", built_wheel, "--lock", repo_copy / LOCK_PATH)
+    assert r.returncode == 0 and "OK" in r.stdout, log(r)
+    r = installed_venv.run("netra", "verify-wheel", built_wheel)
+    assert r.returncode == 0 and "the lock it carries" in r.stdout, log(r)
+
+
+def test_doctored_wheel_is_refused_naming_every_member(
+    installed_venv: Venv, built_wheel: Path, repo_copy: Path, tmp_path: Path
+) -> None:
+    _, lock = lock_of(repo_copy)
+    gone = DATA + lock.artifacts[0].file
+    changed = DATA + layout.data_path(first(lock, "manifest", ".toml", "manifests/models/"))  # type: ignore[operator]
+    stale = f"{DATA}{lock.artifacts[0].target}/netra_stale_artifact.hsaco"
+
+    def doctor(m: dict[str, bytes]) -> None:
+        m[stale] = m.pop(gone)
+        m[changed] = m[changed] + b"\n"
+
+    doctored = tmp_path / built_wheel.name
+    rewrite(built_wheel, doctored, doctor)
+    r = installed_venv.run("netra", "verify-wheel", doctored, "--lock", repo_copy / LOCK_PATH)
+    assert r.returncode == 1, log(r)
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1, log(r)
+    for kind, name in (("missing", gone), ("altered", changed), ("unexpected", stale)):
+        assert kind in lines[0] and name in lines[0], f"{kind} {name} not named: {lines[0]}"
+
+
+def test_resealed_wheel_is_refused_although_its_record_is_consistent(
+    installed_venv: Venv, built_wheel: Path, repo_copy: Path, tmp_path: Path
+) -> None:
+    """RECORD only proves self-consistency; the gate checks the lock's hashes, so a resealed edit fails."""
+    _, lock = lock_of(repo_copy)
+    table = DATA + layout.data_path(first(lock, "table"))  # type: ignore[operator]
+
+    def doctor(m: dict[str, bytes]) -> None:
+        m[table] = m[table].replace(b"verified", b"accepted", 1)
+
+    doctored = tmp_path / built_wheel.name
+    rewrite(built_wheel, doctored, doctor, reseal=True)
+    installer = [sys.executable, "-m", "installer", "--destdir", str(tmp_path / "root")]
+    r = subprocess.run(
+        [*installer, "--validate-record", "all", str(doctored)], capture_output=True, text=True, check=False
+    )
+    assert r.returncode == 0, f"the resealed wheel should pass RECORD validation\n{log(r)}"
+    r = installed_venv.run("netra", "verify-wheel", doctored, "--lock", repo_copy / LOCK_PATH)
+    assert r.returncode == 1 and table in r.stderr and "altered" in r.stderr, log(r)
+
+
+# -- editable installs ---------------------------------------------------------------------------------
+
+
+def test_editable_build_packages_no_data_and_says_where_to_look(
+    make_repo_copy: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Editable wheels point at the tree; they carry no netra/_data that could pass for a certified one."""
+    root = make_repo_copy("editable")
+    code = (
+        "import sys; sys.path.insert(0, 'build_backend'); import netra_backend; "
+        "print(netra_backend.build_editable(sys.argv[1]))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], cwd=root, env=clean_env(), capture_output=True, text=True
+    )
+    assert r.returncode == 0, log(r)
+    wheel = tmp_path / r.stdout.strip().splitlines()[-1]
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        pth = [z.read(n).decode() for n in names if n.endswith(".pth")]
+    assert not [n for n in names if n.startswith(DATA)]
+    assert any(str(root.resolve()) in p for p in pth), pth
+    assert "editable install" in r.stderr and "build/kernels" in r.stderr
