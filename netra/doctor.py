@@ -143,7 +143,6 @@ def _items(inst: Install, lock: Lock, built: dict[str, Any] | None) -> list[Item
 
 def verify(inst: Install) -> dict[str, Any]:
     """Check every file of the install; the report's lock/files/problems parts. Never raises for damage."""
-    from netra import _toml
     from netra import lock as lock_mod
 
     rep = _Report(inst)
@@ -159,8 +158,8 @@ def verify(inst: Install) -> dict[str, Any]:
     rep.files["checked"] += 1
     rep.files["bytes"] += len(lock_raw)
     try:
-        lock = lock_mod.from_dict(_toml.loads(lock_raw.decode()), str(inst.lock_file))
-    except (NetraError, UnicodeDecodeError, _toml.TOMLDecodeError) as e:
+        lock = lock_mod.parse_installed(lock_raw, _peek_record(inst), str(inst.lock_file))
+    except NetraError as e:
         rep.fail(
             {
                 "path": _name(inst, inst.lock_file),
@@ -235,6 +234,17 @@ def _name(inst: Install, p: Path) -> str:
         return p.relative_to(inst.root).as_posix()
     except ValueError:
         return str(p)
+
+
+def _peek_record(inst: Install) -> dict[str, Any] | None:
+    """build.json as JSON, or None: only to reach its bound copy of the lock (checked in full below)."""
+    if inst.build_record is None:
+        return None
+    try:
+        record = json.loads(inst.build_record.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def _check_build_record(

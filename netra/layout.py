@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 
 from netra.hashing import sha256_bytes
-from netra.lock import LOCK_PATH, Lock, Toolchain
+from netra.lock import LOCK_PATH, Lock, Toolchain, to_dict
 
 PACKAGE_DATA = "netra/_data"  # inside the wheel / site-packages
 BUILD_RECORD = "build.json"  # under netra/_data: whole-file sha256 of each code object as built
@@ -58,7 +58,9 @@ def build_record(lock_text: bytes, lock: Lock, code_objects: dict[str, bytes], b
 
     The lock pins .text (stable across toolchains); this record pins each whole code object as built,
     so the installed runtime can verify descriptors and metadata too with one sha256 per file and no
-    ELF parsing. Keys: data paths under netra/_data.
+    ELF parsing. Keys: data paths under netra/_data. It also carries the lock's content as JSON, bound
+    to the TOML's sha256: the runtime and doctor read that copy, because parsing the TOML in pure
+    Python costs more than verifying every file of the install (docs/performance.md).
     """
     by_file = {a.file: a for a in lock.artifacts}
     entries = {
@@ -74,5 +76,6 @@ def build_record(lock_text: bytes, lock: Lock, code_objects: dict[str, bytes], b
         "lock_sha256": sha256_bytes(lock_text),
         "toolchain": {"flavour": built_with.flavour, "version": built_with.version},
         "code_objects": entries,
+        "lock": to_dict(lock),
     }
     return json.dumps(record, indent=1, sort_keys=True) + "\n"

@@ -29,6 +29,7 @@ from netra.errors import (
     AlteredFileError,
     ContractError,
     MissingFileError,
+    NetraError,
     NoGPUError,
     UncertifiedGPUClassError,
 )
@@ -353,8 +354,12 @@ class Catalog:
 # Opening
 
 
-def _load_lock(inst: Install) -> tuple[Lock, bytes]:
-    from netra import _toml
+def _load_lock(inst: Install) -> tuple[Lock, dict[str, dict[str, str]] | None]:
+    """The installed lock and build.json's code-object records (None in a source checkout).
+
+    build.json must have been made for this very lock (its lock_sha256); its JSON copy of the lock is
+    then what is parsed (lock.parse_installed).
+    """
     from netra import lock as lock_mod
 
     raw = _read(inst.lock_file)
@@ -362,14 +367,16 @@ def _load_lock(inst: Install) -> tuple[Lock, bytes]:
         raise MissingFileError(
             f"{inst.lock_file}: the release lock of this netra install is missing", inst.reinstall
         )
+    record = _load_build_record(inst, raw)
     try:
-        return lock_mod.from_dict(_toml.loads(raw.decode()), str(inst.lock_file)), raw
-    except (UnicodeDecodeError, _toml.TOMLDecodeError) as e:
-        raise AlteredFileError(f"{inst.lock_file}: not a readable lock ({e})", inst.reinstall) from e
+        lock = lock_mod.parse_installed(raw, record, str(inst.lock_file))
+    except NetraError as e:
+        raise AlteredFileError(f"{inst.lock_file}: not a readable lock ({e.message})", inst.reinstall) from e
+    return lock, (record["code_objects"] if record is not None else None)
 
 
-def _load_build_record(inst: Install, lock_raw: bytes) -> dict[str, dict[str, str]] | None:
-    """build.json's code objects, after checking it was made for this very lock (wheel installs)."""
+def _load_build_record(inst: Install, lock_raw: bytes) -> dict[str, Any] | None:
+    """build.json, after checking it was made for this very lock (wheel installs)."""
     path = inst.build_record
     if path is None:
         return None
@@ -390,7 +397,7 @@ def _load_build_record(inst: Install, lock_raw: bytes) -> dict[str, dict[str, st
             f"the installed lock has sha256 {have}",
             inst.reinstall,
         )
-    return code
+    return record
 
 
 def certified_classes(lock: Lock) -> tuple[str, ...]:
@@ -460,8 +467,7 @@ def _default_install() -> Install:
 
 
 def _open(inst: Install, gpu_class: str) -> Catalog:
-    lock, lock_raw = _load_lock(inst)
-    built = _load_build_record(inst, lock_raw)
+    lock, built = _load_lock(inst)
     certified = certified_classes(lock)
     if gpu_class not in certified:
         raise UncertifiedGPUClassError(

@@ -28,7 +28,7 @@ from netra.codeobject import text_sha256
 from netra.errors import LockError, NetraError, WheelGateError
 from netra.hashing import sha256_bytes
 from netra.layout import BUILD_RECORD, PACKAGE_DATA, members
-from netra.lock import LOCK_PATH, Lock
+from netra.lock import LOCK_PATH, Lock, to_dict
 
 KINDS = ("missing", "altered", "unexpected", "invalid")
 CODE_OBJECT_SUFFIXES = (".hsaco", ".co")
@@ -211,6 +211,8 @@ def _build_record(
     wrong: list[str] = []
     if packaged_lock is not None and rec.get("lock_sha256") != sha256_bytes(packaged_lock):
         wrong.append("lock_sha256 does not match the packaged lock")
+    if rec.get("lock") != to_dict(lock):
+        wrong.append("its copy of the lock differs from the lock")
     by_file = {a.file: a for a in lock.artifacts}
     wrong += [f"records {path} (not locked)" for path in sorted(entries.keys() - by_file.keys())]
     wrong += [f"does not record {path}" for path in sorted(by_file.keys() - entries.keys())]

@@ -321,6 +321,23 @@ def test_resealed_wheel_is_refused_although_its_record_is_consistent(
     assert r.returncode == 1 and table in r.stderr and "altered" in r.stderr, log(r)
 
 
+def test_build_record_whose_lock_copy_differs_is_refused(
+    installed_venv: Venv, built_wheel: Path, repo_copy: Path, tmp_path: Path
+) -> None:
+    """build.json's JSON copy of the lock is what installs read: it must equal the lock exactly."""
+    record_name = DATA + layout.BUILD_RECORD
+
+    def doctor(m: dict[str, bytes]) -> None:
+        record = json.loads(m[record_name])
+        record["lock"]["artifacts"][0]["lds_bytes"] += 1024
+        m[record_name] = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
+
+    doctored = tmp_path / built_wheel.name
+    rewrite(built_wheel, doctored, doctor, reseal=True)
+    r = installed_venv.run("netra", "verify-wheel", doctored, "--lock", repo_copy / LOCK_PATH)
+    assert r.returncode == 1 and record_name in r.stderr and "copy of the lock differs" in r.stderr, log(r)
+
+
 # -- editable installs ---------------------------------------------------------------------------------
 
 
