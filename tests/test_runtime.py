@@ -10,52 +10,17 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import shutil
 import struct
-import subprocess
 import sys
-import tempfile
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from venvtools import json_of as _json
+from venvtools import python_of as _python
 
-# ---------------------------------------------------------------------------------------------------
-# Driving the installed venv (duplicated in each test_runtime*/test_doctor* module: no shared conftest here)
-
-
-def _python(venv: Any) -> str:
-    for attr in ("python", "python_path", "interpreter", "exe"):
-        v = getattr(venv, attr, None)
-        if v:
-            return str(v)
-    p = Path(venv)
-    return str(p / "bin" / "python") if p.is_dir() else str(p)
-
-
-def _run(
-    python: str, code: str, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess:
-    """Run code in the venv, from a neutral cwd and without PYTHON* variables, so only the install is seen."""
-    e = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    e.update(env or {})
-    return subprocess.run(
-        [python, "-c", textwrap.dedent(code), *args],
-        capture_output=True,
-        text=True,
-        env=e,
-        cwd=tempfile.gettempdir(),
-        timeout=300,
-        check=False,
-    )
-
-
-def _json(python: str, code: str, *args: str, env: dict[str, str] | None = None) -> Any:
-    r = _run(python, code, *args, env=env)
-    assert r.returncode == 0, f"venv python failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
-    return json.loads(r.stdout.strip().splitlines()[-1])
+# Driving the installed venv: tests/venvtools.py
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
-import subprocess
-import tempfile
-import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,37 +16,11 @@ from typing import Any
 
 import pytest
 from elftools.elf.elffile import ELFFile  # the test's own ELF reader, independent of netra's
+from venvtools import json_of as _code
+from venvtools import python_of as _python
+from venvtools import run_py as _run
 
-# ---------------------------------------------------------------------------------------------------
-# Driving the venv (duplicated in each test_runtime*/test_doctor* module: no shared conftest here)
-
-
-def _python(venv: Any) -> str:
-    for attr in ("python", "python_path", "interpreter", "exe"):
-        v = getattr(venv, attr, None)
-        if v:
-            return str(v)
-    p = Path(venv)
-    return str(p / "bin" / "python") if p.is_dir() else str(p)
-
-
-def _run(python: str, *argv: str) -> subprocess.CompletedProcess:
-    e = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    return subprocess.run(
-        [python, *argv],
-        capture_output=True,
-        text=True,
-        env=e,
-        cwd=tempfile.gettempdir(),
-        timeout=300,
-        check=False,
-    )
-
-
-def _code(python: str, code: str, *args: str) -> Any:
-    r = _run(python, "-c", textwrap.dedent(code), *args)
-    assert r.returncode == 0, f"venv python failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
-    return json.loads(r.stdout.strip().splitlines()[-1])
+# Driving the installed venv: tests/venvtools.py
 
 
 @pytest.fixture(scope="module")
