@@ -36,14 +36,14 @@ def netra(*args: str) -> list[str]:
     return [sys.executable, "-m", "netra", *args]
 
 
-def part1(repeat: int, jobs: int) -> None:
+def part1(repeat: int, jobs: int, root: Path = REPO) -> None:
     tools = discover()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         keep = t / "keep"
         subprocess.run(
-            netra("build", str(t / "warm"), "--root", str(REPO), "--keep", str(keep), "-q"),
+            netra("build", str(t / "warm"), "--root", str(root), "--keep", str(keep), "-q"),
             env=env,
             check=True,
         )
@@ -52,7 +52,7 @@ def part1(repeat: int, jobs: int) -> None:
         script.write_text(
             "set -e\n"
             f"ls {keep}/*.s | xargs -P {jobs} -I{{}} sh -c 'b=$(basename {{}} .s); "
-            f"{tools.llvm_mc} -triple={TRIPLE} -mcpu=gfx950 -filetype=obj -I {REPO}/kernels/gfx950 {{}} -o {t}/sh/$b.o "
+            f"{tools.llvm_mc} -triple={TRIPLE} -mcpu=gfx950 -filetype=obj -I {root}/kernels/gfx950 {{}} -o {t}/sh/$b.o "
             f"&& {tools.ld_lld} -shared --no-undefined --build-id=none -o {t}/sh/$b.hsaco {t}/sh/$b.o'\n"
         )
         shell, ours = [], []
@@ -61,7 +61,7 @@ def part1(repeat: int, jobs: int) -> None:
             (t / "sh").mkdir()
             shell.append(timed(["bash", str(script)]))
             ours.append(
-                timed(netra("build", str(t / f"out{i}"), "--root", str(REPO), "-q", "-j", str(jobs)), env=env)
+                timed(netra("build", str(t / f"out{i}"), "--root", str(root), "-q", "-j", str(jobs)), env=env)
             )
         s, n = statistics.median(shell), statistics.median(ours)
         print(f"catalog: {len(sources)} artifacts, jobs={jobs}, {repeat} alternating runs (median)")
@@ -113,8 +113,18 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--sizes", default="250,500,1000,2000")
     ap.add_argument("--skip-synthetic", action="store_true")
+    ap.add_argument(
+        "--compare-synthetic", type=int, default=0, help="also part 1 on a synthetic catalog of N"
+    )
     a = ap.parse_args()
     part1(a.repeat, a.jobs)
+    if a.compare_synthetic:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            synthetic_tree(root, a.compare_synthetic)
+            env = {**os.environ, "PYTHONPATH": str(REPO)}
+            subprocess.run(netra("lock", "--root", str(root), "-q"), env=env, check=True)
+            part1(a.repeat, a.jobs, root)
     if not a.skip_synthetic:
         part2([int(s) for s in a.sizes.split(",")], a.jobs)
 

@@ -9,12 +9,10 @@ reads it and never changes it.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from netra import _toml
 from netra.errors import LockError
 
 SCHEMA = 1
@@ -141,6 +139,8 @@ def from_dict(data: dict[str, Any], where: str = LOCK_PATH) -> Lock:
 
 
 def read(path: str | Path) -> Lock:
+    from netra import _toml
+
     path = Path(path)
     try:
         data = _toml.load(path)
@@ -157,6 +157,8 @@ def parse_installed(raw: bytes, record: dict[str, Any] | None, where: str) -> Lo
     Hashing the TOML costs microseconds; parsing it in pure Python costs milliseconds.
     """
     import hashlib
+
+    from netra import _toml
 
     if (
         isinstance(record, dict)
@@ -199,6 +201,8 @@ def dumps(lock: Lock) -> str:
 
 def write(lock: Lock, path: str | Path) -> None:
     """Write atomically: a reader sees the old lock or the new one, never half of either."""
+    import tempfile
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = dumps(lock).encode()
