@@ -11,7 +11,7 @@ never touched), wall time of the whole subprocess as a user waits for it:
   check    netra.wheelgate.check_wheel on the finished wheel, in process (the hook's finalize step)
 
 Usage: python bench/bench_build.py [--repeat 5] [--jobs N] [--json]
-Numbers and the exact command are recorded in docs/performance/build.md.
+Numbers and the exact command are recorded in docs/performance.md.
 """
 
 from __future__ import annotations
