@@ -1,6 +1,6 @@
 """The netra release gate as a hatch build hook: a thin adapter, every decision lives in netra.
 
-wheel (standard): initialize runs netra.build.build() (the same pipeline as `netra build`: tree vs
+wheel (standard): initialize runs netra.staging.stage(): netra.build.build() (the same pipeline as `netra build`: tree vs
 lock, assembly, .text and static gates) into a temporary directory, stages exactly the files
 netra.layout.members() names (lock, build.json, tables, manifests, code objects) and force-includes
 them under netra/_data; finalize checks the finished wheel with netra.wheelgate and deletes it on any
@@ -118,58 +118,39 @@ class NetraGateHook(BuildHookInterface):
         self._what = f"{len(self._lock.files) + 1} locked files and the build inputs"
 
     def _initialize_wheel(self, build_data: dict[str, Any], jobs: int | None) -> None:
-        from netra import build, layout
-        from netra import lock as lock_mod
-        from netra.errors import IntegrityError, NetraError
-        from netra.hashing import sha256_bytes
+        from netra import layout, staging
+        from netra.errors import NetraError
+        from netra.lock import LOCK_PATH
 
         self._t0 = time.monotonic()
-        root = Path(self.root).resolve()
         tmp = Path(tempfile.mkdtemp(prefix="netra-wheel-"))
         # Removed in finalize; the weakref also covers a build that dies between initialize and finalize.
         self._cleanup = weakref.finalize(self, shutil.rmtree, str(tmp), True)
         try:
-            lock_bytes, lock = self._read_lock()
-            self.app.display_waiting(f"netra: building the {len(lock.artifacts)} locked code objects")
-            report = build.build(
-                root, tmp / "code", jobs=jobs, progress=lambda msg: self.app.display_info(f"netra: {msg}")
+            self.app.display_waiting("netra: building the locked code objects")
+            staged = staging.stage(
+                Path(self.root), tmp, jobs=jobs, progress=lambda msg: self.app.display_info(f"netra: {msg}")
             )
-            if (root / lock_mod.LOCK_PATH).read_bytes() != lock_bytes:
-                raise IntegrityError(f"{lock_mod.LOCK_PATH} changed during the build", "build again")
-            wanted = layout.members(lock)
-            built = [m.data_path for m in wanted if m.kind == "code_object"]
-            code = {path: (tmp / "code" / path).read_bytes() for path in built}
-            record = layout.build_record(lock_bytes, lock, code, report.tools.identity).encode()
-            staged = tmp / "data"
-            for m in wanted:
-                if m.kind == "lock":
-                    blob = lock_bytes
-                elif m.kind == "build_record":
-                    blob = record
-                elif m.kind == "code_object":
-                    blob = code[m.data_path]
-                else:  # the bytes shipped are the bytes hashed here, whatever happens to the tree meanwhile
-                    blob = (root / m.origin).read_bytes()
-                    if sha256_bytes(blob) != m.sha256:
-                        raise IntegrityError(f"{m.origin} changed during the build", "build again")
-                dest = staged / m.data_path
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.write_bytes(blob)
-                os.chmod(dest, 0o644)  # the wheel's modes come from here; never from the umask
-                build_data["force_include"][str(dest)] = f"{layout.PACKAGE_DATA}/{m.data_path}"
         except NetraError as e:
             self._cleanup()
             self.app.abort(f"netra: error: {e}")
         except BaseException:
             self._cleanup()
             raise
+        for data_path, src in staged.files.items():
+            build_data["force_include"][str(src)] = f"{layout.PACKAGE_DATA}/{data_path}"
         build_data["tag"] = _TAG
         build_data["pure_python"] = True
-        self._lock, self._lock_bytes, self._lock_name = lock, lock_bytes, lock_mod.LOCK_PATH
-        self._what = f"{len(wanted)} members under {layout.PACKAGE_DATA}"
+        self._lock, self._lock_bytes, self._lock_name = (
+            staged.lock,
+            staged.lock_bytes,
+            LOCK_PATH,
+        )
+        self._what = f"{len(staged.files)} members under {layout.PACKAGE_DATA}"
+        report = staged.report
         self.app.display_success(
             f"netra: {len(report.results)} code objects assembled and gated in {report.seconds:.1f}s with "
-            f"{report.tools.describe()}; packaging {len(wanted)} files under {layout.PACKAGE_DATA}"
+            f"{report.tools.describe()}; packaging {len(staged.files)} files under {layout.PACKAGE_DATA}"
         )
 
     # -- helpers ----------------------------------------------------------------------------------

@@ -1,0 +1,61 @@
+"""What a wheel carries under netra/_data, built, gated and written to a folder for the packager.
+
+The hatch hook force-includes exactly these files; the wheel gate then checks the finished archive
+against the same lock. Every byte staged is a byte hashed here, so edits to the tree while a build
+runs cannot slip into the wheel, and file modes come from here, never from the umask.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from netra import build, layout
+from netra.errors import IntegrityError
+from netra.hashing import sha256_bytes
+from netra.lock import LOCK_PATH, Lock
+
+
+@dataclass(frozen=True)
+class Staged:
+    lock: Lock
+    lock_bytes: bytes
+    report: build.Report
+    files: dict[str, Path]  # data path under netra/_data -> staged file
+
+
+def stage(
+    root: Path, work: Path, *, jobs: int | None = None, progress: build.Progress | None = None
+) -> Staged:
+    """Build and gate every locked artifact, then stage layout.members(lock) under work/data."""
+    from netra.wheelgate import read_lock
+
+    root = Path(root).resolve()
+    lock_bytes, lock = read_lock(root / LOCK_PATH)
+    report = build.build(root, work / "code", jobs=jobs, progress=progress)
+    if (root / LOCK_PATH).read_bytes() != lock_bytes:
+        raise IntegrityError(f"{LOCK_PATH} changed during the build", "build again")
+    wanted = layout.members(lock)
+    code = {
+        m.data_path: (work / "code" / m.data_path).read_bytes() for m in wanted if m.kind == "code_object"
+    }
+    record = layout.build_record(lock_bytes, lock, code, report.tools.identity).encode()
+    files: dict[str, Path] = {}
+    for m in wanted:
+        if m.kind == "lock":
+            blob = lock_bytes
+        elif m.kind == "build_record":
+            blob = record
+        elif m.kind == "code_object":
+            blob = code[m.data_path]
+        else:
+            blob = (root / m.origin).read_bytes()
+            if sha256_bytes(blob) != m.sha256:
+                raise IntegrityError(f"{m.origin} changed during the build", "build again")
+        dest = work / "data" / m.data_path
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(blob)
+        os.chmod(dest, 0o644)
+        files[m.data_path] = dest
+    return Staged(lock=lock, lock_bytes=lock_bytes, report=report, files=files)
