@@ -1,9 +1,9 @@
 """The netra release gate as a hatch build hook: a thin adapter, every decision lives in netra.
 
-wheel (standard): initialize runs netra.staging.stage(): netra.build.build() (the same pipeline as `netra build`: tree vs
-lock, assembly, .text and static gates) into a temporary directory, stages exactly the files
-netra.layout.members() names (lock, build.json, tables, manifests, code objects) and force-includes
-them under netra/_data; finalize checks the finished wheel with netra.wheelgate and deletes it on any
+wheel (standard): initialize runs netra.staging.stage(), which runs netra.build.build() (the same
+pipeline as `netra build`: tree vs lock, assembly, .text and static gates) in a temporary directory
+and stages exactly the files netra.layout.members() names (lock, build.json, tables, manifests, code
+objects); the hook force-includes them under netra/_data; finalize checks the finished wheel with netra.wheelgate and deletes it on any
 problem. wheel (editable): packages no data (docs/release.md says where the runtime looks instead).
 sdist: initialize refuses a tree that does not match its lock; finalize checks the sdist carries
 every locked and build file.
