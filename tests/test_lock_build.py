@@ -171,3 +171,12 @@ def test_manifest_may_not_claim_accepted_without_hardware(tmp_path: Path) -> Non
     tactics.write_text(tactics.read_text().replace('maturity = "verified"', 'maturity = "accepted"', 1))
     r = netra("lock", "--root", str(root))
     assert r.returncode == 1 and "static only" in r.stderr
+
+
+def test_reference_can_be_a_released_wheel(built_wheel: Path, tmp_path: Path) -> None:
+    root = copy_sources(tmp_path / "tree")
+    insert_instruction(root, "moe_topk_softmax")
+    r = netra("build", str(tmp_path / "out"), "--root", str(root), "--reference", str(built_wheel))
+    assert r.returncode == 1
+    assert "built `s_nop 0`, reference `s_load" in r.stderr
+    assert "has no" not in r.stderr  # every artifact was found inside the wheel
