@@ -11,7 +11,6 @@ import os
 import shutil
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,7 +18,6 @@ from pathlib import Path
 
 from netra import catalog as catalog_mod
 from netra import lock as lock_mod
-from netra import tables
 from netra.assemble import Built, assemble, disassemble
 from netra.catalog import ArtifactSpec, Catalog
 from netra.codeobject import CodeObject, inspect
@@ -141,6 +139,8 @@ def make_lock(
     for target in cat.targets():
         raw = catalog_mod._toml.load(root / "manifests" / target / "tactics.toml")
         if raw.get("certification") == "static":
+            from netra import tables  # only `netra lock` writes tables: keep `netra build` start-up light
+
             table = tables.static_table(cat, target, locked, list(CHECKS), tools.identity)
             new_tables[tables.table_path(target)] = tables.dumps(table)
     files = []
@@ -211,6 +211,8 @@ def _reference_bytes(reference: Path, spec_file: str) -> bytes | None:
         p = reference / spec_file
         return p.read_bytes() if p.is_file() else None
     if reference.suffix == ".whl" and reference.is_file():
+        import zipfile
+
         with zipfile.ZipFile(reference) as z:
             try:
                 return z.read(f"{WHEEL_DATA}/{spec_file}")
