@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from netra import catalog as catalog_mod
@@ -44,7 +44,6 @@ class Report:
     tools: Tools
     results: list[Result]
     seconds: float
-    warnings: list[str] = field(default_factory=list)
 
 
 def _jobs(jobs: int | None) -> int:
@@ -137,8 +136,7 @@ def make_lock(
     locked = {r.spec.name: locked_artifact(r) for r in results}
     new_tables: dict[str, str] = {}
     for target in cat.targets():
-        raw = catalog_mod._toml.load(root / "manifests" / target / "tactics.toml")
-        if raw.get("certification") == "static":
+        if cat.certification.get(target) == "static":
             from netra import tables  # only `netra lock` writes tables: keep `netra build` start-up light
 
             table = tables.static_table(cat, target, locked, list(CHECKS), tools.identity)

@@ -107,6 +107,7 @@ class Catalog:
     artifacts: tuple[ArtifactSpec, ...]
     fallbacks: tuple[Fallback, ...]
     models: dict[str, str]  # manifest path -> model name
+    certification: dict[str, str]  # target -> how its tables are certified ("static", or by hardware)
 
     def artifact(self, name: str) -> ArtifactSpec | None:
         return next((a for a in self.artifacts if a.name == name), None)
@@ -188,9 +189,12 @@ def _template(path: Path, root: Path, target: str) -> Template:
     )
 
 
-def _tactics(path: Path, root: Path, target: str, templates: dict[str, Template]) -> list[Tactic]:
+def _tactics(path: Path, root: Path, target: str, templates: dict[str, Template]) -> tuple[str, list[Tactic]]:
     where = path.relative_to(root).as_posix()
     raw = _load_toml(path, root)
+    certification = raw.get("certification", "hardware")
+    if certification not in ("static", "hardware"):
+        raise ManifestError(f"{where}: certification {certification!r}", "use 'static' or 'hardware'")
     if raw.get("target") != target:
         raise ManifestError(f"{where}: target must be {target!r}", f"set target = {target!r}")
     out = []
@@ -210,7 +214,7 @@ def _tactics(path: Path, root: Path, target: str, templates: dict[str, Template]
             raise ManifestError(f"{tw}: no {tac.op} template named {tac.template!r} for {target}", "add it")
         if tac.maturity not in MATURITIES:
             raise ManifestError(f"{tw}: maturity {tac.maturity!r}", f"use one of {', '.join(MATURITIES)}")
-        if raw.get("certification") == "static" and tac.maturity == "accepted":
+        if certification == "static" and tac.maturity == "accepted":
             raise ManifestError(
                 f"{tw}: tactic {tac.op}/{tac.name} claims 'accepted' on {target}, whose evidence is static only",
                 "use 'verified' until hardware certification for this GPU class exists",
@@ -219,7 +223,7 @@ def _tactics(path: Path, root: Path, target: str, templates: dict[str, Template]
             raise ManifestError(f"{tw}: duplicate tactic {tac.op}/{tac.name}", "give it another name")
         seen.add((tac.op, tac.name))
         out.append(tac)
-    return out
+    return certification, out
 
 
 def artifact_name(op: str, contract: dict[str, int], tactic: str) -> str:
@@ -231,6 +235,7 @@ def load(root: str | Path) -> Catalog:
     root = Path(root).resolve()
     templates: dict[str, Template] = {}
     tactics: list[Tactic] = []
+    certification: dict[str, str] = {}
     kernels = root / "kernels"
     if not kernels.is_dir():
         raise ManifestError(f"{root}: no kernels/ folder", "run from the netra source tree or pass --root")
@@ -241,7 +246,8 @@ def load(root: str | Path) -> Catalog:
             templates[t.name] = t
         tpath = root / "manifests" / target / "tactics.toml"
         if tpath.is_file():
-            tactics.extend(_tactics(tpath, root, target, templates))
+            certification[target], found = _tactics(tpath, root, target, templates)
+            tactics.extend(found)
 
     uses: dict[tuple[str, tuple[tuple[str, int], ...]], list[str]] = {}
     fallbacks: list[Fallback] = []
@@ -293,6 +299,7 @@ def load(root: str | Path) -> Catalog:
         artifacts=tuple(artifacts),
         fallbacks=tuple(fallbacks),
         models=models,
+        certification=certification,
     )
 
 
