@@ -258,3 +258,17 @@ def private_tmpdir(tmp_path: Path) -> Path:
     d = tmp_path / "tmpdir"
     d.mkdir()
     return d
+
+
+@pytest.fixture(scope="session")
+def py(installed_venv: Venv) -> str:
+    """The interpreter of the shared installed venv (tests that read it, never damage it)."""
+    return str(installed_venv.python)
+
+
+@pytest.fixture(scope="session")
+def pkg(py: str) -> Path:
+    """The installed netra package directory in the shared venv."""
+    from venvtools import package_dir
+
+    return package_dir(py)

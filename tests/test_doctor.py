@@ -6,24 +6,12 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from venvtools import json_of as _code
-from venvtools import python_of as _python
 from venvtools import run_py as _run
 
 # Driving the installed venv: tests/venvtools.py
-
-
-@pytest.fixture(scope="module")
-def py(installed_venv: Any) -> str:
-    return _python(installed_venv)
-
-
-@pytest.fixture(scope="module")
-def pkg(py: str) -> Path:
-    return Path(_code(py, "import json, os, netra; print(json.dumps(os.path.dirname(netra.__file__)))"))
 
 
 def _sysfs(root: Path, versions: list[int]) -> Path:

@@ -18,20 +18,8 @@ from typing import Any
 
 import pytest
 from venvtools import json_of as _json
-from venvtools import python_of as _python
 
 # Driving the installed venv: tests/venvtools.py
-
-
-@pytest.fixture(scope="module")
-def py(installed_venv: Any) -> str:
-    return _python(installed_venv)
-
-
-@pytest.fixture(scope="module")
-def pkg(py: str) -> Path:
-    """The installed netra package directory (site-packages/netra)."""
-    return Path(_json(py, "import json, os, netra; print(json.dumps(os.path.dirname(netra.__file__)))"))
 
 
 @pytest.fixture(scope="module")

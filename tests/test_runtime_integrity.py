@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from elftools.elf.elffile import ELFFile  # the test's own ELF reader, independent of netra's
 from venvtools import json_of as _code
+from venvtools import package_dir
 from venvtools import python_of as _python
 from venvtools import run_py as _run
 
@@ -27,7 +28,7 @@ from venvtools import run_py as _run
 def venv(venv_factory: Any, built_wheel: Any) -> tuple[str, Path]:
     """A fresh venv of our own: these tests damage it (and restore it after each test)."""
     py = _python(venv_factory(built_wheel))
-    pkg = Path(_code(py, "import json, os, netra; print(json.dumps(os.path.dirname(netra.__file__)))"))
+    pkg = package_dir(py)
     return py, pkg
 
 

@@ -46,3 +46,8 @@ def json_of(python: str, code: str, *args: str, env: dict[str, str] | None = Non
     r = run_code(python, code, *args, env=env)
     assert r.returncode == 0, f"venv python failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def package_dir(python: str) -> Path:
+    """Where the venv's `netra` package is installed (site-packages/netra)."""
+    return Path(json_of(python, "import json, os, netra; print(json.dumps(os.path.dirname(netra.__file__)))"))
