@@ -148,9 +148,10 @@ class NetraGateHook(BuildHookInterface):
         )
         self._what = f"{len(staged.files)} members under {layout.PACKAGE_DATA}"
         report = staged.report
+        chains = ", ".join(f"{t}: {tools.describe()}" for t, tools in sorted(report.tools.items()))
         self.app.display_success(
-            f"netra: {len(report.results)} code objects assembled and gated in {report.seconds:.1f}s with "
-            f"{report.tools.describe()}; packaging {len(staged.files)} files under {layout.PACKAGE_DATA}"
+            f"netra: {len(report.examined)} code objects built and gated in {report.seconds:.1f}s with "
+            f"{chains}; packaging {len(staged.files)} files under {layout.PACKAGE_DATA}"
         )
 
     # -- helpers ----------------------------------------------------------------------------------

@@ -17,8 +17,14 @@ tools/release.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import shutil
+import signal
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,17 +61,155 @@ def build_wheel(
 ) -> str:
     """hatchling's wheel, then the gate: a wheel leaves here only if it carries exactly the lock."""
     _prepare_environment()
-    name = _build(_hatchling.build_wheel, wheel_directory, config_settings, metadata_directory)
-    _gate(Path(wheel_directory) / name, "wheel")
+    with _interruptible() as scratch:
+        name = _build(_hatchling.build_wheel, str(scratch), config_settings, metadata_directory)
+        _gate(scratch / name, "wheel")
+        _deliver(scratch / name, Path(wheel_directory))
     return name
 
 
 def build_sdist(sdist_directory: str, config_settings: dict[str, Any] | None = None) -> str:
     """hatchling's sdist, then the check that it carries every locked and build file."""
     _prepare_environment()
-    name = _build(_hatchling.build_sdist, sdist_directory, config_settings)
-    _gate(Path(sdist_directory) / name, "sdist")
+    with _interruptible() as scratch:
+        name = _build(_hatchling.build_sdist, str(scratch), config_settings)
+        _gate(scratch / name, "sdist")
+        _deliver(scratch / name, Path(sdist_directory))
     return name
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[Path]:
+    """SIGINT/SIGTERM/SIGHUP, and the death of the frontend that started this backend, unwind the build:
+    every temporary folder is removed and no archive is left in the output folder.
+
+    The frontend runs this backend in a child process; if the frontend is killed, Linux sends this
+    process SIGTERM (PR_SET_PDEATHSIG), so a wheel never appears after the build command has exited.
+    Everything temporary (netra's folders, hatchling's half-written archive, the tools' files) lives
+    in one scratch folder, yielded here: the archive is built there and moved into the output folder
+    only once gated. A janitor process removes the scratch folder when this process ends, however it
+    ends: a frontend interrupted itself SIGKILLs its backend (subprocess.call does), and a frontend
+    killed by SIGTERM never removes its own hook folder, which the janitor then removes too.
+    """
+    _import_netra(Path.cwd().resolve())
+    from netra import interrupts
+
+    parent = os.getppid()
+    scratch = Path(tempfile.mkdtemp(prefix="netra-backend-"))
+    done = _janitor(scratch, parent)
+    saved = tempfile.tempdir, os.environ.get("TMPDIR")
+    try:
+        tempfile.tempdir = str(scratch)
+        os.environ["TMPDIR"] = str(scratch)  # the tools' temporaries too (nvcc, llvm)
+        with interrupts.handled():
+            _die_with_parent()
+            if os.getppid() != parent:  # the frontend died before the request took effect
+                raise interrupts.Interrupted(signal.SIGTERM)
+            try:
+                yield scratch
+            except KeyboardInterrupt as e:
+                print(f"netra: error: the build was interrupted ({e}); nothing was written", file=sys.stderr)
+                raise SystemExit(interrupts.exit_code(e)) from None
+        with contextlib.suppress(OSError):
+            os.write(done, b"k")  # finished: the janitor only removes the (empty) scratch folder
+    finally:
+        tempfile.tempdir = saved[0]
+        if saved[1] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved[1]
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _frontend_temporaries() -> list[Path]:
+    """What the frontend made for this call and removes itself unless it is killed: pyproject_hooks'
+    hook folder (argv[2] of its _in_process script, holding input.json) and `build`'s sdist extraction
+    folder (TMPDIR/build-via-sdist-*, which this backend runs in)."""
+    out = []
+    if len(sys.argv) > 2 and Path(sys.argv[2], "input.json").is_file():
+        out.append(Path(sys.argv[2]))
+    here = Path.cwd().resolve()
+    top = Path(tempfile.gettempdir()).resolve()
+    if here.parent.name.startswith("build-via-sdist-") and here.parent.parent == top:
+        out.append(here.parent)
+    return out
+
+
+def _janitor(scratch: Path, frontend: int) -> int:
+    """Fork a process that outlives this one: once every copy of the returned pipe end is closed (this
+    process has ended), it removes `scratch`; if this process ended without writing b"k" and the
+    frontend died too, it also removes the frontend's temporaries (_frontend_temporaries), which a
+    frontend killed by a signal leaves behind."""
+    r, w = os.pipe()  # close-on-exec: the tools this backend runs do not hold it
+    orphans = _frontend_temporaries()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(r)
+        return w  # no janitor: the in-process cleanup still runs on anything but SIGKILL
+    if pid:
+        os.close(r)
+        return w
+    try:  # the janitor: out of the build's session and signals, holding nothing the frontend waits on
+        os.setsid()
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.closerange(3, r)
+        os.closerange(r + 1, 1 << 16)
+        said = b""
+        while chunk := os.read(r, 16):
+            said += chunk
+        shutil.rmtree(scratch, ignore_errors=True)
+        if said != b"k" and orphans:
+            _remove_if_orphaned(orphans, frontend)
+    finally:
+        os._exit(0)
+
+
+def _remove_if_orphaned(folders: list[Path], frontend: int) -> None:
+    """Remove the frontend's temporaries once the frontend has exited (a live one removes them itself)."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{frontend}/stat").read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            state = "gone"
+        if state in ("gone", "Z", "X"):
+            for folder in folders:
+                shutil.rmtree(folder, ignore_errors=True)
+            return
+        time.sleep(0.05)
+
+
+def _deliver(archive: Path, directory: Path) -> None:
+    """Move a gated archive into the output folder as one rename: it is there whole, or not at all."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{archive.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out, open(archive, "rb") as src:
+            shutil.copyfileobj(src, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, directory / archive.name)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _die_with_parent() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _prepare_environment() -> None:

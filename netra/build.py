@@ -1,8 +1,15 @@
-"""`netra build` and `netra lock`: assemble the catalog, gate it, and either check or write the lock.
+"""`netra lock`, `netra lock --check` and `netra build`: one derivation of the lock from the tree.
 
-Both commands and the wheel build hook run this one pipeline. Work happens in a temporary
-directory that is always removed; the output folder, the tables and the lock are only touched
-once everything has passed.
+All three (and the wheel build hook, through netra.staging) start the same way: load the catalog
+(manifests x tactics x templates, strictly), hash every tracked file, compile every artifact the
+sources declare with each class's proven toolchain, examine each code object, and derive the lock and
+the tables from that. `netra lock` writes the result; `--check` and `netra build` compare it with
+release/manifest.lock and the tables on disk, and any difference is refused naming it: a lock that
+lacks an artifact the sources declare is a refusal, never a smaller build.
+
+Work happens in a temporary directory that is always removed (also on SIGINT/SIGTERM, via
+netra.interrupts in the CLI and the hook); the output folder, the tables and the lock are only
+touched once everything has passed, and each file lands whole.
 """
 
 from __future__ import annotations
@@ -11,197 +18,300 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from netra import catalog as catalog_mod
+from netra import files, tables, targets
 from netra import lock as lock_mod
-from netra.assemble import Built, assemble, disassemble
 from netra.catalog import ArtifactSpec, Catalog
-from netra.codeobject import CodeObject, inspect
-from netra.errors import IntegrityError, LockError, NetraError, TextMismatchError, ValidationError
-from netra.hashing import sha256_bytes, sha256_file
-from netra.lock import Lock, LockedArtifact, TrackedFile
-from netra.toolchain import Tools, discover
-from netra.validate import CHECKS, Problem, check
+from netra.errors import LockError, NetraError, TableError, ValidationError
+from netra.hashing import sha256_bytes
+from netra.lock import Lock, LockedArtifact, Toolchain, TrackedFile
+from netra.targets import Examined, Tools
 
 WHEEL_DATA = "netra/_data"
 Progress = Callable[[str], None]
+LOCK_HINT = "if the change is intended run `netra lock` and commit the result; otherwise restore the files"
 
 
 @dataclass
-class Result:
-    spec: ArtifactSpec
-    built: Built
-    facts: CodeObject
-    problems: list[Problem]
+class Derived:
+    """Everything the tree declares, built and examined (the code objects live in `work`)."""
+
+    catalog: Catalog
+    tools: dict[str, Tools]
+    examined: list[Examined]
+    file_hashes: dict[str, tuple[str, str]]  # tracked path -> (sha256, role), tables excluded
+    tree_tables: dict[str, bytes]  # tracked table path -> bytes as in the tree
+    work: Path
+    seconds: float = 0.0
 
 
 @dataclass
-class Report:
-    tools: Tools
-    results: list[Result]
-    seconds: float
+class Fresh:
+    """A lock and its tables as the sources make them now."""
+
+    lock: Lock
+    tables: dict[str, str]  # tracked path -> content
+    voided: list[str] = field(default_factory=list)  # hardware certifications the change voids
+    derived: Derived | None = None
 
 
 def _jobs(jobs: int | None) -> int:
     return max(1, jobs or os.cpu_count() or 1)
 
 
-def assemble_all(
-    cat: Catalog,
-    specs: list[ArtifactSpec],
-    tools: Tools,
+def discover_all(classes: list[str]) -> dict[str, Tools]:
+    """Each class's proven toolchain. A class without one stops everything: nothing drops a class."""
+    return {t: targets.get(t).discover() for t in classes}
+
+
+def derive(
+    root: Path,
     work: Path,
+    *,
+    tools: dict[str, Tools] | None = None,
     jobs: int | None = None,
-) -> list[Result]:
-    """Assemble, link, inspect and statically check every spec, in parallel across the cores."""
-    scratch = work / "src"
-    out = work / "out"
-    scratch.mkdir(parents=True, exist_ok=True)
-
-    def one(spec: ArtifactSpec) -> tuple[Built, CodeObject]:
-        built = assemble(spec, tools, cat.root, scratch, out)
-        return built, inspect(built.path.read_bytes(), spec.file)
-
+    progress: Progress | None = None,
+) -> Derived:
+    """Load, hash, compile and examine everything the tree declares. Refuses on any static problem."""
+    t0 = time.monotonic()
+    root = Path(root).resolve()
+    cat = catalog_mod.load(root)
+    tracked = catalog_mod.tracked_files(root)
+    file_hashes: dict[str, tuple[str, str]] = {}
+    tree_tables: dict[str, bytes] = {}
+    for path, role in tracked:
+        data = files.read_bytes(root, path, limit=files.SOURCE_LIMIT, where=path)
+        if role == "table":
+            cls = tables.gpu_class_of(path)
+            if cls is None or cls not in cat.certification:
+                raise TableError(
+                    f"{path}: no GPU class {cls or path} in the catalog has this table",
+                    "remove it, or add the class's kernels/ and manifests/",
+                )
+            tree_tables[path] = data
+        else:
+            file_hashes[path] = (sha256_bytes(data), role)
+    found = dict(tools) if tools else {}
+    found.update(discover_all([t for t in cat.targets() if t not in found]))
     n = _jobs(jobs)
+    src, out = work / "src", work / "out"
+    src.mkdir(parents=True, exist_ok=True)
+    specs = list(cat.artifacts)
+    if progress:
+        chains = ", ".join(f"{t}: {found[t].describe()}" for t in sorted(found))
+        progress(f"building {len(specs)} artifacts with {chains}")
+    done = [0]
+
+    def one(spec: ArtifactSpec) -> Path:
+        path = targets.get(spec.target).compile(spec, found[spec.target], root, src, out)
+        done[0] += 1
+        if progress:
+            progress(f"[{done[0]}/{len(specs)}] {spec.name}")
+        return path
+
     with ThreadPoolExecutor(max_workers=n) as pool:
-        made = list(pool.map(one, specs))
-        # One llvm-objdump per worker rather than per artifact: its start-up costs more than the work.
-        chunks = [[b.path for b, _ in made[i::n]] for i in range(n)]
-        listings: dict[Path, str] = {}
-        for part in pool.map(lambda c: disassemble(tools, c), [c for c in chunks if c]):
-            listings.update(part)
-    return [Result(s, b, f, check(f, s, listings[b.path])) for s, (b, f) in zip(specs, made, strict=True)]
-
-
-def locked_artifact(r: Result) -> LockedArtifact:
-    k = r.facts.kernels[r.spec.symbol]
-    m = k.metadata
-    d = k.descriptor
-    assert d is not None  # check() reported a missing descriptor already
-    return LockedArtifact(
-        name=r.spec.name,
-        target=r.spec.target,
-        template=r.spec.template.name,
-        op=r.spec.op,
-        tactic=r.spec.tactic.name,
-        contract=dict(r.spec.contract),
-        definitions=r.spec.definitions,
-        symbols=tuple(sorted(r.facts.kernels)),
-        text_sha256=r.facts.text_sha256,
-        lds_bytes=d.group_segment_bytes,
-        vgprs=int(m.get(".vgpr_count", d.vgpr_alloc)),
-        agprs=int(m.get(".agpr_count", 0)),
-        sgprs=int(m.get(".sgpr_count", 0)),
-        kernarg_bytes=d.kernarg_bytes,
-        wave_size=int(m.get(".wavefront_size", 64)),
-        max_workgroup_size=int(m.get(".max_flat_workgroup_size", 0)),
-    )
-
-
-def _refuse_problems(results: list[Result]) -> None:
-    bad = [(r.spec.name, p) for r in results for p in r.problems]
+        paths = list(pool.map(one, specs))
+    examined: list[Examined] = []
+    for t in cat.targets():
+        built = [(sp, p) for sp, p in zip(specs, paths, strict=True) if sp.target == t]
+        examined += targets.get(t).examine(built, found[t], n)
+    bad = [f"{e.spec.name}: {p.check}: {p.detail}" for e in examined for p in e.problems]
     if bad:
-        listed = "; ".join(f"{name}: {p.check}: {p.detail}" for name, p in bad)
         raise ValidationError(
-            f"{len(bad)} static check(s) failed: {listed}",
+            f"{len(bad)} static check(s) failed, first: {bad[0]}",
             "fix the template or its manifest so the code object fits its contract and the GPU's limits",
+            tuple(bad),
         )
+    return Derived(cat, found, examined, file_hashes, tree_tables, work, time.monotonic() - t0)
 
 
-@dataclass
-class Fresh:
-    """A lock (and the static tables) as the sources make them now, with the build behind it."""
+def locked_artifact(e: Examined) -> LockedArtifact:
+    sp = e.spec
+    return LockedArtifact(
+        name=sp.name, target=sp.target, template=sp.template.name, op=sp.op, tactic=sp.tactic.name,
+        contract=dict(sp.contract), definitions=sp.definitions, symbols=e.symbols,
+        text_sha256=e.text_sha256, launch_sha256=e.launch_sha256, code_sha256=e.code_sha256,
+        kernarg_bytes=e.kernarg_bytes, lds_bytes=e.lds_bytes, max_threads=e.max_threads,
+        facts=dict(sorted(e.facts.items())),
+    )  # fmt: skip
 
-    lock: Lock
-    tables: dict[str, str]  # path -> content
-    report: Report
+
+def lock_of(d: Derived, table_toolchains: dict[str, Toolchain] | None = None) -> Fresh:
+    """The lock and tables `d` gives. Tables name `table_toolchains` (default: the ones used), so a build
+    with another toolchain whose machine code is identical regenerates the committed tables exactly."""
+    artifacts = tuple(sorted((locked_artifact(e) for e in d.examined), key=lambda a: (a.target, a.name)))
+    used = {t: d.tools[t].identity for t in d.catalog.targets()}
+    naming = {**used, **{k: v for k, v in (table_toolchains or {}).items() if k in used}}
+    for_tables = Lock(toolchains=naming, artifacts=artifacts)
+    made: dict[str, str] = {}
+    voided: list[str] = []
+    for t in d.catalog.targets():
+        path = tables.table_path(t)
+        existing = None
+        if path in d.tree_tables and d.catalog.certification[t] == "hardware":
+            existing = tables.loads(d.tree_tables[path], path, t)
+        table, void = tables.merge(tables.skeleton(d.catalog, t, for_tables), existing)
+        tables.parse(table, path, t)  # never write a table the runtime would refuse
+        made[path] = tables.dumps(table)
+        voided += void
+    files_ = [TrackedFile(p, sha, role) for p, (sha, role) in d.file_hashes.items()]
+    files_ += [TrackedFile(p, sha256_bytes(text.encode()), "table") for p, text in made.items()]
+    lock = Lock(toolchains=used, files=tuple(sorted(files_, key=lambda f: f.path)), artifacts=artifacts)
+    return Fresh(lock=lock, tables=made, voided=voided, derived=d)
 
 
 def make_lock(
-    root: Path, tools: Tools | None = None, jobs: int | None = None, progress: Progress | None = None
+    root: Path, *, jobs: int | None = None, progress: Progress | None = None, tools: dict[str, Tools] | None = None
 ) -> Fresh:
-    """Build everything the catalog declares and derive the lock and static tables from it."""
-    t0 = time.monotonic()
-    cat = catalog_mod.load(root)
-    tools = tools or discover()
+    """What `netra lock` writes: the lock and tables the sources make now."""
     with tempfile.TemporaryDirectory(prefix="netra-lock-") as tmp:
-        if progress:
-            progress(f"assembling {len(cat.artifacts)} artifacts with {tools.describe()}")
-        results = assemble_all(cat, list(cat.artifacts), tools, Path(tmp), jobs)
-        _refuse_problems(results)
-    locked = {r.spec.name: locked_artifact(r) for r in results}
-    new_tables: dict[str, str] = {}
-    for target in cat.targets():
-        if cat.certification.get(target) == "static":
-            from netra import tables  # only `netra lock` writes tables: keep `netra build` start-up light
+        d = derive(root, Path(tmp), tools=tools, jobs=jobs, progress=progress)
+        return lock_of(d)
 
-            table = tables.static_table(cat, target, locked, list(CHECKS), tools.identity)
-            new_tables[tables.table_path(target)] = tables.dumps(table)
-    files = []
-    for path, role in sorted(set(catalog_mod.tracked_files(root)) | {(p, "table") for p in new_tables}):
-        digest = sha256_bytes(new_tables[path].encode()) if path in new_tables else sha256_file(root / path)
-        files.append(TrackedFile(path=path, sha256=digest, role=role))
-    lock = Lock(
-        toolchain=tools.identity, files=tuple(files), artifacts=tuple(locked[n] for n in sorted(locked))
-    )
-    return Fresh(lock=lock, tables=new_tables, report=Report(tools, results, time.monotonic() - t0))
+
+@contextmanager
+def committing(what: str) -> Iterator[None]:
+    """A step whose files must all land or none: a SIGINT/SIGTERM arriving inside it is held until the
+    step has finished, then raised with `written` set to `what` (the CLI says what was completed).
+
+    Everything before such a step works in temporary folders that the interruption removes; the step
+    itself only renames or writes whole files, so it is short.
+    """
+    from netra import interrupts
+
+    done = False
+    try:
+        with interrupts.deferred():
+            yield
+            done = True
+    except interrupts.Interrupted as e:
+        if done:
+            e.written = what  # type: ignore[attr-defined]
+        raise
 
 
 def write_lock(root: Path, fresh: Fresh) -> None:
     """Tables first, then the lock: the lock is the commit point that names them."""
-    for rel, text in fresh.tables.items():
-        dest = root / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, dest)
-    lock_mod.write(fresh.lock, root / lock_mod.LOCK_PATH)
-
-
-def check_lock(root: Path, fresh: Fresh) -> list[str]:
-    """Every difference between the lock on disk (and its static tables) and what the sources give now."""
-    old = lock_mod.read(root / lock_mod.LOCK_PATH)
-    out = lock_mod.diff(old, fresh.lock)
     for rel, text in sorted(fresh.tables.items()):
-        p = root / rel
-        if not p.is_file() or p.read_text() != text:
-            out.append(f"table {rel}: out of date with the build (regenerated by `netra lock`)")
+        files.atomic_write(Path(root) / rel, text.encode())
+    lock_mod.write(fresh.lock, Path(root) / lock_mod.LOCK_PATH)
+
+
+def differences(root: Path, d: Derived, locked: Lock) -> tuple[Fresh, list[str]]:
+    """Every way the lock on disk and its tables differ from what the tree gives now."""
+    fresh = lock_of(d, locked.toolchains)
+    out = lock_mod.compare(locked, fresh.lock)
+    for rel, text in sorted(fresh.tables.items()):
+        if d.tree_tables.get(rel) != text.encode():
+            state = "missing" if rel not in d.tree_tables else "out of date with the lock and sources"
+            out.append(f"table {rel}: {state} (`netra lock` regenerates it)")
+    out += [f"certification void: {v}" for v in fresh.voided]
+    return fresh, out
+
+
+def verify_tracked(root: Path, locked: Lock) -> None:
+    """The cheap half of the gate (the sdist's): every tracked file present with its locked sha256 and no
+    file where tracked files live that the lock does not know. No compiler runs; the wheel build from
+    the sdist proves the rest."""
+    root = Path(root).resolve()
+    now = {
+        p: (sha256_bytes(files.read_bytes(root, p, limit=files.SOURCE_LIMIT, where=p)), role)
+        for p, role in catalog_mod.tracked_files(root)
+    }
+    fresh = Lock(toolchains=locked.toolchains, files=tuple(TrackedFile(p, h, r) for p, (h, r) in sorted(now.items())),
+                 artifacts=locked.artifacts)  # fmt: skip
+    diffs = lock_mod.compare(locked, fresh)
+    if diffs:
+        raise LockError(
+            f"{lock_mod.LOCK_PATH} does not match the tree ({len(diffs)} difference(s)): {diffs[0]}",
+            LOCK_HINT,
+            tuple(diffs) if len(diffs) > 1 else (),
+        )
+
+
+def check_lock(
+    root: Path, *, jobs: int | None = None, progress: Progress | None = None, tools: dict[str, Tools] | None = None
+) -> list[str]:
+    """`netra lock --check`: the differences, empty when the lock is up to date."""
+    root = Path(root).resolve()
+    _, locked = lock_mod.read_with_bytes(root / lock_mod.LOCK_PATH)
+    with tempfile.TemporaryDirectory(prefix="netra-check-") as tmp:
+        d = derive(root, Path(tmp), tools=tools, jobs=jobs, progress=progress)
+        return differences(root, d, locked)[1]
+
+
+@dataclass
+class Report:
+    tools: dict[str, Tools]
+    examined: list[Examined]
+    lock: Lock
+    lock_bytes: bytes
+    seconds: float
+
+
+def build(
+    root: Path,
+    out_dir: Path | None,
+    *,
+    tools: dict[str, Tools] | None = None,
+    jobs: int | None = None,
+    reference: Path | None = None,
+    keep: Path | None = None,
+    progress: Progress | None = None,
+) -> Report:
+    """Prove the lock is exactly what the sources declare, then publish the code objects into out_dir."""
+    t0 = time.monotonic()
+    root = Path(root).resolve()
+    lock_bytes, locked = lock_mod.read_with_bytes(root / lock_mod.LOCK_PATH)
+    if out_dir is not None:
+        _check_out_dir(Path(out_dir))
+    with tempfile.TemporaryDirectory(prefix="netra-build-") as tmp:
+        d = derive(root, Path(tmp), tools=tools, jobs=jobs, progress=progress)
+        if keep is not None:
+            shutil.copytree(Path(tmp) / "src", keep, dirs_exist_ok=True)
+        _, diffs = differences(root, d, locked)
+        if diffs:
+            if reference is not None:
+                diffs += _first_differences(d, locked, reference)
+            raise LockError(
+                f"{lock_mod.LOCK_PATH} is not what the sources declare ({len(diffs)} difference(s)): {diffs[0]}",
+                LOCK_HINT + _toolchain_hint(d, locked),
+                tuple(diffs) if len(diffs) > 1 else (),
+            )
+        # Checked before anything is published: a refused build leaves no output.
+        if lock_mod.read_with_bytes(root / lock_mod.LOCK_PATH)[0] != lock_bytes:
+            raise LockError(f"{lock_mod.LOCK_PATH} changed during the build", "build again")
+        if out_dir is not None:
+            names = [e.spec.file for e in d.examined]
+            with committing(f"the {len(names)} code objects in {out_dir}"):
+                publish(Path(tmp) / "out", Path(out_dir), names)
+        return Report(d.tools, d.examined, locked, lock_bytes, time.monotonic() - t0)
+
+
+def _toolchain_hint(d: Derived, locked: Lock) -> str:
+    other = [f"{t} with {tc}" for t, tc in sorted(locked.toolchains.items()) if t in d.tools and d.tools[t].identity != tc]
+    return f"; if only the toolchain differs, build {', '.join(other)}" if other else ""
+
+
+def _first_differences(d: Derived, locked: Lock, reference: Path) -> list[str]:
+    out = []
+    for e in d.examined:
+        want = locked.artifact(e.spec.name)
+        if want is None or want.text_sha256 == e.text_sha256:
+            continue
+        theirs = _reference_bytes(reference, e.spec.file)
+        tgt = targets.get(e.spec.target)
+        if theirs is None:
+            out.append(f"{e.spec.name}: {reference} has no {e.spec.file}")
+        else:
+            out.append(f"{e.spec.name}: {tgt.first_difference(d.tools[e.spec.target], e.path, theirs, e.spec)}")
     return out
-
-
-def tree_differences(root: Path, lock: Lock) -> list[str]:
-    """Tracked files missing, altered, or present but unknown to the lock; empty when the tree matches."""
-    missing, altered = [], []
-    for f in lock.files:
-        p = root / f.path
-        if not p.is_file():
-            missing.append(f.path)
-        elif sha256_file(p) != f.sha256:
-            altered.append(f.path)
-    locked_paths = {f.path for f in lock.files}
-    extra = [p for p, _ in catalog_mod.tracked_files(root) if p not in locked_paths]
-    parts = []
-    if missing:
-        parts.append("missing " + ", ".join(missing))
-    if altered:
-        parts.append("altered " + ", ".join(altered))
-    if extra:
-        parts.append("not in the lock " + ", ".join(extra))
-    return parts
-
-
-TREE_HINT = "restore the files (git checkout -- <file>), or if the change is intended run `netra lock`"
-
-
-def verify_tracked(root: Path, lock: Lock) -> None:
-    """Every tracked file present with its locked sha256, and nothing untracked where tracked files live."""
-    parts = tree_differences(root, lock)
-    if parts:
-        raise IntegrityError(f"{lock_mod.LOCK_PATH} does not match the tree ({'; '.join(parts)})", TREE_HINT)
 
 
 def _reference_bytes(reference: Path, spec_file: str) -> bytes | None:
@@ -211,119 +321,30 @@ def _reference_bytes(reference: Path, spec_file: str) -> bytes | None:
     if reference.suffix == ".whl" and reference.is_file():
         import zipfile
 
-        with zipfile.ZipFile(reference) as z:
-            try:
+        try:
+            with zipfile.ZipFile(reference) as z:
                 return z.read(f"{WHEEL_DATA}/{spec_file}")
-            except KeyError:
-                return None
+        except KeyError:
+            return None
+        except (OSError, zipfile.BadZipFile) as e:
+            raise NetraError(f"{reference}: not a readable wheel ({e})", "pass a wheel or a build folder") from None
     raise NetraError(
         f"{reference}: not a build folder or a .whl", "pass a previous `netra build` output or a wheel"
     )
 
 
-def first_difference(tools: Tools, ours: Path, theirs: bytes, mcpu: str) -> str:
-    """The first instruction where two code objects' disassemblies differ, for the mismatch message."""
-    with tempfile.TemporaryDirectory(prefix="netra-ref-") as tmp:
-        ref = Path(tmp) / ours.name
-        ref.write_bytes(theirs)
-        listing = disassemble(tools, [ours, ref], mcpu)
-        a, b = _instructions(listing[ours]), _instructions(listing[ref])
-    for i, ((x, at), (y, _)) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return f"first differing instruction #{i} (at {at}): built `{x}`, reference `{y}`"
-    if len(a) != len(b):
-        return f"instruction counts differ: built {len(a)}, reference {len(b)}"
-    return "disassembly identical (difference is in encoding only)"
+def _check_out_dir(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise NetraError(f"{out}: exists and is not a folder", "pass a folder (or a path that does not exist yet)")
 
 
-def _instructions(listing: str) -> list[tuple[str, str]]:
-    """(instruction, address) pairs from an llvm-objdump listing, whose comments carry the address."""
-    out = []
-    for ln in listing.splitlines():
-        if not ln.startswith(("\t", " ")):
-            continue
-        text, _, comment = ln.partition("//")
-        out.append((" ".join(text.split()), comment.strip().split(":")[0] or "?"))
-    return out
-
-
-def build(
-    root: Path,
-    out_dir: Path | None,
-    *,
-    tools: Tools | None = None,
-    jobs: int | None = None,
-    reference: Path | None = None,
-    keep: Path | None = None,
-    progress: Progress | None = None,
-) -> Report:
-    """Build every locked artifact, gate it against the lock, and only then publish into out_dir."""
-    t0 = time.monotonic()
-    root = Path(root).resolve()
-    lock = lock_mod.read(root / lock_mod.LOCK_PATH)
-    tree = tree_differences(root, lock)
-    if any(not p.startswith("altered") for p in tree):
-        raise IntegrityError(f"{lock_mod.LOCK_PATH} does not match the tree ({'; '.join(tree)})", TREE_HINT)
-    cat = catalog_mod.load(root)
-    specs = []
-    for a in lock.artifacts:
-        spec = cat.artifact(a.name)
-        if spec is None or spec.definitions != a.definitions or spec.template.name != a.template:
-            raise LockError(
-                f"{lock_mod.LOCK_PATH}: artifact {a.name} has no matching recipe in the catalog",
-                "run `netra lock` after changing manifests or templates",
-            )
-        specs.append(spec)
-    tools = tools or discover()
-    with tempfile.TemporaryDirectory(prefix="netra-build-") as tmp:
-        work = Path(tmp)
-        if progress:
-            progress(f"assembling {len(specs)} locked artifacts with {tools.describe()}")
-        results = assemble_all(cat, specs, tools, work, jobs)
-        mismatches = []
-        for r in results:
-            want = lock.artifact(r.spec.name)
-            assert want is not None
-            if r.facts.text_sha256 != want.text_sha256:
-                line = (
-                    f"{r.spec.name}: .text sha256 {r.facts.text_sha256} built with {tools.identity}, "
-                    f"locked {want.text_sha256} with {lock.toolchain}"
-                )
-                if reference is not None:
-                    theirs = _reference_bytes(reference, r.spec.file)
-                    line += "; " + (
-                        first_difference(tools, r.built.path, theirs, r.spec.target)
-                        if theirs is not None
-                        else f"{reference} has no {r.spec.file}"
-                    )
-                mismatches.append(line)
-        # Altered sources are reported after assembly, so the message can name what they changed.
-        where = f" (tree: {'; '.join(tree)})" if tree else ""
-        if mismatches:
-            raise TextMismatchError(
-                f"{len(mismatches)} artifact(s) differ from {lock_mod.LOCK_PATH}{where}: "
-                + " | ".join(mismatches),
-                "if the change is intended run `netra lock`; if only the toolchain differs, "
-                f"build with {lock.toolchain} (set NETRA_LLVM_BINDIR or ROCM_PATH)",
-            )
-        if tree:
-            raise IntegrityError(
-                f"{lock_mod.LOCK_PATH} does not match the tree ({'; '.join(tree)})", TREE_HINT
-            )
-        _refuse_problems(results)
-        if keep is not None:
-            shutil.copytree(work / "src", keep, dirs_exist_ok=True)
-        if out_dir is not None:
-            _publish(work / "out", Path(out_dir), [r.spec.file for r in results])
-    return Report(tools, results, time.monotonic() - t0)
-
-
-def _publish(src: Path, dest: Path, files: list[str]) -> None:
-    """Copy the gated code objects out; each file lands whole (temp name + rename)."""
-    for rel in sorted(files):
+def publish(src: Path, dest: Path, names: list[str]) -> None:
+    """Copy the gated code objects out; each file lands whole under a unique temporary name."""
+    _check_out_dir(dest)
+    for rel in sorted(names):
         target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        shutil.copyfile(src / rel, tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise NetraError(f"{target.parent}: exists and is not a folder", "remove it or pick another output folder") from None
+        files.atomic_write(target, (src / rel).read_bytes())

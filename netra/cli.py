@@ -21,17 +21,20 @@ def _root(arg: str | None) -> Path:
     raise NetraError(f"{here}: not inside a netra source tree (no kernels/ and manifests/)", "pass --root")
 
 
+WRITER_LOCK = "release/.netra-lock"  # flock file of `netra lock` (gitignored, never deleted)
+
+
 def _say(msg: str) -> None:
     print(f"netra: {msg}", file=sys.stderr)
 
 
 def cmd_lock(args: argparse.Namespace) -> int:
-    from netra import build
+    from netra import build, writelock
 
     root = _root(args.root)
-    fresh = build.make_lock(root, jobs=args.jobs, progress=None if args.quiet else _say)
+    progress = None if args.quiet else _say
     if args.check:
-        diffs = build.check_lock(root, fresh)
+        diffs = build.check_lock(root, jobs=args.jobs, progress=progress)
         for d in diffs:
             print(d)
         if diffs:
@@ -39,14 +42,18 @@ def cmd_lock(args: argparse.Namespace) -> int:
                 f"release/manifest.lock is out of date with the sources ({len(diffs)} difference(s) above)",
                 "run `netra lock` and commit the result",
             )
-        print(
-            f"release/manifest.lock is up to date ({len(fresh.lock.artifacts)} artifacts, {len(fresh.lock.files)} files)"
-        )
+        print("release/manifest.lock is up to date with the sources")
         return 0
-    build.write_lock(root, fresh)
+    # One writer at a time: two `netra lock` end with one valid lock and its tables, never a mix.
+    with writelock.exclusive(root / WRITER_LOCK, what="the release lock", notify=progress):
+        fresh = build.make_lock(root, jobs=args.jobs, progress=progress)
+        for v in fresh.voided:
+            _say(f"certification void: {v}; run `netra certify` on that GPU class again")
+        with build.committing("release/manifest.lock and its tables"):
+            build.write_lock(root, fresh)
     print(
         f"wrote release/manifest.lock: {len(fresh.lock.artifacts)} artifacts, {len(fresh.lock.files)} files, "
-        f"{fresh.lock.toolchain}"
+        f"{fresh.lock.describe_toolchains()}"
     )
     return 0
 
@@ -63,9 +70,10 @@ def cmd_build(args: argparse.Namespace) -> int:
         keep=Path(args.keep) if args.keep else None,
         progress=None if args.quiet else _say,
     )
+    chains = ", ".join(f"{t}: {tools.identity}" for t, tools in sorted(report.tools.items()))
     print(
-        f"built {len(report.results)} artifacts into {args.out} in {report.seconds:.2f}s with "
-        f"{report.tools.identity}: every .text matches the lock, every static check passed"
+        f"built {len(report.examined)} artifacts into {args.out} in {report.seconds:.2f}s with {chains}: "
+        "the lock is exactly what the sources declare, every static check passed"
     )
     return 0
 
@@ -114,6 +122,32 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if report["ok"] else 1
 
 
+def cmd_certify(args: argparse.Namespace) -> int:
+    """Run and time every candidate of a class's table on this host's GPU; write the certified table."""
+    from netra import certify
+
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        raise NetraError(
+            "netra certify needs numpy (the float64 reference), which is not installed",
+            "pip install 'netra-kernel[certify]'",
+        ) from None
+    out = Path(args.out) if args.out else Path.cwd() / f"{args.gpu_class}.json"
+    table = certify.certify(args.gpu_class, progress=None if args.quiet else _say, seed=args.seed)
+    certify.write(table, out)
+    counts: dict[str, int] = {}
+    for e in table["entries"]:
+        for c in e["candidates"]:
+            counts[c["maturity"]] = counts.get(c["maturity"], 0) + 1
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    print(f"wrote {out}: {len(table['entries'])} contracts, candidates {summary}")
+    print(
+        f"next: copy it to release/tables/{args.gpu_class}.json in the source tree, run `netra lock`, commit both"
+    )
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="netra", description="Locked, certified ahead-of-time GPU kernels.")
     p.add_argument("--version", action="version", version=f"netra {__version__}")
@@ -152,6 +186,15 @@ def parser() -> argparse.ArgumentParser:
     vw.add_argument("--root", help="source tree whose release/manifest.lock to use")
     vw.set_defaults(func=cmd_verify_wheel)
 
+    ce = sub.add_parser(
+        "certify", help="run, judge and time every candidate on this host's GPU; write the table"
+    )
+    ce.add_argument("--gpu-class", required=True, help="the class to certify (this host's GPU must be of it)")
+    ce.add_argument("--out", help="where to write the certified table (default: ./<class>.json)")
+    ce.add_argument("--seed", type=int, default=0, help="seed of the test vectors (recorded in the table)")
+    ce.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    ce.set_defaults(func=cmd_certify)
+
     d = sub.add_parser("doctor", help="verify this install file by file; report GPUs and runtime libraries")
     d.add_argument("--json", action="store_true", help="the report as JSON (schema: docs/doctor.md)")
     d.add_argument("--require-gpu", action="store_true", help="also exit 1 unless a certified GPU is found")
@@ -161,14 +204,24 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    from netra import interrupts
+
     try:
-        return int(args.func(args))
+        with interrupts.handled():
+            args = parser().parse_args(argv)
+            return int(args.func(args))
     except NetraError as e:
         print(f"netra: error: {e}", file=sys.stderr)
+        for line in e.details:
+            print(f"  {line}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as e:
+        written = getattr(e, "written", None)  # set when the signal came during a commit (build.committing)
+        if written:
+            print(f"netra: interrupted once {written} had been written whole; nothing is partial", file=sys.stderr)
+        else:
+            print("netra: interrupted: nothing was written", file=sys.stderr)
+        return interrupts.exit_code(e)
 
 
 if __name__ == "__main__":

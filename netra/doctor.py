@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from typing import Any
 from netra import __version__, gpus, installed, layout, libs, tables
 from netra.errors import NetraError
 from netra.installed import Install
-from netra.lock import Lock
+from netra.lock import Lock, LockedArtifact
 
 SCHEMA = 1
 _PARALLEL_FILES = 64  # below these, threads cost more than they save
@@ -37,37 +36,42 @@ class Item:
     name: str  # as the report names it: relative to the install root
     kind: str  # lock, build_record, table, manifest, source, code_object
     sha256: str | None  # whole-file sha256 expected
-    text_sha256: str | None  # .text sha256 expected (code objects)
     expected_from: str  # "lock", "build.json"
-
-
-def _text_sha256(data: bytes, name: str) -> str:
-    from netra.codeobject import text_sha256
-
-    try:
-        return text_sha256(data, name)
-    except NetraError as e:
-        return f"unreadable ({e.message})"
+    artifact: LockedArtifact | None = None  # for code objects: what the lock says of it
 
 
 def _check(item: Item) -> tuple[int, dict[str, Any] | None]:
     """(bytes read, None when intact or the problem as report data). Reads the file once."""
+    from netra import files
+    from netra.errors import MissingFileError
+
     try:
-        with open(item.path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
+        data = files.read_path(item.path, limit=files.CODE_OBJECT_LIMIT, what=item.name)
+    except MissingFileError:
         return 0, {"path": item.name, "kind": item.kind, "problem": "missing", "expected": _expected(item)}
-    except OSError as e:
-        return 0, {"path": item.name, "kind": item.kind, "problem": "unreadable", "detail": str(e)}
+    except NetraError as e:
+        return 0, {"path": item.name, "kind": item.kind, "problem": "unreadable", "detail": e.message}
     out: dict[str, Any] = {}
-    if item.sha256 is not None:
-        got = hashlib.sha256(data).hexdigest()
-        if got != item.sha256:
-            out["sha256"] = {"expected": item.sha256, "found": got, "from": item.expected_from}
-    if item.text_sha256 is not None:
-        got = _text_sha256(data, item.name)
-        if got != item.text_sha256:
-            out["text_sha256"] = {"expected": item.text_sha256, "found": got, "from": "lock"}
+    got = hashlib.sha256(data).hexdigest()
+    if item.sha256 is not None and got != item.sha256:
+        out["sha256"] = {"expected": item.sha256, "found": got, "from": item.expected_from}
+    a = item.artifact
+    if a is not None and got != a.code_sha256:
+        # Not the exact bytes `netra lock` examined (another toolchain built it): hold its machine
+        # code and launch data to the lock.
+        from netra import targets
+
+        tgt = targets.get(a.target)
+        try:
+            text = tgt.text_sha256(data, a.name, item.name)
+            if text != a.text_sha256:
+                out["text_sha256"] = {"expected": a.text_sha256, "found": text, "from": "lock"}
+            else:
+                launch = tgt.launch_digest(data, a.name, item.name)
+                if launch != a.launch_sha256:
+                    out["launch_sha256"] = {"expected": a.launch_sha256, "found": launch, "from": "lock"}
+        except NetraError as e:
+            out["parse"] = e.message
     if not out:
         return len(data), None
     return len(data), {"path": item.name, "kind": item.kind, "problem": "altered", "checks": out}
@@ -77,8 +81,8 @@ def _expected(item: Item) -> dict[str, str]:
     e = {}
     if item.sha256:
         e["sha256"] = item.sha256
-    if item.text_sha256:
-        e["text_sha256"] = item.text_sha256
+    if item.artifact is not None:
+        e["text_sha256"] = item.artifact.text_sha256
     return e
 
 
@@ -89,12 +93,19 @@ def _record_digest(inst: Install) -> dict[str, str] | None:
     site = inst.root.parent.parent
     for rec in sorted(site.glob("netra_kernel-*.dist-info/RECORD")):
         out: dict[str, str] = {}
-        for line in rec.read_text().splitlines():
+        try:
+            text = rec.read_text()
+        except (OSError, UnicodeDecodeError):
+            return {}
+        for line in text.splitlines():
             path, _, rest = line.partition(",")
             digest = rest.partition(",")[0]
             if path.startswith(layout.PACKAGE_DATA + "/") and digest.startswith("sha256="):
                 b64 = digest[len("sha256=") :]
-                raw = base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4))
+                try:
+                    raw = base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4))
+                except ValueError:
+                    continue
                 out[path[len(layout.PACKAGE_DATA) + 1 :]] = raw.hex()
         return out
     return None
@@ -117,68 +128,68 @@ class _Report:
         self.files[bucket].append(entry)
 
 
-def _items(inst: Install, lock: Lock, built: dict[str, Any] | None) -> list[Item]:
+def _items(inst: Install, lock: Lock, record: Any) -> list[Item]:
     """Every file the lock implies for this install: layout.members for a wheel, the tree for a checkout."""
     items: list[Item] = []
     if inst.kind == "wheel":
-        code = (built or {}).get("code_objects", {}) if isinstance(built, dict) else {}
+        code = record.code_objects if record is not None else {}
         for m in layout.members(lock):
             if m.kind in ("lock", "build_record"):
                 continue  # checked by binding, before everything else
-            sha = m.sha256
-            src = "lock"
             if m.kind == "code_object":
-                rec = code.get(m.data_path) if isinstance(code, dict) else None
-                sha = rec.get("sha256") if isinstance(rec, dict) else None
-                src = "build.json"
-            items.append(Item(inst.root / m.data_path, m.data_path, m.kind, sha, m.text_sha256, src))
+                rec = code.get(m.data_path)
+                items.append(Item(inst.root / m.data_path, m.data_path, m.kind, rec.sha256 if rec else None,
+                                  "build.json", lock.artifact(m.origin)))  # fmt: skip
+            else:
+                items.append(Item(inst.root / m.data_path, m.data_path, m.kind, m.sha256, "lock"))
         return items
     for f in lock.files:
-        items.append(Item(inst.root / f.path, f.path, f.role, f.sha256, None, "lock"))
+        items.append(Item(inst.root / f.path, f.path, f.role, f.sha256, "lock"))
     for a in lock.artifacts:
         rel = f"{installed.EDITABLE_BUILD}/{a.file}"
-        items.append(Item(inst.root / rel, rel, "code_object", None, a.text_sha256, "lock"))
+        items.append(Item(inst.root / rel, rel, "code_object", None, "lock", a))
     return sorted(items, key=lambda i: i.name)
 
 
 def verify(inst: Install) -> dict[str, Any]:
     """Check every file of the install; the report's lock/files/problems parts. Never raises for damage."""
+    from netra import files
     from netra import lock as lock_mod
 
     rep = _Report(inst)
     lock_info: dict[str, Any] = {"path": str(inst.lock_file), "sha256": None}
+    lock_name = _name(inst, inst.lock_file)
     try:
-        lock_raw = inst.lock_file.read_bytes()
-    except OSError:
-        rep.fail({"path": _name(inst, inst.lock_file), "kind": "lock", "problem": "missing", "expected": {}})
-        rep.problems.append(f"{inst.lock_file}: the release lock is missing; fix: {inst.reinstall}")
+        lock_raw = files.read_path(inst.lock_file, limit=files.LOCK_LIMIT, what=lock_name)
+    except NetraError as e:
+        rep.fail(
+            {"path": lock_name, "kind": "lock", "problem": "missing", "expected": {}, "detail": e.message}
+        )
+        rep.problems.append(
+            f"{inst.lock_file}: the release lock is missing or unreadable ({e.message}); fix: {inst.reinstall}"
+        )
         return {"lock": lock_info, "files": rep.files, "problems": rep.problems, "lock_obj": None}
     lock_sha = hashlib.sha256(lock_raw).hexdigest()
     lock_info["sha256"] = lock_sha
     rep.files["checked"] += 1
     rep.files["bytes"] += len(lock_raw)
-    try:
-        lock = lock_mod.parse_installed(lock_raw, _peek_record(inst), str(inst.lock_file))
+    lock: Lock | None = None
+    try:  # the TOML itself, always: doctor holds build.json's copy to it
+        lock = lock_mod.loads(lock_raw, lock_name)
     except NetraError as e:
-        rep.fail(
-            {
-                "path": _name(inst, inst.lock_file),
-                "kind": "lock",
-                "problem": "altered",
-                "checks": {"parse": str(e)},
-            }
-        )
-        rep.problems.append(f"{inst.lock_file}: not a readable lock ({e}); fix: {inst.reinstall}")
+        rep.fail({"path": lock_name, "kind": "lock", "problem": "altered", "checks": {"parse": e.message}})
+    record = None
+    if inst.build_record is not None:
+        record = _check_build_record(inst, lock, lock_raw, rep, lock_info)
+        if lock is None and record is not None:
+            lock = record.lock  # the TOML is damaged: check the rest against build.json's copy
+    if lock is None:
+        _problems(inst, rep)
         return {"lock": lock_info, "files": rep.files, "problems": rep.problems, "lock_obj": None}
     lock_info.update(
-        toolchain=str(lock.toolchain), artifacts=len(lock.artifacts), tracked_files=len(lock.files)
+        toolchain=lock.describe_toolchains(), artifacts=len(lock.artifacts), tracked_files=len(lock.files)
     )
-
-    built: dict[str, Any] | None = None
-    if inst.build_record is not None:
-        built = _check_build_record(inst, lock, lock_sha, lock_raw, rep, lock_info)
-
-    items = _items(inst, lock, built)
+    items = _items(inst, lock, record)
     if len(items) >= _PARALLEL_FILES and _total_size(items) >= _PARALLEL_BYTES:
         # hashlib releases the GIL on large buffers: a big install hashes on every core.
         from concurrent.futures import ThreadPoolExecutor  # imports logging: only when worth it
@@ -195,6 +206,32 @@ def verify(inst: Install) -> dict[str, Any]:
     if inst.kind == "wheel":
         known = {it.name for it in items} | {"manifest.lock", layout.BUILD_RECORD}
         rep.files["unexpected"] = [rel for rel in _walk(str(inst.root)) if rel not in known]
+    broken = {e["path"] for e in rep.files["missing"] + rep.files["altered"]}
+    rep.files["invalid_tables"] = _table_problems(inst, lock, broken)
+    _problems(inst, rep)
+    return {"lock": lock_info, "files": rep.files, "problems": rep.problems, "lock_obj": lock}
+
+
+def _table_problems(inst: Install, lock: Lock, broken: set[str]) -> list[dict[str, str]]:
+    """Every intact table must parse and reference exactly the class's locked artifacts."""
+    out = []
+    for f in lock.files_with_role("table"):
+        cls = tables.gpu_class_of(f.path)
+        name = layout.data_path(f.path) if inst.kind == "wheel" else f.path
+        path = inst.tracked(f.path)
+        if cls is None or path is None or name in broken:
+            continue
+        try:
+            t = tables.loads(path.read_bytes(), name, cls)
+            wrong = tables.against_lock(t, lock)
+        except (OSError, NetraError) as e:
+            wrong = [getattr(e, "message", str(e))]
+        if wrong:
+            out.append({"path": str(name), "gpu_class": cls, "problem": wrong[0], "count": str(len(wrong))})
+    return out
+
+
+def _problems(inst: Install, rep: _Report) -> None:
     for m in rep.files["missing"]:
         fix = inst.rebuild if m["kind"] == "code_object" else inst.reinstall
         rep.problems.append(f"missing {m['kind']} {m['path']}; fix: {fix}")
@@ -205,10 +242,14 @@ def verify(inst: Install) -> dict[str, Any]:
             else f"{k}: {v}"
             for k, v in a.get("checks", {}).items()
         ) or a.get("detail", "")
-        rep.problems.append(f"altered {a['kind']} {a['path']}: {what}; fix: {inst.reinstall}")
+        fix = inst.rebuild if a["kind"] == "code_object" else inst.reinstall
+        rep.problems.append(f"{a['problem']} {a['kind']} {a['path']}: {what}; fix: {fix}")
     for u in rep.files["unexpected"]:
         rep.problems.append(f"unexpected file {u} (not in the lock); fix: {inst.reinstall}")
-    return {"lock": lock_info, "files": rep.files, "problems": rep.problems, "lock_obj": lock}
+    for t in rep.files.get("invalid_tables", []):
+        rep.problems.append(
+            f"invalid table {t['path']} ({t['gpu_class']}): {t['problem']}; fix: {inst.reinstall}"
+        )
 
 
 def _total_size(items: list[Item]) -> int:
@@ -222,10 +263,10 @@ def _total_size(items: list[Item]) -> int:
 def _walk(root: str) -> list[str]:
     """Every file under root, relative with forward slashes, bytecode caches skipped."""
     out = []
-    for d, dirs, files in os.walk(root):
+    for d, dirs, names in os.walk(root):
         dirs[:] = sorted(x for x in dirs if x != "__pycache__")
         rel = os.path.relpath(d, root).replace(os.sep, "/")
-        out += [f if rel == "." else f"{rel}/{f}" for f in sorted(files)]
+        out += [f if rel == "." else f"{rel}/{f}" for f in sorted(names)]
     return out
 
 
@@ -236,82 +277,57 @@ def _name(inst: Install, p: Path) -> str:
         return str(p)
 
 
-def _peek_record(inst: Install) -> dict[str, Any] | None:
-    """build.json as JSON, or None: only to reach its bound copy of the lock (checked in full below)."""
-    if inst.build_record is None:
-        return None
-    try:
-        record = json.loads(inst.build_record.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
 def _check_build_record(
-    inst: Install, lock: Lock, lock_sha: str, lock_raw: bytes, rep: _Report, lock_info: dict[str, Any]
-) -> dict[str, Any] | None:
+    inst: Install, lock: Lock | None, lock_raw: bytes, rep: _Report, lock_info: dict[str, Any]
+) -> Any:
+    """build.json read whole (layout.read_record), held to the TOML lock and to the wheel's RECORD."""
+    from netra import files
+    from netra import lock as lock_mod
+
     path = inst.build_record
     assert path is not None
     try:
-        raw = path.read_bytes()
-    except OSError:
-        rep.fail({"path": layout.BUILD_RECORD, "kind": "build_record", "problem": "missing", "expected": {}})
-        return None
-    rep.files["checked"] += 1
-    rep.files["bytes"] += len(raw)
-    try:
-        built = json.loads(raw)
-        if not isinstance(built, dict) or not isinstance(built.get("code_objects"), dict):
-            raise ValueError("no code_objects")
-    except ValueError as e:
+        raw = files.read_path(path, limit=files.LOCK_LIMIT, what=layout.BUILD_RECORD)
+    except NetraError as e:
         rep.fail(
             {
                 "path": layout.BUILD_RECORD,
                 "kind": "build_record",
-                "problem": "altered",
-                "checks": {"parse": str(e)},
+                "problem": "missing",
+                "expected": {},
+                "detail": e.message,
             }
         )
         return None
-    checks: dict[str, Any] = {}
-    bound = built.get("lock_sha256")
-    lock_info["bound_to_build_record"] = bound == lock_sha
-    if bound != lock_sha:
-        checks["lock_sha256"] = {"expected": lock_sha, "found": bound, "from": "manifest.lock"}
-    for a in lock.artifacts:
-        rec = built["code_objects"].get(a.file)
-        if not isinstance(rec, dict) or rec.get("text_sha256") != a.text_sha256:
-            checks[f"code_objects[{a.file}]"] = {
-                "expected": a.text_sha256,
-                "found": rec.get("text_sha256") if isinstance(rec, dict) else None,
-                "from": "lock",
-            }
-    extra = sorted(set(built["code_objects"]) - {a.file for a in lock.artifacts})
-    if extra:
-        checks["code_objects"] = f"entries not in the lock: {', '.join(extra)}"
-    record = _record_digest(inst)
-    lock_info["record"] = "absent" if record is None else "match"
-    if record is not None:
+    rep.files["checked"] += 1
+    rep.files["bytes"] += len(raw)
+    record = None
+    lock_sha = hashlib.sha256(lock_raw).hexdigest()
+    try:
+        record = layout.read_record(raw, lock_raw, layout.BUILD_RECORD, "manifest.lock", inst.reinstall)
+        lock_info["bound_to_build_record"] = True
+    except NetraError as e:
+        bound = "disagree: the build record was made for lock" in e.message
+        lock_info["bound_to_build_record"] = not bound and None
+        who = "manifest.lock" if bound else layout.BUILD_RECORD
+        rep.fail({"path": who, "kind": "lock" if bound else "build_record", "problem": "altered",
+                  "checks": {"build_record": e.message}})  # fmt: skip
+    if record is not None and lock is not None and lock_mod.to_dict(record.lock) != lock_mod.to_dict(lock):
+        rep.fail({"path": "manifest.lock", "kind": "lock", "problem": "altered",
+                  "checks": {"content": "differs from build.json's bound copy of the lock"}})  # fmt: skip
+    digest = _record_digest(inst)
+    lock_info["record"] = "absent" if digest is None else "match"
+    if digest is not None:
         for name, have in (
             ("manifest.lock", lock_sha),
             (layout.BUILD_RECORD, hashlib.sha256(raw).hexdigest()),
         ):
-            want = record.get(name)
+            want = digest.get(name)
             if want != have:
                 lock_info["record"] = "mismatch"
-                rep.fail(
-                    {
-                        "path": name,
-                        "kind": "lock" if name == "manifest.lock" else "build_record",
-                        "problem": "altered",
-                        "checks": {"sha256": {"expected": want, "found": have, "from": "RECORD"}},
-                    }
-                )
-    if checks:
-        rep.fail(
-            {"path": layout.BUILD_RECORD, "kind": "build_record", "problem": "altered", "checks": checks}
-        )
-    return built
+                rep.fail({"path": name, "kind": "lock" if name == "manifest.lock" else "build_record",
+                          "problem": "altered", "checks": {"sha256": {"expected": want, "found": have, "from": "RECORD"}}})  # fmt: skip
+    return record
 
 
 def certification(inst: Install, lock: Lock | None, broken: set[str]) -> dict[str, Any]:
@@ -356,6 +372,7 @@ def run(
     gpu_list = []
     for g in found.gpus:
         c = certified.get(g.gpu_class)
+        maturity = c.get("maturity") if c else None
         gpu_list.append(
             {
                 "vendor": g.vendor,
@@ -364,15 +381,25 @@ def run(
                 "index": g.index,
                 "source": g.source,
                 "certified": c is not None,
-                "maturity": c.get("maturity") if c else None,
+                "maturity": maturity,
+                # what the runtime's default policy serves on this GPU
+                "serves_by_default": bool(maturity and maturity.get("accepted")),
             }
         )
     problems = list(v["problems"])
     intact = not problems
-    if require_gpu and not any(g["certified"] for g in gpu_list):
+    if require_gpu and not any(g["serves_by_default"] for g in gpu_list):
         seen = ", ".join(f"{g['class']} ({g['name']})" for g in gpu_list) or "none"
-        listed = ", ".join(sorted(certified)) or "none"
-        problems.append(f"no GPU of a certified class on this host: found {seen}; certified: {listed}")
+        listed = (
+            ", ".join(
+                f"{cls} ({(c.get('maturity') or {}).get('accepted', 0)} accepted)"
+                for cls, c in sorted(certified.items())
+            )
+            or "none"
+        )
+        problems.append(
+            f"no GPU on this host has accepted kernels in this install: found {seen}; classes: {listed}"
+        )
     return {
         "schema": SCHEMA,
         "netra_version": __version__,
@@ -410,14 +437,14 @@ def render(r: dict[str, Any]) -> str:
         what = f"{lk.get('toolchain', '?')}, {lk.get('artifacts', '?')} artifacts"
         lines.append(f"lock: sha256 {lk['sha256']} ({what}), {bind}{rec}")
     f = r["files"]
-    bad = len(f["missing"]) + len(f["altered"]) + len(f["unexpected"])
+    bad = len(f["missing"]) + len(f["altered"]) + len(f["unexpected"]) + len(f.get("invalid_tables", []))
     lines.append(
         f"files: {f['checked']} checked ({f['bytes']} bytes) in {r['seconds']['verify'] * 1e3:.1f} ms: "
         + (
             "all intact"
             if not bad
             else f"{len(f['missing'])} missing, {len(f['altered'])} altered, "
-            f"{len(f['unexpected'])} unexpected"
+            f"{len(f['unexpected'])} unexpected, {len(f.get('invalid_tables', []))} invalid tables"
         )
     )
     for cls, c in sorted(r["certified_classes"].items()):
@@ -430,9 +457,16 @@ def render(r: dict[str, Any]) -> str:
             lines.append(f"certified: {cls}: table {c['table']} is not intact")
     if r["gpus"]:
         for g in r["gpus"]:
+            if g["serves_by_default"]:
+                state = f"certified by this install ({g['maturity']['accepted']} accepted kernels served by default)"
+            elif g["certified"]:
+                state = (
+                    "its class is in this install but nothing is accepted: the default policy serves nothing"
+                )
+            else:
+                state = "NOT certified by this install"
             lines.append(
-                f"gpu: {g['class']} ({g['name']}, {g['vendor']} #{g['index']} via {g['source']}): "
-                + ("certified by this install" if g["certified"] else "NOT certified by this install")
+                f"gpu: {g['class']} ({g['name']}, {g['vendor']} #{g['index']} via {g['source']}): {state}"
             )
     else:
         lines.append("gpu: none found (" + "; ".join(r["gpu_detection"]) + ")")

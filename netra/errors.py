@@ -8,12 +8,17 @@ from __future__ import annotations
 
 
 class NetraError(Exception):
-    """Base class: a message naming the object at fault and a hint with the fix."""
+    """Base class: a message naming the object at fault and a hint with the fix.
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    `details` holds one line per problem when an error lists several (the CLI prints them one per
+    line under the message); `str()` stays one line.
+    """
+
+    def __init__(self, message: str, hint: str | None = None, details: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.details = tuple(details)
 
     def __str__(self) -> str:
         return f"{self.message}; hint: {self.hint}" if self.hint else self.message
@@ -71,6 +76,14 @@ class HipError(NetraError):
     """A HIP call failed; the message carries hipGetErrorName/hipGetErrorString."""
 
 
+class CudaError(NetraError):
+    """A CUDA driver call failed; the message carries cuGetErrorName/cuGetErrorString."""
+
+
+class CertificationError(NetraError):
+    """`netra certify` cannot run, or its result cannot be written (not a kernel's failed check)."""
+
+
 class KernargError(NetraError, ValueError):
     """Kernel arguments that do not fit the kernel's kernarg layout (missing, extra, or out of range)."""
 
@@ -85,3 +98,54 @@ class TableError(NetraError):
 
 class NoGPUError(UncertifiedGPUClassError):
     """No GPU class was given and none was detected: there is nothing to open a catalog for."""
+
+
+class PathError(NetraError):
+    """A path that must not be followed or read: malformed, outside the tree, a symlink, not a regular file."""
+
+
+class FileTooLargeError(NetraError):
+    """A file over the size limit for what it should be (netra/files.py): refused instead of read whole."""
+
+
+class UnreadableFileError(NetraError):
+    """A file that exists but cannot be read: permission denied, an I/O error, or text that is not UTF-8."""
+
+
+class ToolError(NetraError):
+    """An external tool (llvm-mc, ld.lld, llvm-objdump, nvcc) could not be run to completion."""
+
+
+class ToolTimeoutError(ToolError):
+    """A tool ran past its time limit; it was killed with its whole process group."""
+
+
+class ToolCrashError(ToolError):
+    """A tool was killed by a signal (SIGSEGV, SIGABRT, ...) instead of exiting."""
+
+
+class ToolOutputError(ToolError):
+    """A tool printed more on stdout than the caller's limit; it was killed rather than truncated."""
+
+
+class ToolInterruptedError(ToolError):
+    """A tool was killed because netra itself is being interrupted (SIGINT, SIGTERM, SIGHUP)."""
+
+
+class BusyError(NetraError):
+    """Another netra process holds the write lock this one needs, and waiting for it timed out."""
+
+
+class StrictModeError(NetraError):
+    """netra.torch strict mode: a call would have run the PyTorch composite instead of a certified kernel.
+
+    The message names the contract and the fallback reason; `contract`, `code` and `reason` carry them.
+    """
+
+    def __init__(
+        self, message: str, hint: str | None = None, *, contract: str = "", code: str = "", reason: str = ""
+    ) -> None:
+        super().__init__(message, hint)
+        self.contract = contract
+        self.code = code
+        self.reason = reason

@@ -20,14 +20,17 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from netra import libs
+from netra.devops import DeviceOps
 from netra.errors import HipError, RuntimeUnavailableError
-from netra.kernarg import KernargError
+from netra.launch import Extra as _Extra
+from netra.launch import LaunchArgs, launch_args
 from netra.runtime import Kernel
+
+__all__ = ["Extra", "Hip", "LaunchArgs", "launch_args"]
 
 # hip_runtime_api.h (ROCm 5.x-7.x, unchanged): values of the `extra` array markers. Note they differ from
 # CUDA's CU_LAUNCH_PARAM_* (END is 0x00 there), so an array built for one runtime is wrong for the other.
@@ -41,44 +44,12 @@ HIP_INSTALL_HINT = (
 )
 
 
-@dataclass(frozen=True)
-class LaunchArgs:
-    """Everything hipModuleLaunchKernel needs besides the function and stream, computed without HIP."""
-
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    shared_bytes: int
-    kernargs: bytes
-
-
-def launch_args(kernel: Kernel, rows: int, args: Mapping[str, Any] | bytes) -> LaunchArgs:
-    """Grid for `rows`, the table's block, dynamic LDS, and the kernarg segment (packed here from a
-    mapping of argument values, or given already packed as exactly kernarg.size bytes)."""
-    if isinstance(args, (bytes, bytearray)):
-        if len(args) != kernel.kernarg.size:
-            raise KernargError(
-                f"{kernel.artifact}: packed kernel arguments are {len(args)} bytes, "
-                f"the layout has {kernel.kernarg.size}",
-                "pack them with kernel.pack(**args)",
-            )
-        packed = bytes(args)
-    else:
-        packed = kernel.pack(**args)
-    return LaunchArgs(kernel.grid(rows), kernel.block, kernel.dynamic_lds_bytes, packed)
-
-
-class Extra:
-    """The `extra` array and the memory it points to, kept alive together for the duration of a launch."""
+class Extra(_Extra):
+    """HIP's `extra` array: {BUFFER_POINTER, buffer, BUFFER_SIZE, &size, END} with HIP's marker values."""
 
     def __init__(self, kernargs: bytes) -> None:
-        self.buffer = (ctypes.c_char * max(1, len(kernargs))).from_buffer_copy(kernargs or b"\0")
-        self.size = ctypes.c_size_t(len(kernargs))
-        self.array = (ctypes.c_void_p * 5)(
-            HIP_LAUNCH_PARAM_BUFFER_POINTER,
-            ctypes.addressof(self.buffer),
-            HIP_LAUNCH_PARAM_BUFFER_SIZE,
-            ctypes.addressof(self.size),
-            HIP_LAUNCH_PARAM_END,
+        super().__init__(
+            kernargs, HIP_LAUNCH_PARAM_BUFFER_POINTER, HIP_LAUNCH_PARAM_BUFFER_SIZE, HIP_LAUNCH_PARAM_END
         )
 
 
@@ -95,8 +66,19 @@ def _load(candidates: Sequence[str]) -> tuple[ctypes.CDLL, str]:
     )
 
 
-class Hip:
+class Hip(DeviceOps):
     """One process's HIP module loader: handles cached per (device, artifact), launches on caller streams."""
+
+    OPS: ClassVar[dict[str, str | tuple[str, ...]]] = {
+        "alloc": "hipMalloc", "free": "hipFree", "upload": "hipMemcpyHtoD", "download": "hipMemcpyDtoH",
+        "copy": "hipMemcpyDtoD", "fill": "hipMemsetD8", "synchronize": "hipDeviceSynchronize",
+        "stream_create": "hipStreamCreateWithFlags", "stream_destroy": "hipStreamDestroy",
+        "event_create": "hipEventCreateWithFlags", "event_record": "hipEventRecord",
+        "event_synchronize": "hipEventSynchronize", "event_elapsed": "hipEventElapsedTime",
+        "event_destroy": "hipEventDestroy", "capture_begin": "hipStreamBeginCapture",
+        "capture_end": "hipStreamEndCapture", "graph_instantiate": "hipGraphInstantiateWithFlags",
+        "graph_launch": "hipGraphLaunch", "graph_exec_destroy": "hipGraphExecDestroy", "graph_destroy": "hipGraphDestroy",
+    }  # fmt: skip
 
     def __init__(self, library: str | Path | None = None) -> None:
         if library is not None:
@@ -127,10 +109,39 @@ class Hip:
         L.hipGetErrorString.restype = ctypes.c_char_p
         L.hipGetErrorName.argtypes = [ctypes.c_int]
         L.hipGetErrorName.restype = ctypes.c_char_p
-        for f in (L.hipModuleLoadData, L.hipModuleGetFunction, L.hipModuleLaunchKernel, L.hipGetDevice):
+        L.hipDeviceGetName.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
+        L.hipDriverGetVersion.argtypes = [ctypes.POINTER(ctypes.c_int)]
+        for f in (L.hipModuleLoadData, L.hipModuleGetFunction, L.hipModuleLaunchKernel, L.hipGetDevice,
+                  L.hipDeviceGetName, L.hipDriverGetVersion):  # fmt: skip
             f.restype = ctypes.c_int
+        self._bind_ops(lambda n: RuntimeUnavailableError(f"{self.library} has no {n}: ROCm is too old", HIP_INSTALL_HINT))
         self._functions: dict[tuple[int, str], tuple[int, int, bytes]] = {}
         self._mutex = threading.Lock()
+
+    def check(self, rc: int, what: str) -> None:
+        self._check(rc, what)
+
+    def context(self) -> int:
+        return 0  # HIP has no context to make current: the current device is used
+
+    def device_name(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        self._check(self.lib.hipDeviceGetName(buf, 256, self.device()), "hipDeviceGetName")
+        return buf.value.decode(errors="replace")
+
+    def driver_version(self) -> str:
+        v = ctypes.c_int(0)
+        self._check(self.lib.hipDriverGetVersion(ctypes.byref(v)), "hipDriverGetVersion")
+        return f"{v.value // 10_000_000}.{v.value // 100_000 % 100}"
+
+    def gpu_class(self) -> str:
+        """The current device's gfx target, from the KFD topology (HIP's device properties struct changes
+        layout between ROCm releases; sysfs does not)."""
+        from netra import gpus
+
+        found, _ = gpus.amd_sysfs()
+        index = self.device()
+        return found[index].gpu_class if index < len(found) else "unknown"
 
     def _check(self, rc: int, what: str) -> None:
         if rc != HIP_SUCCESS:

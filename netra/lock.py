@@ -1,36 +1,48 @@
 """release/manifest.lock: what a release must contain, bit for bit.
 
-The lock records every tracked file (sha256 and role), every artifact (its recipe and the sha256 of its
-machine code, .text, plus the static facts read from the code object) and the toolchain the hashes were
-made with. Only `netra lock` writes it; everything downstream (build gate, wheel gate, runtime, doctor)
-reads it and never changes it.
+The lock records every tracked file (sha256 and role), every artifact (its recipe; the sha256 of its
+machine code, of what it launches with and of the whole code object; the static facts read from it)
+and, per GPU class, the toolchain the hashes were made with. Only `netra lock` writes it; everything
+downstream (build gate, wheel gate, runtime, doctor) reads it through `from_dict`, one strict schema,
+and never changes it.
+
+Across toolchains (ROCm's LLVM against Debian's, say) a code object's bytes may differ in packaging
+(section layout, .comment); `.text` and the launch digest (descriptor and metadata) may not. So
+`code_sha256` is compared only when the toolchain is the locked one (`compare`).
 """
 
 from __future__ import annotations
 
-import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from netra import schema as s
 from netra.errors import LockError
 
-SCHEMA = 1
+SCHEMA = 2
 LOCK_PATH = "release/manifest.lock"
 ROLES = ("manifest", "source", "table")
+FLAVOURS = ("llvm", "nvcc", "rocm")
 HEADER = (
     "# release/manifest.lock: written by `netra lock`; do not edit by hand.\n"
     "# `netra lock --check` fails when it is out of date with kernels/, manifests/ or release/tables/.\n"
 )
+HINT = "regenerate it with `netra lock` (or restore it from version control: git checkout -- release/manifest.lock)"
+_CLASS = re.compile(r"[a-z][a-z0-9_]*")
+_VERSION = re.compile(r"[0-9][0-9A-Za-z.+_-]*")
+_UPPER = re.compile(r"[A-Z][A-Z0-9_]*")
+_FACT = re.compile(r"[a-z][a-z0-9_]*")
 
 
 @dataclass(frozen=True)
 class Toolchain:
-    flavour: str  # "rocm" or "llvm"
-    version: str  # e.g. "22.1.8"
+    flavour: str  # "llvm", "rocm" (AMD) or "nvcc" (NVIDIA)
+    version: str  # e.g. "22.1.8", "13.0.88"
 
     def __str__(self) -> str:
-        return f"{self.flavour} LLVM {self.version}"
+        return f"nvcc {self.version}" if self.flavour == "nvcc" else f"{self.flavour} LLVM {self.version}"
 
 
 @dataclass(frozen=True)
@@ -50,126 +62,187 @@ class LockedArtifact:
     contract: dict[str, int]
     definitions: dict[str, int]
     symbols: tuple[str, ...]
-    text_sha256: str
-    lds_bytes: int
-    vgprs: int
-    agprs: int
-    sgprs: int
+    text_sha256: str  # the machine code
+    launch_sha256: str  # what the kernel launches with: descriptor and metadata (the class defines it)
+    code_sha256: str  # the whole code object, as built with the locked toolchain
     kernarg_bytes: int
-    wave_size: int
-    max_workgroup_size: int
+    lds_bytes: int  # static LDS / shared memory
+    max_threads: int  # the most threads per block the code object allows
+    facts: dict[str, int]  # the class's own static facts (registers...)
 
     @property
     def file(self) -> str:
         """Where the code object lives, relative to a build output folder or the packaged data."""
-        return f"{self.target}/{self.name}.hsaco"
+        from netra.catalog import artifact_file
+
+        return artifact_file(self.target, self.name)
 
 
 @dataclass(frozen=True)
 class Lock:
-    toolchain: Toolchain
+    toolchains: dict[str, Toolchain]  # GPU class -> the toolchain its artifacts were locked with
     files: tuple[TrackedFile, ...] = ()
     artifacts: tuple[LockedArtifact, ...] = ()
     schema: int = SCHEMA
     _by_name: dict[str, LockedArtifact] = field(default_factory=dict, compare=False, repr=False)
+    _by_path: dict[str, TrackedFile] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self._by_name.update({a.name: a for a in self.artifacts})
+        self._by_path.update({f.path: f for f in self.files})
 
     def artifact(self, name: str) -> LockedArtifact | None:
         return self._by_name.get(name)
 
     def file(self, path: str) -> TrackedFile | None:
-        for f in self.files:
-            if f.path == path:
-                return f
-        return None
+        return self._by_path.get(path)
 
     def files_with_role(self, role: str) -> list[TrackedFile]:
         return [f for f in self.files if f.role == role]
 
-
-def _artifact_from(raw: dict[str, Any], where: str) -> LockedArtifact:
-    try:
-        return LockedArtifact(
-            name=raw["name"],
-            target=raw["target"],
-            template=raw["template"],
-            op=raw["op"],
-            tactic=raw["tactic"],
-            contract=dict(raw["contract"]),
-            definitions=dict(raw["definitions"]),
-            symbols=tuple(raw["symbols"]),
-            text_sha256=raw["text_sha256"],
-            lds_bytes=int(raw["lds_bytes"]),
-            vgprs=int(raw["vgprs"]),
-            agprs=int(raw["agprs"]),
-            sgprs=int(raw["sgprs"]),
-            kernarg_bytes=int(raw["kernarg_bytes"]),
-            wave_size=int(raw["wave_size"]),
-            max_workgroup_size=int(raw["max_workgroup_size"]),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise LockError(
-            f"{where}: artifact entry {raw.get('name', '?')!r} is malformed ({e!r})",
-            "regenerate it with `netra lock`",
-        ) from e
+    def describe_toolchains(self) -> str:
+        return ", ".join(f"{t}: {tc}" for t, tc in sorted(self.toolchains.items())) or "none"
 
 
-def from_dict(data: dict[str, Any], where: str = LOCK_PATH) -> Lock:
-    if data.get("schema") != SCHEMA:
+_SHA = s.sha256()
+_SYMBOL = s.Str(pattern=re.compile(r"[A-Za-z_][A-Za-z0-9_.]*"), max_len=128)
+_INTS = s.MapOf(s.Str(pattern=re.compile(r"[a-z_][a-z0-9_]*"), max_len=64), s.Int(min=0, max=2**31 - 1), max_len=16)
+_SCHEMA = s.Table(
+    {
+        "schema": s.Const(SCHEMA),
+        "toolchains": s.MapOf(
+            s.Str(pattern=_CLASS, max_len=32),
+            s.Table({"flavour": s.Str(choices=FLAVOURS), "version": s.Str(pattern=_VERSION, max_len=64)}),
+            max_len=32,
+        ),
+        "files": s.ListOf(
+            s.Table({"path": s.Str(max_len=400), "sha256": _SHA, "role": s.Str(choices=ROLES)}, label="path"),
+            max_len=100_000,
+            unique="path",
+        ),
+        "artifacts": s.ListOf(
+            s.Table(
+                {
+                    "name": s.Str(pattern=re.compile(r"netra_[a-z0-9_]+"), max_len=128),
+                    "target": s.Str(pattern=_CLASS, max_len=32),
+                    "template": s.Str(pattern=s.NAME, max_len=64),
+                    "op": s.Str(pattern=s.NAME, max_len=64),
+                    "tactic": s.Str(pattern=re.compile(r"[a-z0-9]+"), max_len=16),
+                    "contract": _INTS,
+                    "definitions": s.MapOf(s.Str(pattern=_UPPER, max_len=64), s.Int(min=0, max=2**31 - 1), max_len=32),
+                    "symbols": s.ListOf(_SYMBOL, min_len=1, max_len=64, unique=lambda v: v),
+                    "text_sha256": _SHA,
+                    "launch_sha256": _SHA,
+                    "code_sha256": _SHA,
+                    "kernarg_bytes": s.Int(min=0, max=4096),
+                    "lds_bytes": s.Int(min=0, max=1 << 20),
+                    "max_threads": s.Int(min=1, max=1024),
+                    "facts": s.MapOf(s.Str(pattern=_FACT, max_len=64), s.Int(min=0, max=2**31 - 1), max_len=16),
+                },
+                label="name",
+            ),
+            max_len=100_000,
+            unique="name",
+        ),
+    }
+)
+
+
+def _cross_checks(d: dict[str, Any], p: s.Problems) -> None:
+    """Rules across fields: paths, classes, toolchains, contracts and unique code-object files."""
+    from netra import files, targets
+    from netra.errors import NetraError
+    from netra.ops import FAMILIES
+
+    for i, f in enumerate(d["files"]):
+        at = f"files[{i}] ({f['path']})"
+        try:
+            files.relative(f["path"], at)
+        except NetraError as e:
+            p.add(f"{at}.path", e.message.removeprefix(f"{at}: path "))
+            continue
+        if not f["path"].startswith(("kernels/", "manifests/", "release/tables/")):
+            p.add(at, "path: only kernels/, manifests/ and release/tables/ files are tracked")
+    used = set()
+    wrong_flavour: set[str] = set()
+    for i, a in enumerate(d["artifacts"]):
+        at = f"artifacts[{i}] ({a['name']})"
+        t = a["target"]
+        if not targets.known(t):
+            p.add(at, f"target: {t!r} is not a GPU class this netra knows ({', '.join(targets.names())})")
+            continue
+        used.add(t)
+        tc = d["toolchains"].get(t)
+        if tc is None:
+            p.add(at, f"target: no [toolchains.{t}] entry records what built it")
+        elif tc["flavour"] not in targets.get(t).flavours and t not in wrong_flavour:
+            wrong_flavour.add(t)  # once per class, not once per artifact
+            p.add(f"toolchains.{t}", f"flavour {tc['flavour']!r} cannot build {t} code objects")
+        fam = FAMILIES.get(a["op"])
+        if fam is None:
+            p.add(at, f"op: {a['op']!r} is not an op family of this netra")
+        elif set(a["contract"]) != set(fam.params):
+            p.add(at, f"contract: must have exactly {', '.join(fam.params)}")
+        if a["name"] not in a["symbols"]:
+            p.add(at, f"symbols: must include the kernel {a['name']}")
+    for t in sorted(set(d["toolchains"]) - used):
+        p.add(f"toolchains.{t}", "no locked artifact of this class")
+
+
+READER = s.Reader(_SCHEMA, LockError, HINT, [_cross_checks])
+
+
+def from_dict(data: Any, where: str = LOCK_PATH) -> Lock:
+    """A lock from parsed TOML or JSON, through the one schema; LockError names file, entry and field."""
+    if isinstance(data, dict) and data.get("schema") != SCHEMA and isinstance(data.get("schema"), int):
         raise LockError(
             f"{where}: lock schema {data.get('schema')!r} is not the supported schema {SCHEMA}",
             "regenerate it with `netra lock` using this version of netra",
         )
+    d = READER.read(data, where)
+    return Lock(
+        toolchains={k: Toolchain(**v) for k, v in d["toolchains"].items()},
+        files=tuple(TrackedFile(**f) for f in d["files"]),
+        artifacts=tuple(
+            LockedArtifact(**{**a, "symbols": tuple(a["symbols"])}) for a in d["artifacts"]
+        ),
+    )
+
+
+def loads(raw: bytes, where: str) -> Lock:
+    """The lock file's exact bytes -> Lock. Bytes first, so what is checked is what ships."""
+    from netra import _toml
+
     try:
-        tc = Toolchain(flavour=data["toolchain"]["flavour"], version=data["toolchain"]["version"])
-        files = tuple(
-            TrackedFile(path=f["path"], sha256=f["sha256"], role=f["role"]) for f in data.get("files", [])
-        )
-    except (KeyError, TypeError) as e:
-        raise LockError(f"{where}: malformed lock ({e!r})", "regenerate it with `netra lock`") from e
-    for f in files:
-        if f.role not in ROLES:
-            raise LockError(
-                f"{where}: file {f.path} has unknown role {f.role!r}", "regenerate it with `netra lock`"
-            )
-    artifacts = tuple(_artifact_from(a, where) for a in data.get("artifacts", []))
-    return Lock(toolchain=tc, files=files, artifacts=artifacts)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LockError(f"{where}: not UTF-8 text (byte {e.start})", HINT) from None
+    try:
+        data = _toml.loads(text)
+    except _toml.TOMLDecodeError as e:
+        raise LockError(f"{where}: not valid TOML ({e})", HINT) from None
+    except RecursionError:  # arrays or inline tables nested thousands deep: no lock looks like that
+        raise LockError(f"{where}: not valid TOML (nested too deeply)", HINT) from None
+    return from_dict(data, where)
 
 
 def read(path: str | Path) -> Lock:
-    from netra import _toml
+    return read_with_bytes(path)[1]
+
+
+def read_with_bytes(path: str | Path) -> tuple[bytes, Lock]:
+    """One bounded read of a lock file (never following it into a FIFO): its bytes and their parse."""
+    from netra import files
+    from netra.errors import MissingFileError, NetraError
 
     path = Path(path)
     try:
-        data = _toml.load(path)
-    except FileNotFoundError as e:
-        raise LockError(f"{path}: lock file not found", "create it with `netra lock`") from e
-    except _toml.TOMLDecodeError as e:
-        raise LockError(f"{path}: not valid TOML ({e})", "regenerate it with `netra lock`") from e
-    return from_dict(data, str(path))
-
-
-def parse_installed(raw: bytes, record: dict[str, Any] | None, where: str) -> Lock:
-    """The installed lock: build.json's JSON copy when it is bound to these exact bytes, else the TOML.
-
-    Hashing the TOML costs microseconds; parsing it in pure Python costs milliseconds.
-    """
-    import hashlib
-
-    from netra import _toml
-
-    if (
-        isinstance(record, dict)
-        and isinstance(record.get("lock"), dict)
-        and record.get("lock_sha256") == hashlib.sha256(raw).hexdigest()
-    ):
-        return from_dict(record["lock"], where)
-    try:
-        return from_dict(_toml.loads(raw.decode()), where)
-    except (UnicodeDecodeError, _toml.TOMLDecodeError) as e:
-        raise LockError(f"{where}: not a readable lock ({e})", "reinstall netra-kernel") from e
+        raw = files.read_path(path, limit=files.LOCK_LIMIT, what="lock file")
+    except MissingFileError:
+        raise LockError(f"{path}: lock file not found", "create it with `netra lock`") from None
+    except NetraError as e:  # a folder, FIFO, device, unreadable or oversized file where the lock should be
+        raise LockError(e.message, f"replace it with the lock file: {HINT}") from None
+    return raw, loads(raw, str(path))
 
 
 def to_dict(lock: Lock) -> dict[str, Any]:
@@ -178,12 +251,14 @@ def to_dict(lock: Lock) -> dict[str, Any]:
     for a in sorted(lock.artifacts, key=lambda a: (a.target, a.name)):
         d = asdict(a)
         d["symbols"] = sorted(a.symbols)
-        d["contract"] = dict(sorted(a.contract.items()))
-        d["definitions"] = dict(sorted(a.definitions.items()))
+        for k in ("contract", "definitions", "facts"):
+            d[k] = dict(sorted(d[k].items()))
         artifacts.append(dict(sorted(d.items())))
     return {
         "schema": lock.schema,
-        "toolchain": {"flavour": lock.toolchain.flavour, "version": lock.toolchain.version},
+        "toolchains": {
+            t: {"flavour": tc.flavour, "version": tc.version} for t, tc in sorted(lock.toolchains.items())
+        },
         "files": [asdict(f) for f in sorted(lock.files, key=lambda f: f.path)],
         "artifacts": artifacts,
     }
@@ -192,44 +267,37 @@ def to_dict(lock: Lock) -> dict[str, Any]:
 def dumps(lock: Lock) -> str:
     try:
         import tomli_w
-    except ImportError as e:  # pragma: no cover - depends on the environment
+    except ImportError:
         raise LockError(
-            "writing release/manifest.lock needs tomli-w", "pip install 'netra-kernel[author]'"
-        ) from e
+            "writing release/manifest.lock needs tomli-w, which is not installed",
+            "pip install 'netra-kernel[author]'",
+        ) from None
     return HEADER + tomli_w.dumps(to_dict(lock))
 
 
 def write(lock: Lock, path: str | Path) -> None:
     """Write atomically: a reader sees the old lock or the new one, never half of either."""
-    import tempfile
+    from netra import files
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = dumps(lock).encode()
-    fd, tmp = tempfile.mkstemp(prefix=".manifest.lock.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    files.atomic_write(Path(path), dumps(lock).encode())
 
 
-def diff(old: Lock, new: Lock) -> list[str]:
-    """Every way `new` (made from the sources now) differs from `old` (the lock on disk), one line each."""
+_CROSS_TOOLCHAIN = ("code_sha256",)  # what may differ when the toolchain is not the locked one
+
+
+def compare(locked: Lock, fresh: Lock) -> list[str]:
+    """Every way `fresh` (made from the sources now) differs from `locked`, one line each.
+
+    Where a class was built with another toolchain than the locked one, its whole-code-object hashes
+    are not compared (they hold packaging); .text, the launch digest and every fact still are.
+    """
     out: list[str] = []
-    if old.schema != new.schema:
-        out.append(f"schema: locked {old.schema}, now {new.schema}")
-    old_files = {f.path: f for f in old.files}
-    new_files = {f.path: f for f in new.files}
+    old_files = {f.path: f for f in locked.files}
+    new_files = {f.path: f for f in fresh.files}
     for p in sorted(old_files.keys() | new_files.keys()):
         o, n = old_files.get(p), new_files.get(p)
         if o is None:
-            out.append(f"file {p}: not in the lock (new {n.role} file)")
+            out.append(f"file {p}: in the tree but not in the lock (new {n.role} file)" if n else p)
         elif n is None:
             out.append(f"file {p}: locked but no longer present")
         elif o != n:
@@ -237,19 +305,29 @@ def diff(old: Lock, new: Lock) -> list[str]:
                 out.append(f"file {p}: sha256 locked {o.sha256[:16]}..., now {n.sha256[:16]}...")
             if o.role != n.role:
                 out.append(f"file {p}: role locked {o.role}, now {n.role}")
-    old_a = {a.name: a for a in old.artifacts}
-    new_a = {a.name: a for a in new.artifacts}
+    old_a = {a.name: a for a in locked.artifacts}
+    new_a = {a.name: a for a in fresh.artifacts}
     for name in sorted(old_a.keys() | new_a.keys()):
         o, n = old_a.get(name), new_a.get(name)
         if o is None:
-            out.append(f"artifact {name}: not in the lock (new artifact)")
+            out.append(f"artifact {name}: the sources declare it but the lock lacks it")
         elif n is None:
-            out.append(f"artifact {name}: locked but no longer in the catalog")
-        elif o != n:
+            out.append(f"artifact {name}: locked but the sources no longer declare it")
+        else:
+            same_tc = locked.toolchains.get(o.target) == fresh.toolchains.get(n.target)
             od, nd = asdict(o), asdict(n)
             for k in sorted(od):
-                if od[k] != nd[k]:
-                    out.append(f"artifact {name}: {k} locked {od[k]!r}, now {nd[k]!r}")
-    if old.toolchain != new.toolchain and out:
-        out.append(f"toolchain: locked with {old.toolchain}, now {new.toolchain}")
+                if od[k] != nd[k] and (same_tc or k not in _CROSS_TOOLCHAIN):
+                    out.append(f"artifact {name}: {k} locked {_short(od[k])}, now {_short(nd[k])}")
+    if out:
+        for t in sorted(locked.toolchains.keys() | fresh.toolchains.keys()):
+            a, b = locked.toolchains.get(t), fresh.toolchains.get(t)
+            if a != b:
+                out.append(f"toolchain {t}: locked with {a or 'none'}, now {b or 'none'}")
     return out
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, str) and len(v) == 64:
+        return v[:16] + "..."
+    return repr(v)

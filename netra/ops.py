@@ -94,6 +94,8 @@ def contract_params(op: str, raw: dict[str, Any], where: str) -> dict[str, int]:
         v = raw[k]
         if isinstance(v, bool) or not isinstance(v, int):
             raise ManifestError(f"{where}: {op}.{k} must be an integer, got {v!r}", f"see {fam.doc}")
+        if not 0 <= v < 2**31:
+            raise ManifestError(f"{where}: {op}.{k} = {v} is outside [0, 2**31)", f"see {fam.doc}")
         out[k] = v
     return out
 

@@ -17,7 +17,6 @@ environment variable or argument turns that into a warning.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import threading
 from collections.abc import Mapping
@@ -35,7 +34,8 @@ from netra.errors import (
 )
 from netra.installed import Install
 from netra.kernarg import KernargLayout
-from netra.lock import Lock, LockedArtifact
+from netra.layout import CodeRecord
+from netra.lock import Lock
 from netra.ops import FAMILIES, contract_key
 from netra.tables import MATURITIES, Candidate, Table, TableError
 
@@ -172,12 +172,17 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _read(path: Any) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
+def _read(path: Any, what: str, hint: str) -> bytes | None:
+    """A packaged file's bytes, None when absent; anything that is not a readable regular file is an
+    AlteredFileError naming it (a FIFO or a folder in an install must not hang or crash a server)."""
+    from netra import files
+
+    try:  # read_path names the path itself: `what` without it, so the message says it once
+        return files.read_path(path, limit=files.CODE_OBJECT_LIMIT, what=what.removeprefix(f"{path}: "))
+    except MissingFileError:
         return None
+    except NetraError as e:
+        raise AlteredFileError(e.message, hint) from None
 
 
 class Catalog:
@@ -189,7 +194,7 @@ class Catalog:
         lock: Lock,
         table: Table,
         certified: tuple[str, ...],
-        built: Mapping[str, Mapping[str, str]] | None,
+        built: Mapping[str, CodeRecord] | None,
     ) -> None:
         self.install = install
         self.lock = lock
@@ -213,10 +218,16 @@ class Catalog:
         policy: str = DEFAULT_POLICY,
         *,
         tactic: str | None = None,
+        rows: int | None = None,
     ) -> Kernel | Fallback:
         """The certified kernel for this exact contract at or above `policy`, else a Fallback saying why.
 
-        Results are memoized: asking again returns the same object without parsing or file access."""
+        `rows` (the call's row count) lets the table's certified dispatch pick the tactic measured
+        fastest at that size (decode or prefill); without it, or without a dispatch, the first ranked
+        candidate that meets the policy is served. Results are memoized: asking again returns the same
+        object without parsing or file access."""
+        if rows is not None and tactic is None:
+            tactic = self._dispatch(contract, policy, rows)
         raw = (contract, policy, tactic) if isinstance(contract, (str, Contract)) else None
         if raw is not None:
             hit = self._selected.get(raw)
@@ -236,6 +247,20 @@ class Catalog:
         if raw is not None:
             self._selected[raw] = hit
         return hit
+
+    def _dispatch(self, contract: Contract | str | Mapping[str, Any], policy: str, rows: int) -> str | None:
+        """The tactic the entry's certified dispatch names for `rows`, if it meets the policy."""
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            raise ContractError(f"rows must be a non-negative integer, got {rows!r}", "pass the call's row count")
+        entry = self.table.entries.get(contract) if isinstance(contract, str) else None
+        if entry is None:
+            entry = self.table.entries.get(as_contract(contract).key)
+        if entry is None or not entry.dispatch:
+            return None
+        name = entry.tactic_for(max(rows, 1))
+        floor = MATURITIES.index(policy) if policy in MATURITIES else len(MATURITIES)
+        chosen = next((c for c in entry.candidates if c.tactic == name), None)
+        return name if chosen is not None and chosen.maturity != "rejected" and chosen.rank >= floor else None
 
     def _select(self, c: Contract, policy: str, tactic: str | None) -> Kernel | Fallback:
         cls = self.gpu_class
@@ -274,22 +299,28 @@ class Catalog:
                 f"to opt in, select(..., policy={best.maturity!r})"
             )
             return Fallback(cls, c.key, "below_policy", why, policy, ranked)
+        return self.kernel(chosen)
+
+    def kernel(self, c: Candidate) -> Kernel:
+        """The launchable kernel of any candidate of this table, whatever its maturity (certification
+        runs every candidate; serving goes through select, which applies the policy)."""
+        entry = next(e for e in self.table.entries.values() if c in e.candidates)
         return Kernel(
-            gpu_class=cls,
+            gpu_class=self.gpu_class,
             loader=self.table.loader,
-            contract=c.key,
-            tactic=chosen.tactic,
-            artifact=chosen.artifact,
-            symbol=chosen.symbol,
-            maturity=chosen.maturity,
-            block=chosen.launch.block,
-            lds_bytes=chosen.lds_bytes,
-            dynamic_lds_bytes=chosen.launch.dynamic_lds_bytes,
-            workspace_bytes=chosen.workspace_bytes,
-            kernarg=chosen.kernarg,
-            evidence=chosen.evidence,
-            code_object=self.code_object(chosen),
-            candidate=chosen,
+            contract=entry.key,
+            tactic=c.tactic,
+            artifact=c.artifact,
+            symbol=c.symbol,
+            maturity=c.maturity,
+            block=c.launch.block,
+            lds_bytes=c.lds_bytes,
+            dynamic_lds_bytes=c.launch.dynamic_lds_bytes,
+            workspace_bytes=c.workspace_bytes,
+            kernarg=c.kernarg,
+            evidence=c.evidence,
+            code_object=self.code_object(c),
+            candidate=c,
         )
 
     def code_object(self, c: Candidate) -> bytes:
@@ -308,38 +339,39 @@ class Catalog:
         inst = self.install
         path = inst.code_object(c.file)
         what = f"{path}: code object {c.artifact} of GPU class {self.gpu_class}"
-        data = _read(path)
+        locked = self.lock.artifact(c.artifact)
+        assert locked is not None  # _cross_check proved every candidate is locked
+        data = _read(path, what, inst.rebuild)
+        if data is None:
+            want = f"sha256 {self._built[c.file].sha256}" if self._built is not None else f".text sha256 {c.text_sha256}"
+            raise MissingFileError(f"{what} is missing (expected {want})", inst.rebuild)
+        got = _sha256(data)
         if self._built is not None:
-            want = self._built[c.file]["sha256"]
-            if data is None:
-                raise MissingFileError(
-                    f"{what} is missing (expected sha256 {want})",
-                    inst.rebuild,
-                )
-            got = _sha256(data)
+            want = self._built[c.file].sha256
             if got != want:
                 raise AlteredFileError(
-                    f"{what} is altered: sha256 {got}, "
-                    f"expected {want} (build.json, .text locked as {c.text_sha256})",
+                    f"{what} is altered: sha256 {got}, expected {want} (build.json, .text locked as "
+                    f"{c.text_sha256})",
                     inst.rebuild,
                 )
-            return data
-        # A source checkout has no build record: check the machine code itself against the lock.
-        if data is None:
-            raise MissingFileError(
-                f"{what} is missing (expected .text sha256 {c.text_sha256})",
-                inst.rebuild,
-            )
-        from netra.codeobject import text_sha256
-        from netra.errors import ValidationError
+        if got == locked.code_sha256:
+            return data  # byte for byte what `netra lock` examined: descriptor and metadata included
+        # Built with another toolchain than the locked one (or a source checkout built so): read the
+        # code object's machine code and launch data and hold them to the lock.
+        from netra import targets
 
+        tgt = targets.get(self.gpu_class)
         try:
-            got = text_sha256(data, str(path))
-        except ValidationError as e:
-            got = f"unreadable ({e.message})"
-        if got != c.text_sha256:
+            text = tgt.text_sha256(data, c.symbol, str(path))
+            launch = tgt.launch_digest(data, c.symbol, str(path)) if text == c.text_sha256 else ""
+        except NetraError as e:
+            raise AlteredFileError(f"{what} is not a readable code object ({e.message})", inst.rebuild) from None
+        if text != c.text_sha256:
+            raise AlteredFileError(f"{what} differs from the lock: .text sha256 {text}, locked {c.text_sha256}", inst.rebuild)
+        if launch != locked.launch_sha256:
             raise AlteredFileError(
-                f"{what} differs from the lock: .text sha256 {got}, locked {c.text_sha256}",
+                f"{what} differs from the lock: what it launches with (descriptor and metadata) hashes to "
+                f"{launch}, locked {locked.launch_sha256}",
                 inst.rebuild,
             )
         return data
@@ -354,50 +386,28 @@ class Catalog:
 # Opening
 
 
-def _load_lock(inst: Install) -> tuple[Lock, dict[str, dict[str, str]] | None]:
+def _load_lock(inst: Install) -> tuple[Lock, dict[str, CodeRecord] | None]:
     """The installed lock and build.json's code-object records (None in a source checkout).
 
-    build.json must have been made for this very lock (its lock_sha256); its JSON copy of the lock is
-    then what is parsed (lock.parse_installed).
+    In a wheel install build.json must have been made for this very lock (its lock_sha256) and be
+    intact (its own record_sha256); its JSON copy of the lock is then what is read.
     """
+    from netra import layout
     from netra import lock as lock_mod
 
-    raw = _read(inst.lock_file)
+    raw = _read(inst.lock_file, f"{inst.lock_file}: the release lock", inst.reinstall)
     if raw is None:
-        raise MissingFileError(
-            f"{inst.lock_file}: the release lock of this netra install is missing", inst.reinstall
-        )
-    record = _load_build_record(inst, raw)
-    try:
-        lock = lock_mod.parse_installed(raw, record, str(inst.lock_file))
-    except NetraError as e:
-        raise AlteredFileError(f"{inst.lock_file}: not a readable lock ({e.message})", inst.reinstall) from e
-    return lock, (record["code_objects"] if record is not None else None)
-
-
-def _load_build_record(inst: Install, lock_raw: bytes) -> dict[str, Any] | None:
-    """build.json, after checking it was made for this very lock (wheel installs)."""
-    path = inst.build_record
-    if path is None:
-        return None
-    raw = _read(path)
-    if raw is None:
-        raise MissingFileError(f"{path}: the build record of this netra install is missing", inst.reinstall)
-    try:
-        record = json.loads(raw)
-        bound, code = record["lock_sha256"], record["code_objects"]
-        if not isinstance(code, dict):
-            raise TypeError("code_objects is not an object")
-    except (ValueError, KeyError, TypeError) as e:
-        raise AlteredFileError(f"{path}: not a readable build record ({e!r})", inst.reinstall) from e
-    have = _sha256(lock_raw)
-    if bound != have:
-        raise AlteredFileError(
-            f"{inst.lock_file} and {path} disagree: the build record was made for lock sha256 {bound}, "
-            f"the installed lock has sha256 {have}",
-            inst.reinstall,
-        )
-    return record
+        raise MissingFileError(f"{inst.lock_file}: the release lock of this netra install is missing", inst.reinstall)
+    if inst.build_record is None:
+        try:
+            return lock_mod.loads(raw, str(inst.lock_file)), None
+        except NetraError as e:
+            raise AlteredFileError(f"{inst.lock_file}: not a readable lock ({e.message})", inst.reinstall) from e
+    rec_raw = _read(inst.build_record, f"{inst.build_record}: the build record", inst.reinstall)
+    if rec_raw is None:
+        raise MissingFileError(f"{inst.build_record}: the build record of this netra install is missing", inst.reinstall)
+    record = layout.read_record(rec_raw, raw, str(inst.build_record), str(inst.lock_file), inst.reinstall)
+    return record.lock, record.code_objects
 
 
 def certified_classes(lock: Lock) -> tuple[str, ...]:
@@ -405,51 +415,16 @@ def certified_classes(lock: Lock) -> tuple[str, ...]:
     return tuple(sorted(c for f in lock.files_with_role("table") if (c := tables.gpu_class_of(f.path))))
 
 
-def _cross_check(
-    inst: Install, lock: Lock, table: Table, built: Mapping[str, Mapping[str, str]] | None
-) -> None:
-    """The table, the lock and the build record must describe the same code objects."""
+def _cross_check(inst: Install, lock: Lock, table: Table) -> None:
+    """The table and the lock must describe the same code objects (build.json was checked against the
+    lock when it was read)."""
     where = inst.tracked(tables.table_path(table.gpu_class))
-    problems: list[str] = []
-    for c in table.candidates():
-        a: LockedArtifact | None = lock.artifact(c.artifact)
-        if a is None:
-            problems.append(f"{c.artifact}: not in the lock")
-            continue
-        facts = {
-            "target": (a.target, table.gpu_class),
-            "file": (a.file, c.file),
-            ".text sha256": (a.text_sha256, c.text_sha256),
-            "lds_bytes": (a.lds_bytes, c.lds_bytes),
-            "kernarg size": (a.kernarg_bytes, c.kernarg.size),
-        }
-        problems += [f"{c.artifact}: {k} locked {x!r}, table {y!r}" for k, (x, y) in facts.items() if x != y]
-        if c.symbol not in a.symbols:
-            problems.append(
-                f"{c.artifact}: symbol {c.symbol} is not among the locked symbols {list(a.symbols)}"
-            )
-        if a.max_workgroup_size and c.launch.threads_per_block > a.max_workgroup_size:
-            limit = a.max_workgroup_size
-            problems.append(
-                f"{c.artifact}: block {c.launch.block} exceeds the locked max workgroup size {limit}"
-            )
-        if built is not None:
-            rec = built.get(c.file)
-            if (
-                rec is None
-                or rec.get("text_sha256") != a.text_sha256
-                or not isinstance(rec.get("sha256"), str)
-            ):
-                raise AlteredFileError(
-                    f"{inst.build_record}: no valid record of {c.file} (GPU class {table.gpu_class}) "
-                    f"with the locked .text sha256 {a.text_sha256}",
-                    inst.reinstall,
-                )
+    problems = tables.against_lock(table, lock)
     if problems:
         raise TableError(
             f"{where}: the {table.gpu_class} table disagrees with the lock ({'; '.join(problems[:6])}"
             + (f"; and {len(problems) - 6} more)" if len(problems) > 6 else ")"),
-            "the release is inconsistent; regenerate with `netra lock`, or " + inst.reinstall,
+            "the release is inconsistent; " + inst.reinstall,
         )
 
 
@@ -479,7 +454,7 @@ def _open(inst: Install, gpu_class: str) -> Catalog:
     locked = lock.file(lock_path)
     assert locked is not None
     path = inst.tracked(lock_path)
-    raw = _read(path)
+    raw = _read(path, f"{path}: the certified table of GPU class {gpu_class}", inst.reinstall)
     if raw is None:
         raise MissingFileError(
             f"{path}: the certified table of GPU class {gpu_class} is missing "
@@ -493,8 +468,11 @@ def _open(inst: Install, gpu_class: str) -> Catalog:
             f"locked {locked.sha256}",
             inst.reinstall,
         )
-    table = tables.loads(raw, str(path), gpu_class)
-    _cross_check(inst, lock, table, built)
+    try:
+        table = tables.loads(raw, str(path), gpu_class)
+    except TableError as e:  # the release itself is wrong: on a serving host the fix is a reinstall
+        raise TableError(e.message, "the release is inconsistent; " + inst.reinstall, e.details) from None
+    _cross_check(inst, lock, table)
     return Catalog(inst, lock, table, certified, built)
 
 

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from netra import build, layout
+from netra import build, files, layout
 from netra.errors import IntegrityError
 from netra.hashing import sha256_bytes
 from netra.lock import LOCK_PATH, Lock
@@ -28,20 +28,15 @@ class Staged:
 def stage(
     root: Path, work: Path, *, jobs: int | None = None, progress: build.Progress | None = None
 ) -> Staged:
-    """Build and gate every locked artifact, then stage layout.members(lock) under work/data."""
-    from netra.wheelgate import read_lock
-
+    """Prove the lock against the tree and build every artifact, then stage layout.members(lock)."""
     root = Path(root).resolve()
-    lock_bytes, lock = read_lock(root / LOCK_PATH)
     report = build.build(root, work / "code", jobs=jobs, progress=progress)
-    if (root / LOCK_PATH).read_bytes() != lock_bytes:
-        raise IntegrityError(f"{LOCK_PATH} changed during the build", "build again")
+    lock, lock_bytes = report.lock, report.lock_bytes
     wanted = layout.members(lock)
-    code = {
-        m.data_path: (work / "code" / m.data_path).read_bytes() for m in wanted if m.kind == "code_object"
-    }
-    record = layout.build_record(lock_bytes, lock, code, report.tools.identity).encode()
-    files: dict[str, Path] = {}
+    code = {m.data_path: (work / "code" / m.data_path).read_bytes() for m in wanted if m.kind == "code_object"}
+    built_with = {t: tools.identity for t, tools in report.tools.items()}
+    record = layout.build_record(lock_bytes, lock, report.examined, built_with).encode()
+    staged: dict[str, Path] = {}
     for m in wanted:
         if m.kind == "lock":
             blob = lock_bytes
@@ -50,12 +45,14 @@ def stage(
         elif m.kind == "code_object":
             blob = code[m.data_path]
         else:
-            blob = (root / m.origin).read_bytes()
+            blob = files.read_bytes(root, m.origin, limit=files.SOURCE_LIMIT, where=m.origin)
             if sha256_bytes(blob) != m.sha256:
                 raise IntegrityError(f"{m.origin} changed during the build", "build again")
         dest = work / "data" / m.data_path
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(blob)
         os.chmod(dest, 0o644)
-        files[m.data_path] = dest
-    return Staged(lock=lock, lock_bytes=lock_bytes, report=report, files=files)
+        staged[m.data_path] = dest
+    if files.read_bytes(root, LOCK_PATH, limit=files.LOCK_LIMIT, where=LOCK_PATH) != lock_bytes:
+        raise IntegrityError(f"{LOCK_PATH} changed during the build", "build again")
+    return Staged(lock=lock, lock_bytes=lock_bytes, report=report, files=staged)

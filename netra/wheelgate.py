@@ -13,7 +13,6 @@ import base64
 import csv
 import hashlib
 import io
-import json
 import os
 import tarfile
 import zipfile
@@ -23,15 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from netra import catalog as catalog_mod
+from netra import layout, tables, targets
 from netra import lock as lock_mod
-from netra.codeobject import text_sha256
-from netra.errors import LockError, NetraError, WheelGateError
+from netra.errors import NetraError, WheelGateError
 from netra.hashing import sha256_bytes
-from netra.layout import BUILD_RECORD, PACKAGE_DATA, members
-from netra.lock import LOCK_PATH, Lock, to_dict
+from netra.layout import BUILD_RECORD, PACKAGE_DATA, Member, members
+from netra.lock import LOCK_PATH, Lock
 
 KINDS = ("missing", "altered", "unexpected", "invalid")
-CODE_OBJECT_SUFFIXES = (".hsaco", ".co")
+CODE_OBJECT_SUFFIXES = (".hsaco", ".co", ".cubin")
+MEMBER_LIMIT = 256 << 20  # no member of a Netra wheel is near this; a larger one is not read
 # What the wheel build needs from an sdist besides the locked files (which the lock names itself).
 SDIST_BUILD_INPUTS = ("pyproject.toml", "build_backend", "netra")
 # Where catalog.tracked_files looks: in an sdist, every file there must be in the lock.
@@ -105,20 +105,29 @@ def check_wheel(wheel: str | Path, lock: Lock, lock_bytes: bytes | None = None) 
     lock_bytes: the tree's lock file as read; the packaged lock must equal it byte for byte. Without
     it (a wheel checked on its own), the packaged lock must at least say the same as `lock`.
     """
+    from netra import files
+
     wheel = Path(wheel)
     try:
-        with zipfile.ZipFile(wheel) as z:
+        raw = files.read_path(wheel, limit=files.WHEEL_LIMIT, what="the wheel")
+        with zipfile.ZipFile(io.BytesIO(raw)) as z:
             return _wheel_problems(z, lock, lock_bytes)
-    except (OSError, zipfile.BadZipFile, csv.Error, UnicodeDecodeError) as e:
+    except NetraError as e:
+        return [Problem("invalid", wheel.name, f"not a readable wheel: {e.message}")]
+    except (OSError, zipfile.BadZipFile, csv.Error, UnicodeDecodeError, EOFError, ValueError) as e:
         return [Problem("invalid", wheel.name, f"not a readable wheel: {e}")]
 
 
 def _wheel_problems(z: zipfile.ZipFile, lock: Lock, lock_bytes: bytes | None) -> list[Problem]:
     """The wheel checks proper, on an open archive (see check_wheel)."""
-    names = [i.filename for i in z.infolist()]
+    infos = z.infolist()
+    names = [i.filename for i in infos]
     out: list[Problem] = []
     counts = Counter(names)
     out += [Problem("invalid", n, "stored more than once") for n in sorted(counts) if counts[n] > 1]
+    out += [Problem("invalid", i.filename, f"{i.file_size} bytes: too large") for i in infos if i.file_size > MEMBER_LIMIT]
+    if any(p.kind == "invalid" for p in out):
+        return out
     prefix = PACKAGE_DATA + "/"
     expected = {prefix + m.data_path: m for m in members(lock)}
     present = {n for n in names if n.startswith(prefix) and not n.endswith("/")}
@@ -136,19 +145,42 @@ def _wheel_problems(z: zipfile.ZipFile, lock: Lock, lock_bytes: bytes | None) ->
     if packaged_lock is not None:
         out += _lock_problems(prefix + "manifest.lock", packaged_lock, lock, lock_bytes)
     record_raw = data(BUILD_RECORD)
-    record = _build_record(prefix + BUILD_RECORD, record_raw, packaged_lock, lock, out)
+    record = None
+    if record_raw is not None and packaged_lock is not None:
+        try:
+            record = layout.read_record(record_raw, packaged_lock, prefix + BUILD_RECORD, prefix + "manifest.lock", "")
+            if lock_mod.to_dict(record.lock) != lock_mod.to_dict(lock):
+                out.append(Problem("altered", prefix + BUILD_RECORD, "its copy of the lock differs from the lock"))
+        except NetraError as e:
+            out.append(Problem("altered", prefix + BUILD_RECORD, e.message.removeprefix(prefix + BUILD_RECORD + ": ")))
     for name, m in sorted(expected.items()):
         if name not in present or m.kind in ("lock", "build_record"):
             continue
         blob = z.read(name)
         if m.kind == "code_object":
-            out += _code_object_problems(name, blob, m.text_sha256 or "", record.get(m.data_path))
+            out += _code_object_problems(name, blob, m, lock, record)
         elif m.sha256 is not None and sha256_bytes(blob) != m.sha256:
             got = sha256_bytes(blob)
             out.append(Problem("altered", name, f"sha256 {_short(got)}, locked {_short(m.sha256)}"))
+        elif m.kind == "table":
+            out += _table_problems(name, blob, m, lock)
     reported = {p.member for p in out}
     out += [p for p in _record_problems(z, names) if p.member not in reported]  # one line per member
     return out
+
+
+def _table_problems(name: str, blob: bytes, m: Member, lock: Lock) -> list[Problem]:
+    """A shipped table must parse and reference exactly the locked artifacts of its class."""
+    cls = tables.gpu_class_of(m.origin)
+    try:
+        table = tables.loads(blob, name, cls)
+    except NetraError as e:
+        return [Problem("invalid", name, e.message.removeprefix(name + ": "))]
+    wrong = tables.against_lock(table, lock)
+    if wrong:
+        more = f" and {len(wrong) - 2} more" if len(wrong) > 2 else ""
+        return [Problem("invalid", name, "disagrees with the lock: " + "; ".join(wrong[:2]) + more)]
+    return []
 
 
 def _lock_problems(name: str, packaged: bytes, lock: Lock, lock_bytes: bytes | None) -> list[Problem]:
@@ -158,7 +190,7 @@ def _lock_problems(name: str, packaged: bytes, lock: Lock, lock_bytes: bytes | N
             return [Problem("altered", name, f"sha256 {got}, the tree's {LOCK_PATH} {want}")]
         return []
     try:
-        says = lock_mod.from_dict(_loads_toml(packaged), name)
+        says = lock_mod.loads(packaged, name)
     except NetraError as e:
         return [Problem("altered", name, f"not a valid lock: {e.message}")]
     if lock_mod.to_dict(says) != lock_mod.to_dict(lock):
@@ -166,77 +198,41 @@ def _lock_problems(name: str, packaged: bytes, lock: Lock, lock_bytes: bytes | N
     return []
 
 
-def _loads_toml(data: bytes) -> dict:
-    from netra import _toml
-
-    try:
-        return _toml.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, _toml.TOMLDecodeError) as e:
-        raise LockError(f"not valid TOML ({e})", "regenerate it with `netra lock`") from e
-
-
 def parse_lock(raw: bytes, where: str) -> Lock:
     """A lock from the exact bytes that will ship, so what is checked and what is packaged agree."""
-    try:
-        return lock_mod.from_dict(_loads_toml(raw), where)
-    except LockError as e:
-        message = e.message if e.message.startswith(where) else f"{where}: {e.message}"
-        raise LockError(message, e.hint) from e
+    return lock_mod.loads(raw, where)
 
 
 def read_lock(path: str | Path) -> tuple[bytes, Lock]:
-    """One read of a lock file: its bytes and their parse."""
-    path = Path(path)
+    """One bounded read of a lock file: its bytes and their parse."""
+    return lock_mod.read_with_bytes(path)
+
+
+def _code_object_problems(
+    name: str, blob: bytes, m: Member, lock: Lock, record: layout.Record | None
+) -> list[Problem]:
+    """.text and launch digest against the lock, the whole file against build.json (and against the lock
+    when the wheel's record says it was built with the locked toolchain)."""
+    a = lock.artifact(m.origin)
+    assert a is not None
+    tgt = targets.get(a.target)
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError as e:
-        raise LockError(f"{path}: lock file not found", "create it with `netra lock`") from e
-    return raw, parse_lock(raw, str(path))
-
-
-def _build_record(
-    name: str, raw: bytes | None, packaged_lock: bytes | None, lock: Lock, out: list[Problem]
-) -> dict[str, dict]:
-    """build.json's code_objects, after checking it describes exactly the locked code objects."""
-    if raw is None:
-        return {}
-    try:
-        rec = json.loads(raw)
-        entries = rec["code_objects"]
-        if rec.get("schema") != 1 or not isinstance(entries, dict):
-            raise ValueError(f"schema {rec.get('schema')!r}")
-    except (ValueError, KeyError, TypeError) as e:
-        out.append(Problem("altered", name, f"not a valid build record ({e})"))
-        return {}
-    wrong: list[str] = []
-    if packaged_lock is not None and rec.get("lock_sha256") != sha256_bytes(packaged_lock):
-        wrong.append("lock_sha256 does not match the packaged lock")
-    if rec.get("lock") != to_dict(lock):
-        wrong.append("its copy of the lock differs from the lock")
-    by_file = {a.file: a for a in lock.artifacts}
-    wrong += [f"records {path} (not locked)" for path in sorted(entries.keys() - by_file.keys())]
-    wrong += [f"does not record {path}" for path in sorted(by_file.keys() - entries.keys())]
-    for path in sorted(entries.keys() & by_file.keys()):
-        e, a = entries[path], by_file[path]
-        if not isinstance(e, dict) or e.get("text_sha256") != a.text_sha256 or e.get("artifact") != a.name:
-            wrong.append(f"entry for {path} disagrees with the lock")
-    if wrong:  # one problem for the file, however many entries are off
-        more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
-        out.append(Problem("altered", name, ", ".join(wrong[:3]) + more))
-    return {k: v for k, v in entries.items() if isinstance(v, dict)}
-
-
-def _code_object_problems(name: str, blob: bytes, locked_text: str, recorded: dict | None) -> list[Problem]:
-    try:
-        got = text_sha256(blob, name)
+        got = tgt.text_sha256(blob, a.name, name)
+        if got != a.text_sha256:
+            return [Problem("altered", name, f".text sha256 {_short(got)}, locked {_short(a.text_sha256)}")]
+        launch = tgt.launch_digest(blob, a.name, name)
     except NetraError as e:
-        return [Problem("altered", name, e.message)]
-    except Exception as e:  # a doctored file can break the ELF parser in many ways; all mean "altered"
+        return [Problem("altered", name, e.message.removeprefix(name + ": "))]
+    except Exception as e:
         return [Problem("altered", name, f"not a readable code object ({type(e).__name__}: {e})")]
-    if got != locked_text:
-        return [Problem("altered", name, f".text sha256 {_short(got)}, locked {_short(locked_text)}")]
-    if recorded is not None and recorded.get("sha256") != sha256_bytes(blob):
+    if launch != a.launch_sha256:
+        return [Problem("altered", name, f"launch digest (descriptor and metadata) {_short(launch)}, locked {_short(a.launch_sha256)}")]
+    whole = sha256_bytes(blob)
+    rec = record.code_objects.get(m.data_path) if record else None
+    if rec is not None and rec.sha256 != whole:
         return [Problem("altered", name, f"sha256 differs from {BUILD_RECORD}")]
+    if record is not None and record.toolchains.get(a.target) == lock.toolchains.get(a.target) and whole != a.code_sha256:
+        return [Problem("altered", name, f"sha256 {_short(whole)}, locked {_short(a.code_sha256)} for the same toolchain")]
     return []
 
 
@@ -244,8 +240,11 @@ def packaged_lock(wheel: str | Path) -> bytes:
     """The lock a wheel carries, for checking a wheel on its own."""
     try:
         with zipfile.ZipFile(wheel) as z:
-            return z.read(f"{PACKAGE_DATA}/manifest.lock")
-    except (OSError, KeyError, zipfile.BadZipFile) as e:
+            info = z.getinfo(f"{PACKAGE_DATA}/manifest.lock")
+            if info.file_size > MEMBER_LIMIT:
+                raise KeyError("too large")
+            return z.read(info)
+    except (OSError, KeyError, zipfile.BadZipFile, ValueError) as e:
         raise WheelGateError(
             f"{Path(wheel).name}: carries no readable {PACKAGE_DATA}/manifest.lock ({e})",
             "pass the lock to check it against with --lock",

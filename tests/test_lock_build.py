@@ -51,7 +51,8 @@ def sha(path: Path) -> str:
 
 def test_catalog_shares_artifacts_between_models() -> None:
     cat = catalog.load(REPO)
-    assert 15 <= len(cat.artifacts) <= 25
+    per_class = {t: len([a for a in cat.artifacts if a.target == t]) for t in cat.targets()}
+    assert per_class["gfx950"] == 21 and per_class["sm_90"] >= 2 * 12  # at least two tactics per contract
     by_key = {}
     for a in cat.artifacts:
         by_key.setdefault((a.key, a.tactic.name), []).append(a)
@@ -62,13 +63,18 @@ def test_catalog_shares_artifacts_between_models() -> None:
 
 
 def test_full_catalog_builds_and_matches_the_lock(built: Path) -> None:
+    from netra import targets
+
     locked = lock.read(REPO / LOCK)
     files = sorted(p.relative_to(built).as_posix() for p in built.rglob("*") if p.is_file())
     assert files == sorted(a.file for a in locked.artifacts)
-    from netra.codeobject import text_sha256
-
+    assert {a.target for a in locked.artifacts} == {"gfx950", "sm_90"}
     for a in locked.artifacts:
-        assert text_sha256((built / a.file).read_bytes()) == a.text_sha256, a.name
+        data = (built / a.file).read_bytes()
+        tgt = targets.get(a.target)
+        assert tgt.text_sha256(data, a.name, a.file) == a.text_sha256, a.name
+        assert tgt.launch_digest(data, a.name, a.file) == a.launch_sha256, a.name
+        assert hashlib.sha256(data).hexdigest() == a.code_sha256, a.name  # same toolchain: same bytes
 
 
 def test_lock_is_up_to_date_with_the_sources() -> None:
@@ -90,7 +96,7 @@ def test_lock_twice_is_byte_identical(tmp_path: Path) -> None:
 def test_two_builds_are_byte_identical(built: Path, tmp_path: Path) -> None:
     r = netra("build", str(tmp_path), "--root", str(REPO), "-q", "-j", "1")
     assert r.returncode == 0, r.stderr
-    for p in built.rglob("*.hsaco"):
+    for p in [*built.rglob("*.hsaco"), *built.rglob("*.cubin")]:
         assert sha(p) == sha(tmp_path / p.relative_to(built)), p.name
         assert b"/tmp" not in p.read_bytes() and str(REPO).encode() not in p.read_bytes()
 
@@ -108,15 +114,14 @@ def test_one_instruction_change_fails_naming_the_artifacts(tmp_path: Path) -> No
     root = copy_sources(tmp_path / "tree")
     insert_instruction(root, "moe_topk_softmax")
     out = tmp_path / "out"
-    r = netra("build", str(out), "--root", str(root))
+    r = netra("build", str(out), "--root", str(root), "-q")
     assert r.returncode == 1
     err = r.stderr.strip().splitlines()
-    assert len(err) == 2 and err[0].startswith("netra: assembling")  # progress line, then one error line
-    names = [a.name for a in catalog.load(root).artifacts if a.template.name == "moe_topk_softmax"]
-    assert names and all(n in err[1] for n in names)
-    others = [a.name for a in catalog.load(root).artifacts if a.template.name != "moe_topk_softmax"]
-    assert not any(n in err[1] for n in others)
-    assert "altered kernels/gfx950/moe_topk_softmax.s" in err[1]
+    assert err[0].startswith("netra: error: release/manifest.lock is not what the sources declare")
+    changed = {ln.split(":")[0].split()[-1] for ln in err[1:] if "text_sha256 locked" in ln}
+    names = {a.name for a in catalog.load(root).artifacts if a.template.name == "moe_topk_softmax" and a.target == "gfx950"}
+    assert names and changed == names  # exactly the artifacts the change affects
+    assert any("file kernels/gfx950/moe_topk_softmax.s: sha256 locked" in ln for ln in err)
     assert not out.exists() or not any(out.rglob("*"))  # nothing published
 
 
@@ -130,16 +135,42 @@ def test_reference_build_shows_the_first_differing_instruction(built: Path, tmp_
     )
 
 
-def test_constant_outside_its_range_fails_with_the_templates_message(tmp_path: Path) -> None:
+def test_constant_outside_its_declared_range_is_refused_before_assembly(tmp_path: Path) -> None:
     root = copy_sources(tmp_path)
     model = root / "manifests" / "models" / "qwen3-30b-a3b.toml"
     model.write_text(model.read_text().replace("hidden = 2048\ngroup = 128", "hidden = 2048\ngroup = 64"))
     before = (root / LOCK).read_bytes()
     r = netra("lock", "--root", str(root))
     assert r.returncode == 1
-    err = r.stderr.strip().splitlines()[-1]
-    assert "netra_fp8_group_quant_h2048_g64_b256" in err and "fp8_group_quant" in err and "GROUP" in err
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and "[1/" not in r.stderr  # refused before anything was compiled
+    assert "fp8_group_quant(hidden=2048,group=64)" in err[0] and "Qwen3-30B-A3B" in err[0]
+    assert "group = 64 is not one of 128" in err[0] and "GROUP" in err[0] and "fp8_group_quant.s" in err[0]
     assert (root / LOCK).read_bytes() == before  # the lock is untouched
+
+
+def test_huge_dimension_is_refused_at_once(tmp_path: Path) -> None:
+    root = copy_sources(tmp_path)
+    model = root / "manifests" / "models" / "llama-3.1-8b.toml"
+    for value in ("1099511627776", "1048576"):
+        model.write_text((REPO / "manifests/models/llama-3.1-8b.toml").read_text().replace("inter = 14336", f"inter = {value}"))
+        r = netra("lock", "--root", str(root))
+        assert r.returncode == 1 and "inter" in r.stderr and "[1/" not in r.stderr, r.stderr
+
+
+def test_template_message_reaches_the_user_when_a_range_is_declared_too_wide(tmp_path: Path) -> None:
+    root = copy_sources(tmp_path)
+    for cls in ("gfx950", "sm_90"):
+        tpl = root / "kernels" / cls / "fp8_group_quant.toml"
+        text = tpl.read_text()
+        assert "GROUP = { values = [128]" in text
+        tpl.write_text(text.replace("GROUP = { values = [128]", "GROUP = { values = [64, 128]"))
+    model = root / "manifests" / "models" / "qwen3-30b-a3b.toml"
+    model.write_text(model.read_text().replace("hidden = 2048\ngroup = 128", "hidden = 2048\ngroup = 64"))
+    r = netra("lock", "--root", str(root), "-q")
+    assert r.returncode == 1
+    err = r.stderr.strip().splitlines()[0]
+    assert "netra_fp8_group_quant_h2048_g64_" in err and "llvm-mc failed" in err and "GROUP" in err
 
 
 def test_lock_check_names_each_difference(tmp_path: Path) -> None:
@@ -149,9 +180,9 @@ def test_lock_check_names_each_difference(tmp_path: Path) -> None:
     r = netra("lock", "--check", "--root", str(root), "-q")
     assert r.returncode == 1
     assert "file manifests/models/llama-3.1-8b.toml: sha256 locked" in r.stdout
-    assert "artifact netra_silu_mul_fp8_quant_i12288_g128_b256: not in the lock (new artifact)" in r.stdout
+    assert "artifact netra_silu_mul_fp8_quant_i12288_g128_b256: the sources declare it but the lock lacks it" in r.stdout
     assert (
-        "artifact netra_silu_mul_fp8_quant_i14336_g128_b256: locked but no longer in the catalog" in r.stdout
+        "artifact netra_silu_mul_fp8_quant_i14336_g128_b256: locked but the sources no longer declare it" in r.stdout
     )
     assert "out of date" in r.stderr
 
@@ -161,7 +192,7 @@ def test_build_refuses_a_tree_missing_a_tracked_file(tmp_path: Path) -> None:
     (root / "manifests" / "models" / "gemma-2-9b.toml").unlink()
     r = netra("build", str(tmp_path / "out"), "--root", str(root))
     assert r.returncode == 1
-    assert "missing manifests/models/gemma-2-9b.toml" in r.stderr
+    assert "file manifests/models/gemma-2-9b.toml: locked but no longer present" in r.stderr
     assert not (tmp_path / "out").exists()
 
 

@@ -145,8 +145,14 @@ def test_flipped_byte_in_a_code_object_is_refused(venv: tuple[str, Path], region
     assert rc == 1 and not report["ok"]
     (altered,) = report["files"]["altered"]
     assert (altered["path"], altered["kind"]) == (cand["file"], "code_object")
-    # The whole-file hash catches every region; the .text hash (parsed ELF) only a change in machine code.
-    assert set(altered["checks"]) == ({"sha256", "text_sha256"} if region == "text" else {"sha256"})
+    # The whole-file hash catches every region; then what changed is named against the lock: the
+    # machine code (.text), what the kernel launches with (descriptor, the launch digest), or a metadata
+    # note that no longer decodes.
+    expected = {"text": {"sha256", "text_sha256"}, "descriptor": {"sha256", "launch_sha256"}}
+    if region == "metadata":
+        assert set(altered["checks"]) in ({"sha256", "launch_sha256"}, {"sha256", "parse"}), altered["checks"]
+    else:
+        assert set(altered["checks"]) == expected[region], altered["checks"]
     if region == "text":
         assert altered["checks"]["text_sha256"]["expected"] == cand["text_sha256"]
     assert f"altered code_object {cand['file']}" in text
@@ -166,7 +172,9 @@ def test_altered_lock_breaks_its_binding_to_the_build(venv: tuple[str, Path]) ->
         rc, report, _ = _doctor(py)
         rt = _runtime(py, [(key, cand["tactic"])])
     assert rc == 1 and report["lock"]["bound_to_build_record"] is False
-    assert {a["path"] for a in report["files"]["altered"]} >= {"build.json"}
+    # The lock is what changed: it is blamed, and build.json (intact) is not.
+    altered = {a["path"] for a in report["files"]["altered"]}
+    assert "manifest.lock" in altered and "build.json" not in altered
     name, message, _ = rt["open"]
     assert name == "AlteredFileError" and "disagree" in message
 

@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import Build, Venv, clean_env, log, run_build
 
-from netra import layout, wheelgate
-from netra.codeobject import text_sha256
+from netra import layout, targets, wheelgate
 from netra.hashing import sha256_bytes
 from netra.lock import LOCK_PATH, Lock
 
@@ -88,7 +87,10 @@ def test_wheel_carries_exactly_the_locked_members_with_locked_hashes(
         if m.sha256 is not None:
             assert sha256_bytes(data[m.data_path]) == m.sha256, f"{m.data_path}: sha256 differs from the lock"
     for m in code_objects:
-        assert text_sha256(data[m.data_path]) == m.text_sha256, f"{m.data_path}: .text differs from the lock"
+        a = lock.artifact(m.origin)
+        tgt = targets.get(a.target)
+        assert tgt.text_sha256(data[m.data_path], a.name, m.data_path) == a.text_sha256, m.data_path
+        assert tgt.launch_digest(data[m.data_path], a.name, m.data_path) == a.launch_sha256, m.data_path
     record = json.loads(data[layout.BUILD_RECORD])
     assert record["lock_sha256"] == sha256_bytes(raw)
     assert {p: e["sha256"] for p, e in record["code_objects"].items()} == {
@@ -96,7 +98,8 @@ def test_wheel_carries_exactly_the_locked_members_with_locked_hashes(
     }
     # Nothing but the package and its metadata; no code object outside the data folder.
     assert all(n.startswith(("netra/", "netra_kernel-")) for n in names), names
-    assert not [n for n in names if n.endswith(".hsaco") and not n.startswith(DATA)]
+    assert not [n for n in names if n.endswith((".hsaco", ".cubin")) and not n.startswith(DATA)]
+    assert {m.target for m in code_objects} == {"gfx950", "sm_90"}  # one wheel carries both classes
     package = sorted(n for n in names if n.startswith("netra/") and not n.startswith(DATA))
     tree = (repo_copy / "netra").rglob("*")
     assert package == sorted(p.relative_to(repo_copy).as_posix() for p in tree if p.is_file()), "netra/ as is"
@@ -109,7 +112,7 @@ def test_wheel_carries_exactly_the_locked_members_with_locked_hashes(
 def test_build_reports_through_hatch_display(session_build: Build) -> None:
     """Counts and time come from the hook via hatch's display (they reach the frontend's output)."""
     text = output(session_build.process)
-    assert "code objects assembled and gated in" in text
+    assert "code objects built and gated in" in text
     assert "release gate passed" in text and session_build.wheel.name in text
 
 
@@ -191,7 +194,7 @@ def test_stale_member_forced_into_the_data_folder_is_refused(
     append_to_pyproject(root, f'[tool.hatch.build.targets.wheel.force-include]\n"stale.hsaco" = "{stale}"')
     r = run_build(root, root / "dist", "--wheel", env=clean_env(TMPDIR=str(private_tmpdir)))
     line = assert_refused(r, root / "dist", [stale], private_tmpdir)
-    assert "unexpected" in line and "code objects assembled and gated" in output(r), "refused after the build"
+    assert "unexpected" in line and "code objects built and gated" in output(r), "refused after the build"
 
 
 @pytest.mark.parametrize("target", [(), ("--wheel",)], ids=["sdist-then-wheel", "wheel-from-tree"])
@@ -330,6 +333,8 @@ def test_build_record_whose_lock_copy_differs_is_refused(
     def doctor(m: dict[str, bytes]) -> None:
         record = json.loads(m[record_name])
         record["lock"]["artifacts"][0]["lds_bytes"] += 1024
+        del record["record_sha256"]  # a deliberate forger recomputes the record's own hash too
+        record["record_sha256"] = hashlib.sha256(layout.canonical(record)).hexdigest()
         m[record_name] = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
 
     doctored = tmp_path / built_wheel.name

@@ -1,4 +1,4 @@
-"""Finding an AMDGPU assembler and linker that can target gfx950, and proving it before use.
+"""gfx950's toolchain: an AMDGPU assembler and linker that can target gfx950, proven before use.
 
 Search order: $NETRA_LLVM_BINDIR if set (an explicit choice, used as is or refused), then ROCm's LLVM
 at $ROCM_PATH/llvm/bin (default /opt/rocm), then an upstream LLVM >= 20: versioned tools on PATH
@@ -12,31 +12,18 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from netra.errors import ToolchainError
 from netra.lock import Toolchain
+from netra.targets import Tools
 
 MIN_LLVM = 20
 TOOLS = ("llvm-mc", "ld.lld", "llvm-objdump")
 INSTALL_HINT = "apt-get install -y llvm-22 lld-22 (or install ROCm and set ROCM_PATH)"
 TRIPLE = "amdgcn-amd-amdhsa"
+PROBE_TIMEOUT_S = 30
 _VERSION_RE = re.compile(r"LLVM version (\d+)\.(\d+)\.(\d+)(\S*)")
-
-
-@dataclass(frozen=True)
-class Tools:
-    """A proven toolchain: absolute tool paths plus what the lock records about it."""
-
-    llvm_mc: str
-    ld_lld: str
-    llvm_objdump: str
-    identity: Toolchain
-    origin: str  # where it was found, for messages only (never written into anything built)
-
-    def describe(self) -> str:
-        return f"{self.identity} ({self.origin})"
 
 
 def _prove(llvm_mc: str) -> tuple[int, str] | None:
@@ -58,8 +45,14 @@ def _prove(llvm_mc: str) -> tuple[int, str] | None:
         )
     except OSError:
         return None
-    asm_out, _ = asm.communicate(probe)
-    ver_out, _ = ver.communicate()
+    try:  # a hanging candidate is not a toolchain: give up on it, never on the search
+        asm_out, _ = asm.communicate(probe, timeout=PROBE_TIMEOUT_S)
+        ver_out, _ = ver.communicate(timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        for p in (asm, ver):
+            p.kill()
+            p.wait()
+        return None
     m = _VERSION_RE.search(ver_out)
     if not m or asm.returncode != 0 or "v_cvt_pk_fp8_f32" not in asm_out:
         return None
@@ -80,11 +73,7 @@ def _candidate(
     if ver is None or ver[0] < MIN_LLVM:
         return None
     return Tools(
-        llvm_mc=paths["llvm-mc"],
-        ld_lld=paths["ld.lld"],
-        llvm_objdump=paths["llvm-objdump"],
-        identity=Toolchain(flavour=flavour, version=ver[1]),
-        origin=origin,
+        target="gfx950", identity=Toolchain(flavour=flavour, version=ver[1]), paths=paths, origin=origin
     )
 
 

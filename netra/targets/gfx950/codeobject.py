@@ -1,15 +1,17 @@
 """Reading AMDGPU code objects: the .text hash the lock pins, and the facts the static gate checks.
 
-pyelftools parses the ELF; msgpack decodes the NT_AMDGPU_METADATA note. `text_sha256` is the only
-function the runtime and doctor need: it reads the two headers that locate .text with struct
-(microseconds, where pyelftools costs milliseconds per file plus its import), and hands anything it
-does not handle plainly to pyelftools. Tests hold the two readers equal on every shipped code object.
+pyelftools parses the ELF; msgpack decodes the NT_AMDGPU_METADATA note. `text_sha256` is what the
+runtime and doctor need most: it locates .text with netra.elf (struct, microseconds) and hands anything
+that reader does not handle plainly to pyelftools. `launch_digest` hashes what a kernel launches with:
+its 64-byte descriptor (without the code-entry offset, which moves with section layout between
+toolchains) and its metadata entry, canonicalized, so the lock pins them across toolchains too.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import json
 import struct
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -22,62 +24,36 @@ KD_SIZE = 64
 
 
 def _elf(data: bytes, name: str) -> Any:
-    from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
     try:
         return ELFFile(io.BytesIO(data))
-    except ELFError as e:
-        raise ValidationError(f"{name}: not an ELF code object ({e})", "rebuild it with `netra build`") from e
-
-
-# Fast path for text_sha256: the ELF64 header and section headers, read with struct.
-_EHDR = struct.Struct("<40xQ10xHHH")  # e_shoff at 0x28; e_shentsize, e_shnum, e_shstrndx at 0x3a
-_SHDR = struct.Struct("<IIQQQQIIQQ")  # name, type, flags, addr, offset, size, link, info, addralign, entsize
-SHT_NOBITS = 8
-SHF_COMPRESSED = 0x800
-
-
-def fast_text(data: bytes | memoryview) -> memoryview:
-    """The first section named .text, as pyelftools' get_section_by_name('.text').data() sees it."""
-    view = memoryview(data)
-    if len(view) < 64 or bytes(view[:4]) != b"\x7fELF" or view[4] != 2 or view[5] != 1:
-        raise ValueError("not a little-endian ELF64 file")
-    shoff, shentsize, shnum, shstrndx = _EHDR.unpack_from(view, 0)
-    if shnum == 0 or shentsize != _SHDR.size or shstrndx >= shnum or shoff + shnum * shentsize > len(view):
-        raise ValueError("section header table missing, extended or out of bounds")
-    headers = [_SHDR.unpack_from(view, shoff + i * shentsize) for i in range(shnum)]
-    strtab = headers[shstrndx]
-    str_off, str_size = strtab[4], strtab[5]
-    if str_off + str_size > len(view):
-        raise ValueError("section name table out of bounds")
-    names = bytes(view[str_off : str_off + str_size])
-    for name_off, typ, flags, _addr, off, size, *_ in headers:
-        end = names.find(b"\0", name_off)
-        if name_off >= len(names) or end < 0 or names[name_off:end] != b".text":
-            continue
-        if flags & SHF_COMPRESSED:
-            raise ValueError(".text is compressed")
-        if typ == SHT_NOBITS:
-            return view[0:0]
-        if off + size > len(view):
-            raise ValueError(".text out of bounds")
-        return view[off : off + size]
-    raise ValueError("no .text section")
+    except Exception as e:  # ELFError, and whatever else a damaged header trips pyelftools into
+        raise ValidationError(f"{name}: not an ELF code object ({e})"[:400], "rebuild it with `netra build`") from None
 
 
 def text_bytes(data: bytes, name: str = "code object") -> bytes:
+    """.text through pyelftools; any damage it trips on (truncation, bad offsets) is this file's problem."""
     elf = _elf(data, name)
-    sec = elf.get_section_by_name(".text")
-    if sec is None:
+    try:
+        sec = elf.get_section_by_name(".text")
+        text = sec.data() if sec is not None else None
+    except Exception as e:
+        raise ValidationError(
+            f"{name}: not a readable AMDGPU code object ({type(e).__name__}: {e})"[:400],
+            "rebuild it with `netra build`",
+        ) from None
+    if text is None:
         raise ValidationError(f"{name}: no .text section", "rebuild it with `netra build`")
-    return sec.data()
+    return text
 
 
 def text_sha256(data: bytes, name: str = "code object") -> str:
     """The machine-code identity the lock records: stable across toolchains' packaging differences."""
+    from netra import elf
+
     try:
-        return hashlib.sha256(fast_text(data)).hexdigest()
+        return hashlib.sha256(elf.section_bytes(data, ".text")).hexdigest()
     except ValueError:
         return hashlib.sha256(text_bytes(data, name)).hexdigest()
 
@@ -132,6 +108,7 @@ class Kernel:
     kd_value: int | None
     descriptor: Descriptor | None
     metadata: dict[str, Any]
+    descriptor_raw: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -167,7 +144,23 @@ def _notes_metadata(sections: list[Any]) -> dict[str, Any]:
 
 
 def inspect(data: bytes, name: str = "code object") -> CodeObject:
-    """Everything the static gate needs, from one parse of the file (sections are walked once)."""
+    """Everything the static gate needs, from one parse of the file (sections are walked once).
+
+    A damaged file can break pyelftools or msgpack in many ways; every one of them is this file's
+    problem, reported as a ValidationError naming it, never another exception type.
+    """
+    try:
+        return _inspect(data, name)
+    except ValidationError:
+        raise
+    except Exception as e:
+        raise ValidationError(
+            f"{name}: not a readable AMDGPU code object ({type(e).__name__}: {e})"[:400],
+            "rebuild it with `netra build`",
+        ) from None
+
+
+def _inspect(data: bytes, name: str) -> CodeObject:
     from elftools.elf.relocation import RelocationSection
     from elftools.elf.sections import SymbolTableSection
 
@@ -199,12 +192,17 @@ def inspect(data: bytes, name: str = "code object") -> CodeObject:
             else:
                 dyn_relocs += sec.num_relocations()
     meta = _notes_metadata(sections)
+    if not isinstance(meta, dict) or not isinstance(meta.get("amdhsa.kernels", []), list):
+        raise ValidationError(f"{name}: the AMDGPU metadata note is not a map of kernels", "rebuild it")
     kernels: dict[str, Kernel] = {}
     for k in meta.get("amdhsa.kernels", []):
+        if not isinstance(k, dict) or not isinstance(k.get(".name", ""), str):
+            raise ValidationError(f"{name}: a metadata kernel entry is malformed", "rebuild it")
         kname = k.get(".name", "")
         sym = symbols.get(kname)
         kd = symbols.get(f"{kname}.kd")
         desc = None
+        raw_kd = None
         if kd is not None:
             for sec in sections:
                 start, size = sec["sh_addr"], sec["sh_size"]
@@ -213,6 +211,7 @@ def inspect(data: bytes, name: str = "code object") -> CodeObject:
                     raw = sec.data()[off : off + KD_SIZE]
                     if len(raw) == KD_SIZE:
                         desc = Descriptor.parse(raw)
+                        raw_kd = bytes(raw)
                     break
         kernels[kname] = Kernel(
             name=kname,
@@ -220,6 +219,7 @@ def inspect(data: bytes, name: str = "code object") -> CodeObject:
             kd_value=kd["st_value"] if kd is not None else None,
             descriptor=desc,
             metadata=k,
+            descriptor_raw=raw_kd,
         )
     text_data = text.data()
     return CodeObject(
@@ -246,3 +246,39 @@ def _machine_number(data: bytes) -> int:
 
 def read(f: BinaryIO | bytes, name: str) -> CodeObject:
     return inspect(f if isinstance(f, bytes) else f.read(), name)
+
+
+# What HIP reads when it launches a kernel: the descriptor and these metadata keys (the argument list
+# with the offsets, sizes and kinds it copies kernel arguments by).
+LAUNCH_METADATA = (
+    ".agpr_count", ".group_segment_fixed_size", ".kernarg_segment_align", ".kernarg_segment_size",
+    ".max_flat_workgroup_size", ".name", ".private_segment_fixed_size", ".sgpr_count", ".symbol",
+    ".vgpr_count", ".wavefront_size",
+)  # fmt: skip
+LAUNCH_ARG_KEYS = (".access", ".address_space", ".name", ".offset", ".size", ".value_kind")
+_KD_ENTRY = slice(16, 24)  # kernel_code_entry_byte_offset: moves with section layout, not locked
+
+
+def launch_facts(co: CodeObject, symbol: str) -> dict[str, Any]:
+    """The launch-relevant part of one kernel, canonical: the same on every toolchain that agrees."""
+    k = co.kernels.get(symbol)
+    if k is None or k.descriptor_raw is None:
+        raise ValidationError(f"{co.name}: no kernel {symbol} with a descriptor", "rebuild it")
+    kd = bytearray(k.descriptor_raw)
+    kd[_KD_ENTRY] = bytes(8)
+    meta = {key: k.metadata[key] for key in LAUNCH_METADATA if key in k.metadata}
+    meta[".args"] = [
+        {key: a[key] for key in LAUNCH_ARG_KEYS if key in a} for a in k.metadata.get(".args", [])
+        if isinstance(a, dict)
+    ]
+    return {"descriptor": kd.hex(), "metadata": meta, "e_machine": co.e_machine}
+
+
+def digest(co: CodeObject, symbol: str) -> str:
+    """sha256 of launch_facts: locked next to .text, so an altered descriptor or metadata is refused."""
+    facts = launch_facts(co, symbol)
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def launch_digest(data: bytes, symbol: str, name: str) -> str:
+    return digest(inspect(data, name), symbol)

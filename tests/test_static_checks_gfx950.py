@@ -1,4 +1,4 @@
-"""Each static check refuses a code object that breaks it, built with the real assembler and linker."""
+"""Each gfx950 static check refuses a code object that breaks it, built with the real assembler and linker."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from netra.assemble import disassemble
 from netra.catalog import Arg, ArtifactSpec, Tactic, Template
-from netra.codeobject import inspect
-from netra.toolchain import TRIPLE, Tools, discover
-from netra.validate import CHECKS, check, registers_used
+from netra.targets import Tools
+from netra.targets.gfx950.assemble import disassemble
+from netra.targets.gfx950.checks import CHECKS, check, registers_used
+from netra.targets.gfx950.codeobject import inspect
+from netra.targets.gfx950.toolchain import TRIPLE, discover
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +33,11 @@ def spec_for(*, lds: int = 0, block: int = 256, kernarg: tuple[Arg, ...] = ARGS)
         target="gfx950",
         op="rmsnorm",
         source="kernels/gfx950/probe.s",
-        vgprs=28,
-        sgprs=16,
-        lds_bytes=lds,
-        rows_per_wave=1,
         constants={},
         args=kernarg,
+        budget={"vgprs": 28, "sgprs": 16, "lds_bytes": lds, "rows_per_wave": 1},
     )
-    tac = Tactic(op="rmsnorm", name="b", template="probe", block=block, maturity="experiment", why="")
+    tac = Tactic(op="rmsnorm", name="b", template="probe", block=block, maturity="experiment", why="", target="gfx950")
     return ArtifactSpec(name="probe_kernel", target="gfx950", template=tpl, tactic=tac, contract={})
 
 
@@ -108,13 +106,13 @@ def build(tools: Tools, tmp: Path, text: str, *, link: bool = True, undefined_ok
     src, obj, out = tmp / "k.s", tmp / "k.o", tmp / "k.hsaco"
     src.write_text(text)
     subprocess.run(
-        [tools.llvm_mc, f"-triple={TRIPLE}", "-mcpu=gfx950", "-filetype=obj", "-o", str(obj), str(src)],
+        [tools["llvm-mc"], f"-triple={TRIPLE}", "-mcpu=gfx950", "-filetype=obj", "-o", str(obj), str(src)],
         check=True,
     )
     if not link:
         return obj
     flags = [] if undefined_ok else ["--no-undefined"]
-    subprocess.run([tools.ld_lld, "-shared", *flags, "-o", str(out), str(obj)], check=True)
+    subprocess.run([tools["ld.lld"], "-shared", *flags, "-o", str(out), str(obj)], check=True)
     return out
 
 

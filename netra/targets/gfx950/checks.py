@@ -1,4 +1,4 @@
-"""The static gate: a code object must match its contract and stay inside gfx950's limits.
+"""gfx950's static gate: a code object must match its contract and stay inside gfx950's limits.
 
 The assembler checks some limits and not others (it accepts a 200000-byte LDS request, a kernarg size
 that disagrees with the metadata, registers beyond the allocation), so each is checked here from the
@@ -8,10 +8,13 @@ linked code object and its disassembly. The check names are recorded as evidence
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from netra.catalog import ArtifactSpec
-from netra.codeobject import EM_AMDGPU, CodeObject
+from netra.targets import Problem
+from netra.targets.gfx950.codeobject import EM_AMDGPU, CodeObject
+
+if TYPE_CHECKING:
+    from netra.catalog import ArtifactSpec
 
 LIMITS = {
     "gfx950": {"lds_bytes": 163840, "vgprs": 512, "sgprs": 102, "wave_size": 64, "max_block": 1024},
@@ -35,12 +38,6 @@ CHECKS = (
 
 _REG_RANGE = re.compile(r"(?<![\w.])([vsa])\[(\d+):(\d+)\]")
 _REG_ONE = re.compile(r"(?<![\w.\[])([vsa])(\d+)(?![\w:\]])")
-
-
-@dataclass(frozen=True)
-class Problem:
-    check: str
-    detail: str
 
 
 def registers_used(disassembly: str) -> dict[str, int]:
@@ -100,11 +97,11 @@ def check(co: CodeObject, spec: ArtifactSpec, disassembly: str) -> list[Problem]
         )
 
     meta_lds = m.get(".group_segment_fixed_size")
-    if d.group_segment_bytes != meta_lds or d.group_segment_bytes != tpl.lds_bytes:
+    if d.group_segment_bytes != meta_lds or d.group_segment_bytes != tpl.budget['lds_bytes']:
         p.append(
             Problem(
                 "lds",
-                f"LDS bytes: descriptor {d.group_segment_bytes}, metadata {meta_lds}, contract {tpl.lds_bytes}",
+                f"LDS bytes: descriptor {d.group_segment_bytes}, metadata {meta_lds}, contract {tpl.budget['lds_bytes']}",
             )
         )
     if d.group_segment_bytes > lim["lds_bytes"]:

@@ -1,0 +1,90 @@
+// netra sm_90: the work split shared by fp8_group_quant.cu and silu_mul_fp8_quant.cu.
+//
+// Both quantize rows of N (= HIDDEN or INTER) fp32 values in groups of 128. A group is held by 8
+// consecutive lanes of a warp; lane j of the group owns 16 values: elements 8j .. 8j+7 of the
+// group (its low half) and 64+8j .. 64+8j+7 (its high half). That is one "unit". Each 16-byte
+// bf16 load instruction of a warp then reads 4 groups x 128 contiguous bytes, and each 8-byte
+// code store writes 4 x 64 contiguous bytes: every access covers whole 32-byte sectors.
+//
+// Block (blockIdx.x, blockIdx.y) covers ROWS_PER_BLOCK rows and column slice blockIdx.y of
+// GRID_Y slices of ceil(groups / GRID_Y) groups each (the last slices may be partly or wholly
+// empty). Its units are numbered u = row_in_block * slice_units + unit_in_slice, and thread t
+// handles u = t, t + BLOCK, t + 2*BLOCK, ... (kIters of them, fixed at compile time), in batches
+// of BATCH (a tactic constant) whose loads are all issued before the first use. A unit whose
+// row >= rows or whose column lies past the row end loads nothing and stores nothing, but still
+// takes part in its group's shuffles; the 8 lanes of a group always agree on both conditions, so
+// a group is wholly valid or wholly idle. (Coverage of every (row, group, lane) exactly once was
+// checked by enumerating this mapping for every served contract x tactic.)
+
+#pragma once
+
+#include "netra_sm90.cuh"
+
+namespace netra {
+
+template <int N, int ROWS, int GRID_Y, int BLOCK, int MAX_BATCH>
+struct QuantSplit {
+  static constexpr int kGroups = N / 128;
+  static constexpr int kSliceGroups = (kGroups + GRID_Y - 1) / GRID_Y;
+  static constexpr int kSliceUnits = kSliceGroups * 8;
+  static constexpr int kUnits = ROWS * kSliceUnits;
+  static constexpr int kIters = (kUnits + BLOCK - 1) / BLOCK;
+  static constexpr int kBatch = kIters < MAX_BATCH ? kIters : MAX_BATCH;
+  // true: every unit of every block lies inside its row (no column or count mask is compiled)
+  static constexpr bool kExact = (kUnits % BLOCK == 0) && (kGroups % GRID_Y == 0);
+
+  struct Pos {
+    uint32_t row;
+    int group;  // group index within the row
+    int j;      // lane within the group's 8
+    bool valid;
+  };
+
+  // Unit number it * BLOCK + threadIdx.x of this block.
+  static __device__ __forceinline__ Pos pos(int it, uint32_t rows) {
+    const int u = it * BLOCK + static_cast<int>(threadIdx.x);
+    const int lr = u / kSliceUnits;
+    const int cu = static_cast<int>(blockIdx.y) * kSliceUnits + u % kSliceUnits;
+    Pos p;
+    p.row = blockIdx.x * ROWS + lr;
+    p.group = cu >> 3;
+    p.j = cu & 7;
+    p.valid = (kExact || (u < kUnits && p.group < kGroups)) && p.row < rows;
+    return p;
+  }
+};
+
+// The batch schedule of a kernel body: kIters / kBatch full batches, then the remainder. Up to
+// two full batches are unrolled; longer rows run the full batches as a loop with a trip count
+// fixed at compile time (unroll 1: the code stays a few KB instead of growing with the row).
+#define NETRA_QUANT_SCHEDULE(BATCH_FN, ...)                                              \
+  do {                                                                                   \
+    constexpr int kNb_ = Split::kIters / Split::kBatch;                                  \
+    constexpr int kRem_ = Split::kIters % Split::kBatch;                                 \
+    if constexpr (kNb_ <= 2) {                                                           \
+      _Pragma("unroll") for (int i_ = 0; i_ < kNb_; ++i_)                                \
+          BATCH_FN<Split::kBatch>(i_ * Split::kBatch, __VA_ARGS__);                      \
+    } else {                                                                             \
+      _Pragma("unroll 1") for (int i_ = 0; i_ < kNb_; ++i_)                              \
+          BATCH_FN<Split::kBatch>(i_ * Split::kBatch, __VA_ARGS__);                      \
+    }                                                                                    \
+    if constexpr (kRem_ > 0) BATCH_FN<(kRem_ > 0 ? kRem_ : 1)>(kNb_ * Split::kBatch, __VA_ARGS__); \
+  } while (0)
+
+// Quantize the 16 values v of one unit (see above) as one lane of its group: group amax over
+// the 8 lanes, scale, x/s with clamp, E4M3FN RNE. Returns the scale; codes for the low and high
+// halves in lo / hi. All 32 lanes of the warp must call it together.
+__device__ __forceinline__ float quant_unit(float* v, uint2& lo, uint2& hi) {
+  float a = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) a = fmaxf(a, fabsf(v[i]));
+  a = group8_max(a);
+  const float s = fp8_scale(a);
+  const float r = rcp_newton(s);
+  fp8_scale_clamp<16>(v, s, r);
+  lo = pack_e4m3x8_rn(v);
+  hi = pack_e4m3x8_rn(v + 8);
+  return s;
+}
+
+}  // namespace netra

@@ -1,0 +1,142 @@
+"""gfx950 (AMD MI350X / MI355X, wave64): raw assembly templates, LLVM's llvm-mc and ld.lld, the HIP loader.
+
+Everything Netra knows about the class is in this package: toolchain discovery and proof
+(toolchain.py), how a template becomes a code object (assemble.py), how a code object is read and
+where its machine code is (codeobject.py), and its static checks (checks.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from netra.schema import Field, Int, opt
+from netra.targets import Examined, Problem, Tools
+from netra.targets.gfx950 import assemble, checks, codeobject, toolchain
+
+if TYPE_CHECKING:
+    from netra.catalog import ArtifactSpec, Tactic, Template
+
+WAVE = 64
+
+
+class Gfx950:
+    name = "gfx950"
+    vendor = "amd"
+    loader = "hip"
+    suffix = ".hsaco"
+    flavours = ("llvm", "rocm")
+    checks = checks.CHECKS
+    # A template manifest's register and LDS allocation, fixed for every instantiation (docs/authoring.md).
+    budget: ClassVar[dict[str, Field]] = {
+        "vgprs": Field(Int(min=1, max=512)),
+        "sgprs": Field(Int(min=1, max=106)),
+        "lds_bytes": Field(Int(min=0, max=163840)),
+        "rows_per_wave": opt(Int(min=1, max=64), 1),
+    }
+
+    def discover(self, env: dict[str, str] | None = None) -> Tools:
+        return toolchain.discover(env)
+
+    def rows_per_block(self, template: Template, tactic: Tactic) -> int:
+        return tactic.block // WAVE * int(template.budget["rows_per_wave"])
+
+    def tactic_problem(self, template: Template, tactic: Tactic) -> str | None:
+        """Why this tactic cannot launch this template on gfx950, or None."""
+        if tactic.block % WAVE or not WAVE <= tactic.block <= 1024:
+            return f"block {tactic.block} must be a multiple of {WAVE} in [{WAVE}, 1024] (wave64)"
+        if tactic.grid_y != 1:
+            return "grid_y must be 1: gfx950 templates index rows along grid.x only"
+        if tactic.constants:
+            return "gfx950 templates take no tactic constants"
+        derived = self.rows_per_block(template, tactic)
+        if tactic.rows_per_block not in (None, derived):
+            return f"rows_per_block {tactic.rows_per_block} is not block / 64 x rows_per_wave = {derived}"
+        return None
+
+    def tactic_defines(self, tactic: Tactic) -> dict[str, int]:
+        return {}  # the instantiation sets NETRA_BLOCK itself; nothing else comes from the tactic
+
+    def instantiation(self, spec: ArtifactSpec) -> str:
+        return assemble.instantiation(spec)
+
+    def compile(self, spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path) -> Path:
+        return assemble.assemble(spec, tools, root, work, out)
+
+    def examine(self, built: list[tuple[ArtifactSpec, Path]], tools: Tools, jobs: int) -> list[Examined]:
+        """Inspect and check every code object; one llvm-objdump per worker (its start-up dominates)."""
+        chunks = [[p for _, p in built[i::jobs]] for i in range(jobs)]
+        listings: dict[Path, str] = {}
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for part in pool.map(lambda c: assemble.disassemble(tools, c), [c for c in chunks if c]):
+                listings.update(part)
+        return [_examined(spec, path, listings[path]) for spec, path in built]
+
+    def text_sha256(self, data: bytes, symbol: str, name: str) -> str:
+        return codeobject.text_sha256(data, name)
+
+    def launch_digest(self, data: bytes, symbol: str, name: str) -> str:
+        return codeobject.launch_digest(data, symbol, name)
+
+    def first_difference(self, tools: Tools, ours: Path, theirs: bytes, spec: ArtifactSpec) -> str:
+        """The first instruction where two code objects' disassemblies differ, for the mismatch message."""
+        with tempfile.TemporaryDirectory(prefix="netra-ref-") as tmp:
+            ref = Path(tmp) / ours.name
+            ref.write_bytes(theirs)
+            listing = assemble.disassemble(tools, [ours, ref], assemble.MCPU[spec.target])
+            a, b = _instructions(listing[ours]), _instructions(listing[ref])
+        for i, ((x, at), (y, _)) in enumerate(zip(a, b, strict=False)):
+            if x != y:
+                return f"first differing instruction #{i} (at {at}): built `{x}`, reference `{y}`"
+        if len(a) != len(b):
+            return f"instruction counts differ: built {len(a)}, reference {len(b)}"
+        return "disassembly identical (difference is in encoding only)"
+
+
+def _examined(spec: ArtifactSpec, path: Path, listing: str) -> Examined:
+    data = path.read_bytes()
+    co = codeobject.inspect(data, spec.file)
+    problems: list[Problem] = checks.check(co, spec, listing)
+    k = co.kernels.get(spec.symbol)
+    d = k.descriptor if k is not None else None
+    m = k.metadata if k is not None else {}
+    launch = ""
+    if k is not None and k.descriptor_raw is not None:
+        launch = codeobject.digest(co, spec.symbol)
+    elif not problems:
+        problems.append(Problem("kd", f"{spec.symbol}.kd (the kernel descriptor) is missing"))
+    return Examined(
+        spec=spec,
+        path=path,
+        text_sha256=co.text_sha256,
+        launch_sha256=launch,
+        code_sha256=hashlib.sha256(data).hexdigest(),
+        symbols=tuple(sorted(co.kernels)),
+        kernarg_bytes=d.kernarg_bytes if d else -1,
+        lds_bytes=d.group_segment_bytes if d else -1,
+        max_threads=int(m.get(".max_flat_workgroup_size", 0)),
+        facts={
+            "vgprs": int(m.get(".vgpr_count", d.vgpr_alloc if d else -1)),
+            "agprs": int(m.get(".agpr_count", 0)),
+            "sgprs": int(m.get(".sgpr_count", 0)),
+            "wave_size": int(m.get(".wavefront_size", WAVE)),
+        },
+        problems=problems,
+    )
+
+
+def _instructions(listing: str) -> list[tuple[str, str]]:
+    """(instruction, address) pairs from an llvm-objdump listing, whose comments carry the address."""
+    out = []
+    for ln in listing.splitlines():
+        if not ln.startswith(("\t", " ")):
+            continue
+        text, _, comment = ln.partition("//")
+        out.append((" ".join(text.split()), comment.strip().split(":")[0] or "?"))
+    return out
+
+
+TARGET = Gfx950()

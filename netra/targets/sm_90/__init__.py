@@ -1,0 +1,103 @@
+"""sm_90 (NVIDIA H100 / H200, Hopper): CUDA C++ templates, nvcc -arch=sm_90a, the CUDA loader.
+
+Everything Netra knows about the class is in this package: nvcc discovery and proof (toolchain.py),
+how a template becomes a cubin (compile.py), how a cubin is read and where its machine code is
+(cubin.py: `.text.<kernel>`), and its static checks (checks.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from netra.schema import Field, Int
+from netra.targets import Examined, Tools
+from netra.targets.sm_90 import checks, compile, cubin, toolchain
+
+if TYPE_CHECKING:
+    from netra.catalog import ArtifactSpec, Tactic, Template
+
+WARP = 32
+
+
+class Sm90:
+    name = "sm_90"
+    vendor = "nvidia"
+    loader = "cuda"
+    suffix = ".cubin"
+    flavours = ("nvcc",)
+    checks = checks.CHECKS
+    # A template's resource budget: the most any instantiation may use (the gate refuses more).
+    budget: ClassVar[dict[str, Field]] = {
+        "registers": Field(Int(min=16, max=255)),
+        "shared_bytes": Field(Int(min=0, max=227 * 1024)),
+    }
+
+    def discover(self, env: dict[str, str] | None = None) -> Tools:
+        return toolchain.discover(env)
+
+    def rows_per_block(self, template: Template, tactic: Tactic) -> int:
+        assert tactic.rows_per_block is not None  # tactic_problem requires it
+        return tactic.rows_per_block
+
+    def tactic_problem(self, template: Template, tactic: Tactic) -> str | None:
+        if tactic.block % WARP or not WARP <= tactic.block <= 1024:
+            return f"block {tactic.block} must be a multiple of {WARP} in [{WARP}, 1024]"
+        if tactic.rows_per_block is None:
+            return "rows_per_block is required on sm_90 (the host launches ceil(rows / rows_per_block) blocks)"
+        return None
+
+    def tactic_defines(self, tactic: Tactic) -> dict[str, int]:
+        assert tactic.rows_per_block is not None
+        return {"NETRA_ROWS_PER_BLOCK": tactic.rows_per_block, "NETRA_GRID_Y": tactic.grid_y, **tactic.constants}
+
+    def instantiation(self, spec: ArtifactSpec) -> str:
+        return compile.instantiation(spec)
+
+    def compile(self, spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path) -> Path:
+        return compile.compile_cubin(spec, tools, root, work, out)
+
+    def examine(self, built: list[tuple[ArtifactSpec, Path]], tools: Tools, jobs: int) -> list[Examined]:
+        return [_examined(spec, path) for spec, path in built]
+
+    def text_sha256(self, data: bytes, symbol: str, name: str) -> str:
+        return cubin.text_sha256(data, symbol, name)
+
+    def launch_digest(self, data: bytes, symbol: str, name: str) -> str:
+        return cubin.launch_digest(data, symbol, name)
+
+    def first_difference(self, tools: Tools, ours: Path, theirs: bytes, spec: ArtifactSpec) -> str:
+        a = cubin.inspect(ours.read_bytes(), spec.file)
+        b = cubin.inspect(theirs, spec.file)
+        ka, kb = a.kernels.get(spec.symbol), b.kernels.get(spec.symbol)
+        if ka and kb and ka.registers != kb.registers:
+            return f"registers: built {ka.registers}, reference {kb.registers}"
+        return "the .text differs (no SASS disassembler is required by the build; compare with cuobjdump -sass)"
+
+
+def _examined(spec: ArtifactSpec, path: Path) -> Examined:
+    data = path.read_bytes()
+    cb = cubin.inspect(data, spec.file)
+    problems = checks.check(cb, spec)
+    k = cb.kernels.get(spec.symbol)
+    return Examined(
+        spec=spec,
+        path=path,
+        text_sha256=cb.text_sha256.get(spec.symbol, ""),
+        launch_sha256=cubin.digest(cb, spec.symbol) if k else "",
+        code_sha256=hashlib.sha256(data).hexdigest(),
+        symbols=tuple(sorted(cb.kernels)),
+        kernarg_bytes=k.param_bytes if k and k.param_bytes is not None else -1,
+        lds_bytes=k.shared_bytes if k else -1,
+        max_threads=k.max_threads[0] * k.max_threads[1] * k.max_threads[2] if k and k.max_threads else 0,
+        facts={
+            "registers": k.registers if k and k.registers is not None else 0,
+            "shared_section_bytes": k.shared_section_bytes if k else 0,
+            "constant0_bytes": k.constant0_bytes if k else 0,
+        },
+        problems=problems,
+    )
+
+
+TARGET = Sm90()

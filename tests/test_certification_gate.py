@@ -1,0 +1,158 @@
+"""A certification is bound to machine code: lock, build, wheel gate and runtime refuse a table whose
+certified .text differs from the locked one, and `netra lock` voids (and says so) a certification whose
+kernel changed. Also: certify's ranking is deterministic, and certify refuses to run without a GPU.
+
+The hardware evidence here is synthetic (device "test-device"): these tests exercise the gate's rules,
+not a GPU. Real certification runs on the H200 (tests/test_gpu_sm90.py, docs/gpu.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netra import certify, tables
+
+REPO = Path(__file__).resolve().parents[1]
+TABLE = "release/tables/sm_90.json"
+
+
+def netra(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "netra", *args, "--root", str(root)],
+        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+
+
+def certified(raw: dict[str, Any], *, text: str | None = None) -> dict[str, Any]:
+    """The table with its first entry's first candidate accepted on synthetic evidence."""
+    t = json.loads(json.dumps(raw))
+    t["certification"]["runs"] = [{
+        "device": "test-device", "driver": "0", "runtime": "CUDA 13.0", "toolchain": {"flavour": "nvcc", "version": "13.0.88"},
+        "clocks": None, "netra": "0.1.0", "seed": 0,
+        "protocol": {"rows": [1, 8192], "warmup": 1, "replays": 1, "prefill_rows": 8192},
+    }]  # fmt: skip
+    t["certification"]["note"] = tables.HARDWARE_NOTE.format(target="sm_90")
+    c = t["entries"][0]["candidates"][0]
+    c["maturity"] = "accepted"
+    c["evidence"]["hardware"] = {
+        "run": 0, "text_sha256": text or c["text_sha256"], "passed": True, "reason": "", "reference": "float64",
+        "max_rel_deviation": 1e-3, "tolerance": 4e-3, "cases": 1, "counts": {},
+        "timings": [{"rows": 8192, "median_us": 10.0}],
+    }  # fmt: skip
+    return t
+
+
+@pytest.fixture
+def tree(make_repo_copy: Any) -> Path:
+    root = make_repo_copy("certgate")
+    return root
+
+
+def write_table(root: Path, t: dict[str, Any]) -> None:
+    (root / TABLE).write_text(tables.dumps(t))
+
+
+def test_lock_keeps_evidence_bound_to_the_locked_machine_code(tree: Path) -> None:
+    t = certified(json.loads((tree / TABLE).read_text()))
+    write_table(tree, t)
+    r = netra(tree, "lock", "-q")
+    assert r.returncode == 0, r.stderr
+    kept = json.loads((tree / TABLE).read_text())
+    assert kept["entries"][0]["candidates"][0]["maturity"] == "accepted"
+    assert kept["certification"]["runs"][0]["device"] == "test-device"
+    assert netra(tree, "lock", "--check", "-q").returncode == 0
+
+
+def test_a_changed_instruction_voids_the_certification(tree: Path) -> None:
+    t = certified(json.loads((tree / TABLE).read_text()))
+    write_table(tree, t)
+    assert netra(tree, "lock", "-q").returncode == 0
+    entry = t["entries"][0]
+    op = entry["contract"]["op"]
+    cand = entry["candidates"][0]["artifact"]
+    src = tree / "kernels" / "sm_90" / f"{op}.cu"
+    # One more instruction in every instantiation of the template: a clock read whose result is used.
+    text = src.read_text()
+    marker = "extern \"C\" __global__"
+    assert marker in text
+    src.write_text(text.replace(marker, "__device__ __forceinline__ void netra_probe_nop() { asm volatile(\"nanosleep.u32 0;\"); }\n" + marker, 1))
+    body = src.read_text()
+    i = body.index("{", body.index(marker))
+    src.write_text(body[: i + 1] + "\n  netra_probe_nop();" + body[i + 1 :])
+    r = netra(tree, "lock", "--check", "-q")
+    assert r.returncode == 1 and f"certification void: {cand}: certified with .text" in r.stdout, r.stdout + r.stderr
+    r = netra(tree, "build", str(tree / "out"), "-q")
+    assert r.returncode == 1 and cand in r.stderr and not (tree / "out").exists()
+    r = netra(tree, "lock")
+    assert r.returncode == 0 and f"certification void: {cand}" in r.stderr, r.stderr
+    voided = json.loads((tree / TABLE).read_text())
+    c = next(x for x in voided["entries"][0]["candidates"] if x["artifact"] == cand)
+    assert c["maturity"] == "experiment" and c["evidence"]["hardware"] is None
+    assert voided["certification"]["runs"] == []  # no evidence left: no run to describe
+
+
+def test_a_table_certified_with_other_machine_code_is_refused_everywhere(tree: Path) -> None:
+    raw = json.loads((tree / TABLE).read_text())
+    t = certified(raw, text="0" * 64)  # evidence names other machine code than the candidate
+    with pytest.raises(tables.TableError, match="other machine code"):
+        tables.parse(t, TABLE, "sm_90")
+    write_table(tree, t)
+    r = netra(tree, "lock", "-q")
+    assert r.returncode == 1 and "other machine code" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = netra(tree, "build", str(tree / "out"), "-q")
+    assert r.returncode == 1 and "other machine code" in r.stderr
+
+
+def test_a_table_whose_candidate_text_differs_from_the_lock_fails_against_lock(tree: Path) -> None:
+    from netra import lock
+
+    locked = lock.read(tree / "release/manifest.lock")
+    raw = json.loads((tree / TABLE).read_text())
+    c = raw["entries"][0]["candidates"][0]
+    c["text_sha256"] = "f" * 64
+    t = tables.parse(raw, TABLE, "sm_90")
+    wrong = tables.against_lock(t, locked)
+    assert any(c["artifact"] in w and "text_sha256" in w for w in wrong)
+    del raw["entries"][0]
+    wrong = tables.against_lock(tables.parse(raw, TABLE, "sm_90"), locked)
+    assert any("missing from the sm_90 table" in w for w in wrong)
+
+
+def _result(tactic: str, timings: dict[int, float], passed: bool = True) -> certify.Result:
+    cand = type("C", (), {"tactic": tactic})()
+    return certify.Result(
+        candidate=cand, passed=passed, reason="" if passed else "case x: wrong", max_rel_deviation=0.0,  # type: ignore[arg-type]
+        tolerance=1.0, cases=1, counts={}, timings=[{"rows": r, "median_us": us} for r, us in timings.items()],
+    )  # fmt: skip
+
+
+def test_ranking_is_deterministic_and_dispatch_follows_the_measurements() -> None:
+    decode = _result("dec", {1: 2.0, 16: 2.1, 512: 6.0, 8192: 60.0})
+    prefill = _result("pre", {1: 3.0, 16: 3.2, 512: 5.0, 8192: 40.0})
+    broken = _result("bad", {}, passed=False)
+    ranked, dispatch = certify.rank([broken, decode, prefill])
+    assert [r.candidate.tactic for r in ranked] == ["pre", "dec", "bad"]  # accepted by prefill time, rejected last
+    assert dispatch == [{"max_rows": 16, "tactic": "dec"}, {"max_rows": None, "tactic": "pre"}]
+    assert certify.rank([prefill, broken, decode]) == (ranked, dispatch)  # input order does not matter
+    # Within the hysteresis the earlier winner stays: no flip-flopping on noise.
+    close = _result("close", {1: 2.05, 16: 2.07, 512: 7.0, 8192: 90.0})  # 1.4% faster at 16 rows: noise
+    _, d = certify.rank([decode, close])
+    assert d is None  # dec wins everywhere once noise within 3% is ignored
+    only = certify.rank([decode, broken])
+    assert only[1] is None and [r.candidate.tactic for r in only[0]] == ["dec", "bad"]
+
+
+def test_certify_without_a_gpu_is_one_line_and_writes_nothing(installed_venv: Any, tmp_path: Path) -> None:
+    out = tmp_path / "sm_90.json"
+    r = installed_venv.run("netra", "certify", "--gpu-class", "sm_90", "--out", out)
+    assert r.returncode == 1 and not out.exists()
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("netra: error:"), r.stderr
+    assert "libcuda.so.1" in lines[0] or "netra-kernel[certify]" in lines[0]

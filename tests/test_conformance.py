@@ -1,0 +1,274 @@
+"""Tests of netra.conformance (CPU only, real numpy): the judge must pass the reference's own outputs and
+fail every kind of wrong output, and the test vectors must be deterministic and cover what they claim."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from netra import conformance as conf
+from netra import reference as ref
+
+CONTRACTS = [
+    ("rmsnorm", {"hidden": 256, "weight_offset": 0}),
+    ("rmsnorm", {"hidden": 384, "weight_offset": 1}),
+    ("fp8_group_quant", {"hidden": 512, "group": 128}),
+    ("silu_mul_fp8_quant", {"inter": 384, "group": 128}),
+    ("moe_topk_softmax", {"experts": 128, "topk": 8}),
+]
+LARGE = 64
+
+
+def reference_outputs(op: str, params: dict[str, int], case: conf.Case) -> dict[str, np.ndarray]:
+    """What a kernel with no rounding error beyond the contract's would return, in the kernel's dtypes."""
+    if op == "rmsnorm":
+        y = ref.rmsnorm_bf16(case.inputs["x"], case.inputs["w"], case.scalars["eps"], params["weight_offset"])
+        return {"y": y}
+    if op == "moe_topk_softmax":
+        t = ref.moe_topk_softmax(case.inputs["logits"], k=params["topk"])
+        return {"ids": t.ids, "weights": t.weights.astype(np.float32)}
+    fn = ref.silu_mul_fp8_quant if op == "silu_mul_fp8_quant" else ref.fp8_group_quant
+    gq = fn(case.inputs["x"])
+    return {"q": gq.q.copy(), "scales": gq.scales.astype(np.float32)}
+
+
+def get_case(op: str, params: dict[str, int], name: str) -> conf.Case:
+    return next(
+        c for c in conf.cases(op, params, rows_per_block=8, large_rows=LARGE) if c.name.startswith(name)
+    )
+
+
+@pytest.mark.parametrize(("op", "params"), CONTRACTS)
+def test_reference_outputs_pass_every_case(op: str, params: dict[str, int]) -> None:
+    for case in conf.cases(op, params, rows_per_block=8, large_rows=LARGE):
+        got = reference_outputs(op, params, case)
+        for name, (dt, shape) in conf.outputs(op, params, case.rows).items():
+            assert got[name].dtype == dt and got[name].shape == shape
+        v = conf.judge(op, params, case, got)
+        assert v.passed, (case.name, v.reason)
+        assert v.max_rel_deviation <= v.tolerance
+
+
+@pytest.mark.parametrize(("op", "params"), CONTRACTS)
+def test_cases_are_deterministic_and_cover_the_kinds(op: str, params: dict[str, int]) -> None:
+    a = conf.cases(op, params, rows_per_block=8, large_rows=LARGE)
+    b = conf.cases(op, params, rows_per_block=8, large_rows=LARGE)
+    c = conf.cases(op, params, rows_per_block=8, large_rows=LARGE, seed=1)
+    assert [x.name for x in a] == [x.name for x in b]
+    for x, y in zip(a, b, strict=True):
+        assert x.rows == y.rows and x.scalars == y.scalars
+        for k in x.inputs:
+            assert x.inputs[k].dtype == np.uint16
+            np.testing.assert_array_equal(x.inputs[k], y.inputs[k])
+    assert any(
+        not np.array_equal(x.inputs[k], y.inputs[k]) for x, y in zip(a, c, strict=True) for k in x.inputs
+    )
+    rows = {x.rows for x in a}
+    assert {1, 3, LARGE} <= rows and any(r % 8 for r in rows - {1, 3})
+    names = " ".join(x.name for x in a)
+    for kind in ("1e-3", "1e0", "1e3", "zeros", "huge", "large"):
+        assert kind in names
+    if op != "rmsnorm" and op != "moe_topk_softmax":
+        assert "midpoints" in names
+    if op == "moe_topk_softmax":
+        assert "ties" in names
+    # a partial block at every rows_per_block
+    for rpb in (1, 2, 4, 16):
+        assert any(x.rows % rpb or rpb == 1 for x in conf.cases(op, params, rows_per_block=rpb, large_rows=1))
+
+
+def test_zero_and_huge_inputs_are_there() -> None:
+    op, p = "fp8_group_quant", {"hidden": 512, "group": 128}
+    x = ref.bf16_to_f64(get_case(op, p, "zeros").inputs["x"]).reshape(3, -1, 128)
+    assert np.all(x[0] == 0) and np.all(np.signbit(x[1])) and np.any(np.all(x[2] == 0, axis=-1))
+    h = ref.bf16_to_f64(get_case(op, p, "huge").inputs["x"]).reshape(3, -1, 128)
+    a = np.sort(np.abs(h), axis=-1)
+    assert np.all(a[..., -1] >= 300 * a[..., -2])  # one value per group dominates its scale
+
+
+@pytest.mark.parametrize("op", ["fp8_group_quant", "silu_mul_fp8_quant"])
+def test_midpoint_cases_hit_exact_fp8_midpoints(op: str) -> None:
+    p = {"hidden": 512, "group": 128} if op == "fp8_group_quant" else {"inter": 384, "group": 128}
+    case = get_case(op, p, "midpoints")
+    gq = (ref.fp8_group_quant if op == "fp8_group_quant" else ref.silu_mul_fp8_quant)(case.inputs["x"])
+    v = np.abs(gq.values.reshape(case.rows, -1, 128) / gq.scales[..., None])
+    mids = np.isin(
+        v,
+        (
+            ref.fp8_e4m3_decode(np.arange(0x7E, dtype=np.uint8))
+            + ref.fp8_e4m3_decode(np.arange(1, 0x7F, dtype=np.uint8))
+        )
+        / 2,
+    )
+    assert mids.mean() > 0.5  # most elements sit exactly on a rounding midpoint
+    assert np.all(np.max(v, axis=-1) == 448.0)
+
+
+def test_tied_router_rows_are_there() -> None:
+    op, p = "moe_topk_softmax", {"experts": 128, "topk": 8}
+    lg = ref.bf16_to_f64(get_case(op, p, "ties").inputs["logits"])
+    top = np.sort(lg, axis=-1)[:, ::-1]
+    assert np.any(top[:, 7] == top[:, 8])  # a tie across the top-k boundary
+    assert np.any(np.all(lg == lg[:, :1], axis=-1))  # a row of equal logits
+
+
+# ---- failures ------------------------------------------------------------------------------
+
+
+def test_fp8_code_two_steps_off_fails() -> None:
+    op, p = "fp8_group_quant", {"hidden": 512, "group": 128}
+    case = get_case(op, p, "random_1e0")
+    got = reference_outputs(op, p, case)
+    i = int(np.argmax((got["q"][0] & 0x7F) < 0x70))
+    got["q"][0, i] += 2  # two steps up in magnitude
+    v = conf.judge(op, p, case, got)
+    assert not v.passed and "two or more steps" in v.reason
+
+
+def test_fp8_code_one_step_off_away_from_a_midpoint_fails() -> None:
+    op, p = "fp8_group_quant", {"hidden": 512, "group": 128}
+    case = get_case(op, p, "random_1e0")
+    got = reference_outputs(op, p, case)
+    exp = conf.expected(op, p, case)
+    vals = exp["scaled"][0]
+    codes = ref.fp8_e4m3_decode(got["q"][0])
+    i = int(
+        np.argmax((np.abs(vals - codes) < 1e-3 * np.abs(vals)) & (np.abs(vals) > 1) & (np.abs(vals) < 400))
+    )
+    got["q"][0, i] += 1
+    v = conf.judge(op, p, case, got, exp)
+    assert not v.passed and "away from an E4M3 midpoint" in v.reason
+
+
+@pytest.mark.parametrize("op", ["fp8_group_quant", "silu_mul_fp8_quant"])
+def test_fp8_one_step_at_an_exact_midpoint_is_counted_not_failed(op: str) -> None:
+    p = {"hidden": 512, "group": 128} if op == "fp8_group_quant" else {"inter": 384, "group": 128}
+    case = get_case(op, p, "midpoints")
+    got = reference_outputs(op, p, case)
+    exp = conf.expected(op, p, case)
+    mid = np.abs(np.abs(exp["scaled"]) - 3.125)  # between 3.0 and 3.25 (step 0.25): ties to 3.0 (even)
+    r, i = np.argwhere(mid == 0)[0]
+    got["q"][r, i] += 1  # the other neighbour of the tie
+    v = conf.judge(op, p, case, got, exp)
+    assert v.passed, v.reason
+    assert v.counts["fp8_one_step_at_midpoint"] == 1
+
+
+def test_fp8_nan_code_fails() -> None:
+    op, p = "silu_mul_fp8_quant", {"inter": 384, "group": 128}
+    case = get_case(op, p, "random_1e0")
+    got = reference_outputs(op, p, case)
+    got["q"][0, 5] = 0x7F
+    v = conf.judge(op, p, case, got)
+    assert not v.passed and "NaN" in v.reason
+
+
+@pytest.mark.parametrize("op", ["fp8_group_quant", "silu_mul_fp8_quant"])
+def test_wrong_scale_fails(op: str) -> None:
+    p = {"hidden": 512, "group": 128} if op == "fp8_group_quant" else {"inter": 384, "group": 128}
+    case = get_case(op, p, "random_mixed")
+    got = reference_outputs(op, p, case)
+    # a small scale, 1e-5 relative off: invisible to a tensor-wide max error, caught elementwise
+    r, g = np.unravel_index(np.argmin(got["scales"]), got["scales"].shape)
+    got["scales"][r, g] *= np.float32(1 + 1e-5)
+    v = conf.judge(op, p, case, got)
+    assert not v.passed and "scales" in v.reason
+    got["scales"][r, g] = np.nan
+    assert not conf.judge(op, p, case, got).passed
+
+
+def test_wrong_expert_id_fails_also_between_tied_experts() -> None:
+    op, p = "moe_topk_softmax", {"experts": 128, "topk": 8}
+    case = get_case(op, p, "random_1e0")
+    got = reference_outputs(op, p, case)
+    got["ids"][0, 3] = (got["ids"][0, 3] + 1) % 128
+    v = conf.judge(op, p, case, got)
+    assert not v.passed and "expert ids differ" in v.reason
+    # equal logits: the contract orders them by id, so swapping two tied experts is wrong too
+    ties = get_case(op, p, "ties")
+    got = reference_outputs(op, p, ties)
+    assert list(got["ids"][0]) == list(range(8))  # all logits equal
+    got["ids"][0, [0, 1]] = got["ids"][0, [1, 0]]
+    assert not conf.judge(op, p, ties, got).passed
+
+
+def test_nan_weight_and_nan_y_fail() -> None:
+    op, p = "moe_topk_softmax", {"experts": 128, "topk": 8}
+    case = get_case(op, p, "random_1e0")
+    got = reference_outputs(op, p, case)
+    got["weights"][0, 7] = np.nan
+    v = conf.judge(op, p, case, got)
+    assert not v.passed and v.max_rel_deviation == np.inf
+    op, p = "rmsnorm", {"hidden": 256, "weight_offset": 0}
+    case = get_case(op, p, "random_1e0")
+    got = reference_outputs(op, p, case)
+    got["y"][0, 17] = 0x7FC0
+    assert not conf.judge(op, p, case, got).passed
+
+
+def test_bf16_one_ulp_only_at_a_midpoint() -> None:
+    op, p = "rmsnorm", {"hidden": 256, "weight_offset": 0}
+    case = get_case(op, p, "large")
+    exp = conf.expected(op, p, case)
+    got = reference_outputs(op, p, case)
+    y = exp["y"]
+    lo = ref.bf16_to_f64(got["y"])
+    nxt = ref.bf16_to_f64(got["y"] + np.uint16(1))
+    dist_mid = np.abs(y - (lo + nxt) / 2)
+    near = dist_mid <= 2.0**-18 * np.abs(y)
+    far = dist_mid > 2.0**-10 * np.abs(y)
+    assert near.any() and far.any()
+    one = got["y"].copy()
+    one[np.argwhere(near)[0][0], np.argwhere(near)[0][1]] += 1
+    v = conf.judge(op, p, case, {"y": one}, exp)
+    assert v.passed and v.counts["bf16_one_ulp_at_midpoint"] == 1
+    bad = got["y"].copy()
+    bad[np.argwhere(far)[0][0], np.argwhere(far)[0][1]] += 1
+    v = conf.judge(op, p, case, {"y": bad}, exp)
+    assert not v.passed and "away from a bf16 midpoint" in v.reason
+
+
+def test_wrong_shape_or_missing_output_fails() -> None:
+    op, p = "fp8_group_quant", {"hidden": 512, "group": 128}
+    case = get_case(op, p, "random_1e0")
+    got = reference_outputs(op, p, case)
+    assert not conf.judge(op, p, case, {"q": got["q"]}).passed
+    assert not conf.judge(op, p, case, {**got, "scales": got["scales"].astype(np.float64)}).passed
+
+
+def test_sizes() -> None:
+    # docs/ops/*.md "Bytes per row" tables
+    assert conf.bytes_moved("fp8_group_quant", {"hidden": 4096, "group": 128}, 1) == 12416
+    assert conf.bytes_moved("silu_mul_fp8_quant", {"inter": 14336, "group": 128}, 1) == 72128
+    assert conf.bytes_moved("moe_topk_softmax", {"experts": 128, "topk": 8}, 1) == 320
+    assert conf.bytes_moved("rmsnorm", {"hidden": 4096, "weight_offset": 0}, 10) == 10 * 16384 + 8192
+    o = conf.outputs("silu_mul_fp8_quant", {"inter": 768, "group": 128}, 3)
+    assert o == {"q": (np.dtype(np.uint8), (3, 768)), "scales": (np.dtype(np.float32), (3, 6))}
+
+
+def test_sm90_scale_recipe_is_correctly_rounded() -> None:
+    """kernels/sm_90 compute s = RN(a / 448) as fma(fma(-q0, 448, a), c, q0), q0 = RN(a c), c = RN(1/448):
+    checked here in exact integer arithmetic for every fp32 significand a in [1, 2) (448 = 7 * 2^6, so
+    the exponent of a does not matter in the normal range)."""
+
+    def rne_shift(n: np.ndarray, k: int) -> np.ndarray:
+        q = n >> k
+        rem = n - (q << k)
+        half = np.int64(1) << (k - 1)
+        return q + ((rem > half) | ((rem == half) & (q & 1 == 1))).astype(np.int64)
+
+    def rne_div(n: np.ndarray, d: int) -> np.ndarray:
+        q, rem = n // d, n % d
+        return q + ((2 * rem > d) | ((2 * rem == d) & (q & 1 == 1))).astype(np.int64)
+
+    c = int(np.float64(np.float32(1) / np.float32(448)) * 2.0**32)  # c = C * 2^-32
+    assert np.float32(c * 2.0**-32).view(np.uint32) == 0x3B124925
+    a = np.arange(2**23, 2**24, dtype=np.int64)  # a = A * 2^-23
+    p = a * c  # a c in units of 2^-55
+    q0 = np.where(p >= 1 << 47, rne_shift(p, 24) * 2, rne_shift(p, 23))  # units of 2^-32
+    r = a * 512 - 448 * q0  # a - 448 q0, exact, units of 2^-32
+    assert np.all(np.abs(r) < 2**24)  # representable: the inner fma is exact
+    n = q0 * (1 << 32) + r * c  # q0 + r c, units of 2^-64
+    s = np.where(n >= 1 << 56, rne_shift(n, 33) * 2, rne_shift(n, 32))
+    truth = np.where(8 * a >= 7 << 24, rne_div(4 * a, 7) * 2, rne_div(8 * a, 7))
+    assert np.array_equal(s, truth)

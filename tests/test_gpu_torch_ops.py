@@ -1,0 +1,399 @@
+"""On an H200: netra.torch serves every certified sm_90 contract through its custom operators, byte for byte
+what the raw runtime launch writes and within the conformance tolerances of the float64 reference; CUDA
+graphs capture and replay the four ops; torch.compile (inductor) of a decoder-block-like function matches
+eager; strict mode passes for the certified shapes and refuses an uncertified width.
+
+Run on the GPU machine against an installed wheel whose sm_90 table is certified (docs/torch.md, docs/gpu.md):
+
+    NETRA_TEST_INSTALLED=1 /path/to/venv/bin/pytest tests/test_gpu_torch_ops.py -v
+
+(the venv's pytest script, not `python -m pytest`, which would put this tree on sys.path). Needs torch with
+CUDA and numpy besides the wheel. NETRA_TEST_LARGE_ROWS (default 8192) sets the largest conformance case.
+Skipped elsewhere (the gpu marker; CI has no GPU).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
+
+LARGE = int(os.environ.get("NETRA_TEST_LARGE_ROWS", "8192"))
+WORKERS = os.cpu_count() or 1
+SERVED = [  # docs/ops/README.md; the installed table must serve exactly these (checked below)
+    "fp8_group_quant(hidden=2048,group=128)",
+    "fp8_group_quant(hidden=3584,group=128)",
+    "fp8_group_quant(hidden=4096,group=128)",
+    "fp8_group_quant(hidden=8192,group=128)",
+    "moe_topk_softmax(experts=128,topk=8)",
+    "rmsnorm(hidden=128,weight_offset=0)",
+    "rmsnorm(hidden=2048,weight_offset=0)",
+    "rmsnorm(hidden=3584,weight_offset=1)",
+    "rmsnorm(hidden=4096,weight_offset=0)",
+    "silu_mul_fp8_quant(inter=14336,group=128)",
+    "silu_mul_fp8_quant(inter=1536,group=128)",
+    "silu_mul_fp8_quant(inter=768,group=128)",
+]
+DEV = "cuda:0"
+
+
+@pytest.fixture(autouse=True)
+def _clean() -> Any:
+    import netra.torch as nt
+
+    prev = nt.set_strict(False)
+    nt.reset_stats()
+    yield
+    nt.set_strict(prev)
+    nt.reset_stats()
+
+
+def _contract(key: str) -> tuple[str, dict[str, int]]:
+    from netra.runtime import Contract
+
+    c = Contract.parse(key)
+    return c.op, dict(c.params)
+
+
+def bf16(bits: np.ndarray) -> torch.Tensor:
+    t = torch.from_numpy(np.ascontiguousarray(bits, dtype=np.uint16).view(np.int16)).view(torch.bfloat16)
+    return t.to(DEV)
+
+
+def host(t: torch.Tensor) -> np.ndarray:
+    """A tensor's bytes as the reference's formats: bf16 -> uint16, fp8 -> uint8, others as they are."""
+    t = t.detach().contiguous().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    if t.dtype == torch.float8_e4m3fn:
+        return t.view(torch.uint8).numpy()
+    return t.numpy()
+
+
+def run_ops(op: str, params: dict[str, int], case: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The case through the custom op; returns its outputs and the raw-launch arguments for the inputs."""
+    import netra.torch as nt
+
+    if op == "rmsnorm":
+        x, w = bf16(case.inputs["x"]), bf16(case.inputs["w"])
+        y = nt.rmsnorm(x, w, case.scalars["eps"], params["weight_offset"])
+        return {"y": y}, {"x": x, "w": w, "eps": case.scalars["eps"]}
+    if op in ("fp8_group_quant", "silu_mul_fp8_quant"):
+        x = bf16(case.inputs["x"])
+        fn = nt.fp8_group_quant if op == "fp8_group_quant" else nt.silu_mul_fp8_quant
+        q, s = fn(x, params["group"])
+        return {"q": q, "scales": s}, {"x": x}
+    logits = bf16(case.inputs["logits"])
+    ids, w = nt.moe_topk_softmax(logits, params["topk"])
+    return {"ids": ids, "weights": w}, {"logits": logits}
+
+
+def raw_launch(
+    kernel: Any, rows: int, like: dict[str, torch.Tensor], inputs: dict[str, Any]
+) -> dict[str, torch.Tensor]:
+    """The same kernel through the runtime's own loader (netra.cuda.Cuda.launch), into fresh outputs."""
+    outs = {name: torch.empty_like(t) for name, t in like.items()}
+    for t in outs.values():
+        t.view(torch.uint8).fill_(0xA5)  # a pattern the kernel must overwrite everywhere
+    args = {**{n: t.data_ptr() for n, t in outs.items()}, "rows": rows}
+    args.update({n: (v.data_ptr() if isinstance(v, torch.Tensor) else v) for n, v in inputs.items()})
+    _cuda().launch(kernel, rows, None, args)
+    return outs
+
+
+_CU: list[Any] = []
+
+
+def _cuda() -> Any:
+    """One loader for the module (each Cuda() keeps its own module handles)."""
+    if not _CU:
+        from netra.cuda import Cuda
+
+        _CU.append(Cuda())
+    return _CU[0]
+
+
+# -- the installed release -------------------------------------------------------------------------------
+
+
+def test_the_installed_wheel_with_a_certified_sm_90_table_is_used() -> None:
+    import netra
+    import netra.torch as nt
+    from netra import installed
+    from netra.runtime import open_catalog
+
+    assert installed.locate().kind == "wheel", (
+        f"netra is imported from {netra.__file__}, not an installed wheel"
+    )
+    assert torch.cuda.get_device_capability(0) == (9, 0)
+    cat = open_catalog("sm_90")
+    assert cat.table.certification == "hardware"
+    assert sorted(cat.contracts()) == sorted(SERVED)
+    served = nt.prepare(DEV)
+    for key, what in sorted(served.items()):
+        print(f"{key}: {what}")
+    assert sorted(served) == sorted(SERVED)
+    assert not [k for k, v in served.items() if v.startswith("fallback")], served
+
+
+# -- every certified contract against the reference, and against the raw launch -----------------------------
+
+
+def _row_counts(key: str) -> list[int]:
+    """Row counts that reach every rule of the contract's row-count dispatch (each boundary and one past it)."""
+    import netra.torch as nt
+    from netra.torch import dispatch
+
+    k = dispatch.kernels(0, key, _contract(key)[0])
+    assert k, f"{key}: {k.reason if hasattr(k, 'reason') else k}"
+    tops = [top for top, _ in k.rules if top != dispatch._ALL_ROWS]
+    rows = sorted({r for t in tops for r in (t, t + 1)} | {1, 16})
+    assert all(nt.kernel_for(key, r, DEV) for r in rows)
+    return rows
+
+
+@pytest.mark.parametrize("key", SERVED)
+def test_every_certified_contract_through_the_op_matches_the_reference_and_the_raw_launch(key: str) -> None:
+    import netra.torch as nt
+    from netra import conformance as cf
+
+    op, params = _contract(key)
+    k1 = nt.kernel_for(key, 1, DEV)
+    assert k1 and k1.maturity == "accepted", k1
+    cases = cf.cases(op, params, rows_per_block=k1.candidate.launch.rows_per_block, large_rows=LARGE)
+    extra_rows = [r for r in _row_counts(key) if r not in {c.rows for c in cases}]
+    for r in extra_rows:  # a large-style case at each dispatch boundary
+        cases.append(cf.cases(op, params, rows_per_block=1, large_rows=r)[-1])
+    tactics = set()
+    for case in cases:
+        outs, inputs = run_ops(op, params, case)
+        kernel = nt.kernel_for(key, case.rows, DEV)
+        tactics.add(kernel.tactic)
+        raw = raw_launch(kernel, case.rows, outs, inputs)
+        torch.cuda.synchronize()
+        got = {n: host(t) for n, t in outs.items()}
+        for n, t in raw.items():
+            assert np.array_equal(host(t).view(np.uint8), got[n].view(np.uint8)), (
+                f"{key} {case.name}: {n} differs from the raw launch"
+            )
+        exp = cf.expected(op, params, case, workers=WORKERS)
+        v = cf.judge(op, params, case, got, exp)
+        assert v.passed, f"{key} {case.name} ({kernel.tactic}): {v.reason}"
+        print(
+            f"{key} {case.name} rows={case.rows} {kernel.tactic}: max_rel_deviation {v.max_rel_deviation:.3g} <= {v.tolerance:.3g}"
+        )
+    st = nt.stats()
+    assert st == {key: {"certified": len(cases)}}, st
+    print(f"{key}: tactics used {sorted(tactics)}")
+
+
+# -- CUDA graphs -----------------------------------------------------------------------------------------------
+
+H, INTER, E = 4096, 14336, 128
+
+
+def _inputs(seed: int, rows: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    return {
+        "x": torch.randn(rows, H, device=DEV, generator=g).bfloat16(),
+        "w": (1 + 0.1 * torch.randn(H, device=DEV, generator=g)).bfloat16(),
+        "gu": torch.randn(rows, 2 * INTER, device=DEV, generator=g).bfloat16(),
+        "logits": torch.randn(rows, E, device=DEV, generator=g).bfloat16(),
+    }
+
+
+def _four(t: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    import netra.torch as nt
+
+    y = nt.rmsnorm(t["x"], t["w"], 1e-5)
+    q, s = nt.fp8_group_quant(y)
+    q2, s2 = nt.silu_mul_fp8_quant(t["gu"])
+    ids, wts = nt.moe_topk_softmax(t["logits"], 8)
+    return [y, q, s, q2, s2, ids, wts]
+
+
+def _bytes_equal(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return all(torch.equal(x.view(torch.uint8), y.view(torch.uint8)) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("rows", [1, 16, 8192])
+def test_a_cuda_graph_of_all_four_ops_replays_with_the_same_results(rows: int) -> None:
+    import netra.torch as nt
+
+    static = _inputs(1, rows)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as torch.cuda.graph asks
+        for _ in range(2):
+            _four(static)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with nt.strict(), torch.cuda.graph(graph):
+        outs = _four(static)
+    for seed in (2, 3):
+        fresh = _inputs(seed, rows)
+        for name, t in fresh.items():
+            static[name].copy_(t)
+        graph.replay()
+        torch.cuda.synchronize()
+        want = _four(fresh)
+        torch.cuda.synchronize()
+        assert _bytes_equal(outs, want), f"rows={rows}, seed {seed}: the replay differs from eager"
+    st = nt.stats()
+    assert all(set(v) == {"certified"} for v in st.values()), st
+
+
+# -- torch.compile ---------------------------------------------------------------------------------------------
+
+
+def _block(
+    x: torch.Tensor, w: torch.Tensor, wgu: torch.Tensor, router: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    import netra.torch as nt
+
+    h = nt.rmsnorm(x, w, 1e-6)
+    q, s = nt.fp8_group_quant(h)
+    deq = (q.float().unflatten(-1, (-1, 128)) * s.unsqueeze(-1)).flatten(-2).to(torch.bfloat16)
+    gu = deq @ wgu
+    q2, s2 = nt.silu_mul_fp8_quant(gu)
+    logits = h @ router
+    ids, wts = nt.moe_topk_softmax(logits, 8)
+    return h, q, s, gu, q2, s2, logits, ids, wts
+
+
+@pytest.mark.parametrize("rows", [1, 16, 256])
+def test_torch_compile_of_a_decoder_block_runs_the_certified_kernels_and_matches_eager(rows: int) -> None:
+    import netra.torch as nt
+    from netra import reference as ref
+
+    torch._dynamo.reset()
+    g = torch.Generator(device=DEV).manual_seed(7)
+    x = torch.randn(rows, 2048, device=DEV, generator=g).bfloat16()
+    w = (1 + 0.1 * torch.randn(2048, device=DEV, generator=g)).bfloat16()
+    wgu = (torch.randn(2048, 2 * 768, device=DEV, generator=g) * 0.03).bfloat16()
+    router = (torch.randn(2048, 128, device=DEV, generator=g) * 0.03).bfloat16()
+    eager = _block(x, w, wgu, router)
+    nt.reset_stats()
+    compiled_fn = torch.compile(_block, dynamic=False, fullgraph=True)
+    with nt.strict():
+        got = compiled_fn(x, w, wgu, router)
+    torch.cuda.synchronize()
+    h, q, s, gu, q2, s2, logits, ids, wts = got
+    assert _bytes_equal([h, q, s], list(eager[:3]))  # same inputs, same kernels: the same bytes
+    # the matmuls are inductor's: the ops after them must equal the eager ops on what inductor fed them
+    assert ref.relative_max_error(host(gu.float()), host(eager[3].float())) < 2e-2
+    eq2, es2 = nt.silu_mul_fp8_quant(gu)
+    eids, ewts = nt.moe_topk_softmax(logits, 8)
+    assert _bytes_equal([q2, s2, ids, wts], [eq2, es2, eids, ewts])
+    st = nt.stats()
+    assert all(set(v) == {"certified"} for v in st.values()) and len(st) == 4, st
+
+
+# -- strict mode, fallbacks on the GPU -----------------------------------------------------------------------
+
+
+def _one_call(key: str, rows: int) -> None:
+    import netra.torch as nt
+
+    op, p = _contract(key)
+    if op == "rmsnorm":
+        nt.rmsnorm(
+            torch.randn(rows, p["hidden"], device=DEV).bfloat16(),
+            torch.ones(p["hidden"], device=DEV).bfloat16(),
+            1e-6,
+            p["weight_offset"],
+        )
+    elif op == "fp8_group_quant":
+        nt.fp8_group_quant(torch.randn(rows, p["hidden"], device=DEV).bfloat16())
+    elif op == "silu_mul_fp8_quant":
+        nt.silu_mul_fp8_quant(torch.randn(rows, 2 * p["inter"], device=DEV).bfloat16())
+    else:
+        nt.moe_topk_softmax(torch.randn(rows, p["experts"], device=DEV).bfloat16(), p["topk"])
+
+
+def test_strict_mode_passes_for_every_certified_shape() -> None:
+    import netra.torch as nt
+
+    with nt.strict():
+        for key in SERVED:
+            for rows in (1, 16, 8192):
+                _one_call(key, rows)
+    torch.cuda.synchronize()
+    assert nt.stats() == {key: {"certified": 3} for key in SERVED}
+
+
+def test_strict_mode_raises_for_a_width_that_is_not_certified() -> None:
+    import netra.torch as nt
+    from netra import reference as ref
+    from netra.errors import StrictModeError
+
+    x = torch.randn(8, 5120, device=DEV).bfloat16()
+    w = torch.randn(5120, device=DEV).bfloat16()
+    with nt.strict(), pytest.raises(StrictModeError) as e:
+        nt.rmsnorm(x, w, 1e-6)
+    assert e.value.contract == "rmsnorm(hidden=5120,weight_offset=0)" and e.value.code == "no_entry"
+    print(e.value)
+    y = nt.rmsnorm(x, w, 1e-6)  # outside strict mode: the composite, counted
+    want = ref.rmsnorm(host(x), host(w), float(np.float32(1e-6)))
+    assert ref.relative_max_error(host(y.float()), want) <= 2.0**-8 + 137 * 2.0**-24
+    assert nt.stats() == {"rmsnorm(hidden=5120,weight_offset=0)": {"no_entry": 1}}
+
+
+def test_strided_misaligned_and_fp16_inputs_fall_back_on_the_gpu() -> None:
+    import netra.torch as nt
+
+    w = torch.randn(4096, device=DEV).bfloat16()
+    x = torch.randn(4096, 8, device=DEV).bfloat16().t()  # [8, 4096], not contiguous
+    flat = torch.randn(8 * 4096 + 8, device=DEV).bfloat16()
+    misaligned = flat[1 : 1 + 8 * 4096].view(8, 4096)  # contiguous, 2 bytes off a 16-byte boundary
+    kernel_y = nt.rmsnorm(x.contiguous(), w, 1e-6)
+    kernel_mis = nt.rmsnorm(misaligned.clone(), w, 1e-6)
+    composite_y = nt.rmsnorm(x, w, 1e-6)
+    composite_mis = nt.rmsnorm(misaligned, w, 1e-6)
+    nt.rmsnorm(x.contiguous().half(), w, 1e-6)
+    # composite and kernel both round once from fp32: at most one bf16 ulp apart
+    for a, b in ((composite_y, kernel_y), (composite_mis, kernel_mis)):
+        rel = (a.float() - b.float()).abs() / b.float().abs().clamp_min(1e-30)
+        assert float(rel.max()) <= 2.0**-7
+    assert nt.stats()["rmsnorm(hidden=4096,weight_offset=0)"] == {
+        "certified": 2,
+        "layout": 1,
+        "alignment": 1,
+        "dtype": 1,
+    }
+
+
+def test_the_ops_launch_on_the_current_stream_and_from_another_thread() -> None:
+    import netra.torch as nt
+
+    x = torch.randn(64, 4096, device=DEV).bfloat16()
+    w = torch.randn(4096, device=DEV).bfloat16()
+    want = nt.rmsnorm(x, w, 1e-6)
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        y = nt.rmsnorm(x, w, 1e-6)
+    s.synchronize()
+    assert torch.equal(y, want)
+    box: dict[str, Any] = {}
+
+    def worker() -> None:
+        try:
+            box["y"] = nt.rmsnorm(x, w, 1e-6)
+            torch.cuda.synchronize()
+        except BaseException as e:  # reported below
+            box["error"] = e
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert "error" not in box, box.get("error")
+    assert torch.equal(box["y"], want)

@@ -1,0 +1,199 @@
+"""netra.interrupts: a real netra-like child process, signalled from here, cleans up and exits 128+N."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from netra import interrupts, proc
+from netra.errors import ToolInterruptedError
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A child that works the way the pipeline does: under handled(), in a temporary folder, with a tool
+# running (in the main thread, or in a worker thread while the main thread waits for it). It records
+# its temporary folder and the tool's pid, and exits with interrupts.exit_code.
+CHILD = r"""
+import concurrent.futures, sys, tempfile, time
+from pathlib import Path
+from netra import interrupts, proc
+
+mode, state = sys.argv[1], Path(sys.argv[2])
+
+def tool():
+    proc.run(["sh", "-c", 'echo $$ > "$0"; exec sleep 60', str(state / "tool.pid")],
+             tool="sleep", what="test", timeout=120)
+
+try:
+    with interrupts.handled():
+        with tempfile.TemporaryDirectory(dir=state) as tmp:
+            (Path(tmp) / "scratch.s").write_text("s_endpgm\n")
+            (state / "tmp.name").write_text(tmp)
+            try:
+                if mode == "worker":
+                    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                        pool.submit(tool).result()
+                else:
+                    tool()
+            finally:
+                if mode == "slow-cleanup":
+                    (state / "cleaning").write_text("")
+                    time.sleep(1.5)  # the test signals again meanwhile
+                    (state / "cleaned").write_text("")
+except KeyboardInterrupt as e:
+    (state / "caught").write_text(f"{type(e).__name__} {getattr(e, 'signum', '')}")
+    sys.exit(interrupts.exit_code(e))
+sys.exit(0)
+"""
+
+
+def wait_for(path: Path, seconds: float = 30, *, line: bool = False) -> None:
+    """Until the file exists (with `line`: holding a whole line; the shell creates it before it writes)."""
+    deadline = time.monotonic() + seconds
+    while not (path.exists() and (not line or path.read_text().endswith("\n"))):
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.02)
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def start(mode: str, state: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, mode, str(state)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("mode", ["main", "worker"])
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)])
+def test_a_signal_cleans_up_kills_the_tool_and_exits_128_plus_n(
+    tmp_path: Path, mode: str, sig: signal.Signals, code: int
+) -> None:
+    child = start(mode, tmp_path)
+    try:
+        wait_for(tmp_path / "tool.pid", line=True)
+        tool_pid = int((tmp_path / "tool.pid").read_text())
+        tmp = Path((tmp_path / "tmp.name").read_text())
+        assert tmp.is_dir() and alive(tool_pid)
+        child.send_signal(sig)
+        _, err = child.communicate(timeout=20)  # the tool alone would run 60 s
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == code, err
+    assert (tmp_path / "caught").read_text() == f"Interrupted {int(sig)}"
+    assert not tmp.exists(), "the temporary folder survived the signal"
+    assert not alive(tool_pid), "the tool survived the signal"
+
+
+def test_a_repeated_signal_does_not_abort_the_cleanup(tmp_path: Path) -> None:
+    child = start("slow-cleanup", tmp_path)
+    try:
+        wait_for(tmp_path / "tool.pid", line=True)
+        child.send_signal(signal.SIGTERM)
+        wait_for(tmp_path / "cleaning")
+        for again in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            child.send_signal(again)
+        _, err = child.communicate(timeout=20)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert (tmp_path / "cleaned").exists(), f"cleanup was cut short: {err}"
+    assert child.returncode == 143, err  # the first signal's code
+    assert not Path((tmp_path / "tmp.name").read_text()).exists()
+
+
+# ---------------------------------------------------------------------------------------------------
+# In this process (pytest runs tests on the main thread)
+
+
+def test_interrupted_is_a_keyboard_interrupt_with_its_exit_code() -> None:
+    e = interrupts.Interrupted(signal.SIGTERM)
+    assert isinstance(e, KeyboardInterrupt) and e.signum == signal.SIGTERM
+    assert interrupts.exit_code(e) == 143
+    assert interrupts.exit_code(interrupts.Interrupted(signal.SIGINT)) == 130
+    assert interrupts.exit_code(KeyboardInterrupt()) == 130
+    assert "SIGTERM" in str(e)
+
+
+def test_previous_handlers_are_restored() -> None:
+    before = {s: signal.getsignal(s) for s in interrupts.SIGNALS}
+    mine = signal.signal(signal.SIGHUP, lambda *_: None)
+    try:
+        before[signal.SIGHUP] = signal.getsignal(signal.SIGHUP)
+        with interrupts.handled():
+            assert all(signal.getsignal(s) is not before[s] for s in interrupts.SIGNALS)
+        assert {s: signal.getsignal(s) for s in interrupts.SIGNALS} == before
+        with pytest.raises(interrupts.Interrupted), interrupts.handled():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises before this returns
+        assert {s: signal.getsignal(s) for s in interrupts.SIGNALS} == before
+    finally:
+        signal.signal(signal.SIGHUP, mine)
+
+
+def test_a_signal_inside_deferred_is_raised_when_it_ends() -> None:
+    steps: list[str] = []
+    with pytest.raises(interrupts.Interrupted) as e, interrupts.handled():
+        with interrupts.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            steps.append("finished the step")
+        steps.append("went on after it")
+    assert steps == ["finished the step"]
+    assert e.value.signum == signal.SIGTERM
+
+
+def test_a_signal_stops_tools_running_in_worker_threads() -> None:
+    errors: list[BaseException] = []
+    done = threading.Event()  # not Thread.join: an interrupted join can make is_alive() lie (CPython)
+
+    def worker() -> None:
+        try:
+            proc.run(["sleep", "60"], tool="sleep", what="t", timeout=120)
+        except BaseException as e:
+            errors.append(e)
+        finally:
+            done.set()
+
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    with pytest.raises(interrupts.Interrupted), interrupts.handled():
+        threading.Thread(target=worker, daemon=True).start()
+        timer.start()
+        done.wait()  # interrupted by the SIGINT
+    timer.cancel()
+    assert done.wait(20), "the worker is still blocked in run()"  # only the handler's kill_all ends it
+    assert [type(e) for e in errors] == [ToolInterruptedError]
+    assert proc.live() == []
+
+
+def test_handled_is_a_no_op_outside_the_main_thread() -> None:
+    before = {s: signal.getsignal(s) for s in interrupts.SIGNALS}
+    seen: list[object] = []
+
+    def worker() -> None:
+        with interrupts.handled(), interrupts.deferred():
+            seen.append({s: signal.getsignal(s) for s in interrupts.SIGNALS})
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(10)
+    assert seen == [before]
