@@ -279,7 +279,14 @@ def _clocks(vendor: str) -> dict[str, int] | None:
 
 
 def rank(results: list[Result]) -> tuple[list[Result], list[dict[str, Any]] | None]:
-    """Accepted first, by prefill median (then tactic name); rejected after. Plus the row dispatch."""
+    """The entry's candidate order and row dispatch, from the measurements alone.
+
+    Per measured row count the fastest passing candidate wins, except that the previous row count's
+    winner stays while it is within HYSTERESIS of the fastest (noise must not flip tactics); runs of
+    one winner become row ranges. The candidate serving the prefill row count comes first (it is
+    what select() serves when the caller gives no row count), then the other passing candidates by
+    their prefill median, then the rejected ones; ties by tactic name.
+    """
     ok = [r for r in results if r.passed]
     bad = sorted((r for r in results if not r.passed), key=lambda r: r.candidate.tactic)
 
@@ -305,7 +312,33 @@ def rank(results: list[Result]) -> tuple[list[Result], list[dict[str, Any]] | No
             continue
         rules.append({"max_rows": rows, "tactic": tactic})
     rules[-1]["max_rows"] = None
+    prefill = next((t for rows, t in winners if rows >= PREFILL_ROWS), winners[-1][1])
+    ok.sort(key=lambda r: r.candidate.tactic != prefill)  # stable: the others keep their prefill order
     return ok + bad, (rules if len(rules) > 1 else None)
+
+
+def rerank(table: dict[str, Any]) -> dict[str, Any]:
+    """The table's order, maturity and dispatch recomputed from the measurements it records: the same
+    table when it came from `certify` (ranking is a function of the measurements)."""
+    out = json.loads(json.dumps(table))
+    for entry in out["entries"]:
+        cands = entry["candidates"]
+        results = []
+        for c in cands:
+            hw = c["evidence"]["hardware"]
+            if hw is None:
+                raise CertificationError(
+                    f"{c['artifact']}: has no hardware evidence to rank", "certify the class first"
+                )
+            cand = type("Measured", (), {"tactic": c["tactic"]})()
+            results.append(Result(cand, hw["passed"], hw["reason"], hw["max_rel_deviation"], hw["tolerance"],  # type: ignore[arg-type]
+                                  hw["cases"], hw["counts"], hw["timings"]))  # fmt: skip
+        ranked, dispatch = rank(results)
+        by_tactic = {c["tactic"]: c for c in cands}
+        entry["candidates"] = [dict(by_tactic[r.candidate.tactic], maturity="accepted" if r.passed else "rejected")
+                               for r in ranked]  # fmt: skip
+        entry["dispatch"] = dispatch
+    return out
 
 
 def certify(

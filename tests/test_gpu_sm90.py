@@ -64,7 +64,7 @@ def test_every_accepted_kernel_matches_the_reference_through_the_public_api() ->
             kernels[k.artifact] = k
         for k in kernels.values():
             cases = conformance.cases(entry.op, entry.params, rows_per_block=k.candidate.launch.rows_per_block)
-            ok, reason, dev, tol, counts = certify._correctness(cu, k, entry, cases)
+            ok, reason, dev, tol, _ = certify._correctness(cu, k, entry, cases)
             ran.append((k.artifact, ok, dev, tol))
             assert ok, f"{k.artifact}: {reason}"
             assert dev is not None and dev <= tol
@@ -112,7 +112,7 @@ def test_a_deleted_table_and_a_flipped_text_byte_are_refused_by_name(tmp_path: P
     table = data / "tables" / "sm_90.json"
     saved = table.read_bytes()
     table.unlink()
-    name, message, hint = _in_copy(site, _OPEN)
+    name, message, _ = _in_copy(site, _OPEN)
     assert name == "MissingFileError" and str(table) in message and "sm_90" in message, message
     doctor = subprocess.run([sys.executable, "-m", "netra", "doctor"], capture_output=True, text=True, cwd="/",
                             env={**os.environ, "PYTHONPATH": str(site)}, check=False)  # fmt: skip
@@ -128,7 +128,7 @@ def test_a_deleted_table_and_a_flipped_text_byte_are_refused_by_name(tmp_path: P
     text = next(s for s in elf.sections(bytes(blob)) if s.name == f".text.{k.symbol}".encode())
     blob[text.offset + 16] ^= 0x01
     cubin.write_bytes(bytes(blob))
-    name, message, hint = _in_copy(site, _OPEN)
+    name, message, _ = _in_copy(site, _OPEN)
     assert name == "AlteredFileError" and str(cubin) in message and k.artifact in message, message
     doctor = subprocess.run([sys.executable, "-m", "netra", "doctor"], capture_output=True, text=True, cwd="/",
                             env={**os.environ, "PYTHONPATH": str(site)}, check=False)  # fmt: skip

@@ -1,0 +1,46 @@
+"""Netra's certified kernels as PyTorch operators, with an explicit, counted fallback (docs/torch.md).
+
+    import netra.torch as nt
+    y = nt.rmsnorm(x, w, eps=1e-6)                 # bf16 [..., H]; weight_offset=1 for Gemma
+    q, s = nt.fp8_group_quant(y)                   # float8_e4m3fn [..., H], fp32 [..., H/128]
+    q, s = nt.silu_mul_fp8_quant(gate_up)          # [..., 2I] -> [..., I], [..., I/128]
+    ids, w = nt.moe_topk_softmax(router_logits, topk=8)
+    nt.stats()   # {"rmsnorm(hidden=4096,weight_offset=0)": {"certified": 12}, ...}
+    with nt.strict(): ...                          # any fallback raises StrictModeError
+
+The operators are torch.ops.netra.* (netra.torch.ops); importing this package registers them and
+imports torch. `import netra` never imports this package, and nothing else in netra imports torch.
+"""
+
+from netra.errors import StrictModeError
+from netra.torch.dispatch import (
+    fallback_reasons,
+    is_strict,
+    kernel_for,
+    policy,
+    prepare,
+    reset_stats,
+    set_policy,
+    set_strict,
+    stats,
+    strict,
+)
+from netra.torch.ops import fp8_group_quant, moe_topk_softmax, rmsnorm, silu_mul_fp8_quant
+
+__all__ = [
+    "StrictModeError",
+    "fallback_reasons",
+    "fp8_group_quant",
+    "is_strict",
+    "kernel_for",
+    "moe_topk_softmax",
+    "policy",
+    "prepare",
+    "reset_stats",
+    "rmsnorm",
+    "set_policy",
+    "set_strict",
+    "silu_mul_fp8_quant",
+    "stats",
+    "strict",
+]

@@ -1,0 +1,69 @@
+"""The PyTorch composites: the four op families written with torch ops, with the semantics of docs/ops/.
+
+They run wherever Netra serves no certified kernel (another width or dtype, a strided or misaligned
+input, a GPU class without a table, a CPU tensor), on any device torch supports, and compute in fp32
+with the single output rounding the contracts name:
+
+* rmsnorm: y = round(x * rsqrt(mean(x^2) + eps) * (w + weight_offset)) to x's dtype, once; the
+  caller passes eps as the fp32 value a kernel receives (f32(eps); netra.torch.dispatch does).
+* group quantization: s = max(amax, 1e-10) / 448 in fp32, q = e4m3fn RNE of clamp(v / s, +-448)
+  (torch's float -> float8_e4m3fn conversion rounds to nearest even; the clamp comes first).
+* silu_mul: h = silu(g) * u in fp32, never rounded to bf16, then the same quantization.
+* moe router: top-k of softmax(logits) selected on the logits, descending, equal logits (+0 and -0
+  included) to the lower expert id, by a stable sort; weights = the softmax over the k selected.
+
+Inputs are checked by netra.torch.contracts before any of these run.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import torch
+
+FP8_MAX = 448.0
+SCALE_FLOOR = 1e-10  # as fp32 (0x2edbe6ff) once it meets an fp32 tensor, as in the kernels
+
+
+def f32(value: float) -> float:
+    """The fp32 value of a Python float (what a kernel's f32 argument receives). Outside the composites,
+    so that torch.compile traces them without a graph break."""
+    return struct.unpack("<f", struct.pack("<f", value))[0]
+
+
+def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int) -> torch.Tensor:
+    xf = x.float()
+    rs = torch.rsqrt((xf * xf).mean(dim=-1, keepdim=True) + eps)
+    wf = w.float()
+    if weight_offset:
+        wf = wf + float(weight_offset)
+    return ((xf * rs) * wf).to(x.dtype).contiguous()
+
+
+def _quantize(v: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """FP8 E4M3FN codes and fp32 scales of fp32 values v [..., n], one scale per `group` elements."""
+    n = v.shape[-1]
+    g = v.reshape(*v.shape[:-1], n // group, group)
+    scales = g.abs().amax(dim=-1, keepdim=True).clamp_min(SCALE_FLOOR) / FP8_MAX
+    q = (g / scales).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return q.reshape(v.shape).contiguous(), scales.squeeze(-1).contiguous()
+
+
+def fp8_group_quant(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return _quantize(x.float(), group)
+
+
+def silu_mul_fp8_quant(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    xf = x.float()
+    inter = x.shape[-1] // 2
+    h = torch.nn.functional.silu(xf[..., :inter]) * xf[..., inter:]
+    return _quantize(h, group)
+
+
+def moe_topk_softmax(logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # + 0.0 turns -0.0 into +0.0: they are equal logits, and a radix sort (CUDA) would order them
+    lf = logits.float() + 0.0
+    top, ids = torch.sort(lf, dim=-1, descending=True, stable=True)
+    top, ids = top[..., :topk], ids[..., :topk]
+    e = torch.exp(top - top[..., :1])
+    return ids.to(torch.int32).contiguous(), (e / e.sum(dim=-1, keepdim=True)).contiguous()

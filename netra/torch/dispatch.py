@@ -1,0 +1,590 @@
+"""Which implementation runs a call: the certified kernel of its exact contract, or the composite, never silently.
+
+Per call (the hot path), each op looks its *plan* up in a dict keyed by what decides the contract and
+the route (dtypes, devices, the row length, the contract's integer parameters); then, on a plan that
+has kernels, it checks contiguity and 16-byte alignment of the inputs, allocates the outputs, and
+launches the kernel chosen for the row count by an integer compare. Nothing on that path opens a
+catalog, parses a key, hashes, reads a file or loads a module: all of that happens once, when the
+plan is made (the first call of a contract on a device, or netra.torch.prepare()).
+
+A plan is made by checking the call (netra.torch.contracts: malformed calls raise ContractError),
+deriving the contract key, and asking, in order: is every tensor a CUDA tensor (else `device`), of the
+certified dtypes (else `dtype`); does the device's GPU class have a certified table (else `no_table`);
+does the catalog serve the contract at the policy (else the runtime's Fallback code: `no_entry`,
+`below_policy`, `rejected`, ...). Integrity errors (IntegrityError and its subclasses, TableError)
+propagate from the catalog: they are never a fallback. For a served contract, the catalog is asked once
+per row-count rule of the table's certified dispatch (`select(key, rows=...)`) and each kernel is made
+launchable once (netra.torch.launcher).
+
+Every call that runs the composite is counted per (contract, code), logged once per (contract, reason)
+on the "netra.torch" logger, and raises StrictModeError instead while strict mode is on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from netra.errors import ContractError, CudaError, StrictModeError, UncertifiedGPUClassError
+from netra.torch import composite, contracts
+from netra.torch.launcher import launcher
+
+log = logging.getLogger("netra.torch")
+
+BF16 = torch.bfloat16
+FP8 = torch.float8_e4m3fn
+F32 = torch.float32
+I32 = torch.int32
+ALIGN = 16  # the kernels read their inputs with 16-byte vector loads
+NAMES = {
+    "rmsnorm": ("y", "x", "w", "rows", "eps"),
+    "fp8_group_quant": ("q", "scales", "x", "rows"),
+    "silu_mul_fp8_quant": ("q", "scales", "x", "rows"),
+    "moe_topk_softmax": ("ids", "weights", "logits", "rows"),
+}
+CERTIFIED = "certified"  # the stats key of calls that ran a certified kernel
+_ALL_ROWS = sys.maxsize
+
+_mutex = threading.RLock()
+_policy = ["accepted"]
+_strict = [False]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Routes: a fallback record per (contract, code, reason), a plan per call signature
+
+
+class Route:
+    """A fallback route: the composite runs, for `code` and `reason`. Falsy, like runtime.Fallback."""
+
+    __slots__ = ("code", "contract", "count", "logged", "reason")
+
+    def __init__(self, contract: str, code: str, reason: str) -> None:
+        self.contract = contract
+        self.code = code
+        self.reason = reason
+        self.count = 0
+        self.logged = False
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"Route({self.contract!r}, {self.code!r}, {self.reason!r})"
+
+    def take(self) -> None:
+        """The composite is about to run for this route: strict check, count, log once."""
+        if _strict[0]:
+            raise StrictModeError(
+                f"strict mode: {self.contract} would run the PyTorch composite ({self.code}: {self.reason})",
+                "serve a certified contract on a certified GPU (netra.torch.prepare() lists them), or call "
+                "outside strict mode",
+                contract=self.contract,
+                code=self.code,
+                reason=self.reason,
+            )
+        self.count += 1
+        if not self.logged:
+            self.logged = True
+            log.warning("%s runs the PyTorch composite: %s (%s)", self.contract, self.reason, self.code)
+
+
+class Plan:
+    """What one call signature runs: `launch` (kernels by row count) or `route` (the composite)."""
+
+    __slots__ = ("contract", "count", "extra", "launch", "route", "width")
+
+    def __init__(
+        self, contract: str, width: int, launch: Callable[..., None] | None, route: Route | None
+    ) -> None:
+        self.contract = contract
+        self.width = width
+        self.launch = launch
+        self.route = route
+        self.count = 0  # calls that ran the kernel
+        self.extra: Any = None  # per-op constant (groups per row, k)
+
+
+_routes: dict[tuple[str, str, str], Route] = {}
+_plans: list[Plan] = []  # every plan ever made (stats survive set_policy)
+_kernels: dict[tuple[int, str, str], Any] = {}  # (device, contract, policy) -> Served | Route
+_classes: dict[int, str] = {}
+_cu: list[Any] = []
+
+
+def route(contract: str, code: str, reason: str) -> Route:
+    key = (contract, code, reason)
+    r = _routes.get(key)
+    if r is None:
+        with _mutex:
+            r = _routes.setdefault(key, Route(contract, code, reason))
+    return r
+
+
+def _new_plan(contract: str, width: int, launch: Callable[..., None] | None, rt: Route | None) -> Plan:
+    p = Plan(contract, width, launch, rt)
+    _plans.append(p)
+    return p
+
+
+# ---------------------------------------------------------------------------------------------------
+# Stats, strict mode, policy
+
+
+def stats() -> dict[str, dict[str, int]]:
+    """Calls per contract and path since the last reset: {"certified": n} for the kernel, and one entry
+    per fallback code ("device", "dtype", "layout", "alignment", "no_table", "no_entry", "below_policy",
+    ...) for the composite. Contracts with no calls are left out."""
+    out: dict[str, dict[str, int]] = {}
+    with _mutex:
+        for p in _plans:
+            if p.count:
+                d = out.setdefault(p.contract, {})
+                d[CERTIFIED] = d.get(CERTIFIED, 0) + p.count
+        for r in _routes.values():
+            if r.count:
+                d = out.setdefault(r.contract, {})
+                d[r.code] = d.get(r.code, 0) + r.count
+    return out
+
+
+def fallback_reasons() -> dict[str, dict[str, list[str]]]:
+    """Each contract's fallback codes and the reasons given, for every composite run since the last reset."""
+    out: dict[str, dict[str, list[str]]] = {}
+    with _mutex:
+        for r in _routes.values():
+            if r.count:
+                out.setdefault(r.contract, {}).setdefault(r.code, []).append(r.reason)
+    return out
+
+
+def reset_stats() -> None:
+    """Zero every counter (the one-time log lines are not repeated)."""
+    with _mutex:
+        for p in _plans:
+            p.count = 0
+        for r in _routes.values():
+            r.count = 0
+
+
+def set_strict(on: bool = True) -> bool:
+    """Process-wide: while on, a call that would run the composite raises StrictModeError. Returns the
+    previous setting."""
+    prev = _strict[0]
+    _strict[0] = bool(on)
+    return prev
+
+
+def is_strict() -> bool:
+    return _strict[0]
+
+
+@contextlib.contextmanager
+def strict(on: bool = True) -> Iterator[None]:
+    """`with netra.torch.strict():` strict mode for the block (process-wide), restored afterwards."""
+    prev = set_strict(on)
+    try:
+        yield
+    finally:
+        set_strict(prev)
+
+
+def set_policy(policy: str) -> str:
+    """The minimum maturity served (the runtime's policies; default "accepted"). Plans are rebuilt."""
+    from netra.runtime import POLICIES
+
+    if policy not in POLICIES:
+        raise ContractError(
+            f"policy {policy!r} is not one of {', '.join(POLICIES)}", "the default is 'accepted'"
+        )
+    with _mutex:
+        prev = _policy[0]
+        _policy[0] = policy
+        for table in _TABLES:
+            table.clear()
+    return prev
+
+
+def policy() -> str:
+    return _policy[0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# GPU classes, catalogs, kernels
+
+
+def gpu_class(index: int) -> str:
+    cls = _classes.get(index)
+    if cls is None:
+        major, minor = torch.cuda.get_device_capability(index)
+        cls = _classes[index] = f"sm_{major}{minor}"
+    return cls
+
+
+def _cuda() -> Any:
+    if not _cu:
+        from netra.cuda import Cuda
+
+        _cu.append(Cuda())
+    return _cu[0]
+
+
+def _stream_of(index: int) -> Callable[[], int]:
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return functools.partial(raw, index)
+    return lambda: torch.cuda.current_stream(index).cuda_stream
+
+
+def _guarded(index: int, call: Callable[..., None]) -> Callable[..., None]:
+    """With several devices: launch with the tensors' device current (its context owns the function)."""
+    if torch.cuda.device_count() <= 1:
+        return call
+    current = torch.cuda.current_device
+    device = torch.cuda.device
+
+    def launch(rows: int, *vals: Any) -> None:
+        if current() != index:
+            with device(index):
+                return call(rows, *vals)
+        return call(rows, *vals)
+
+    return launch
+
+
+class Served:
+    """A contract's certified kernels on one device: `rules` ((max rows, Kernel), ...) from the table's
+    row-count dispatch (one rule without one), and `launch(rows, *values)` choosing among them."""
+
+    __slots__ = ("launch", "rules")
+
+    def __init__(self, rules: tuple[tuple[int, Any], ...], launches: tuple[Callable[..., None], ...]) -> None:
+        self.rules = rules
+        if len(set(launches)) == 1:  # one kernel for every row count: no compare at all
+            self.launch = launches[0]
+        else:
+            pairs = tuple((top, fn) for (top, _), fn in zip(rules, launches, strict=True))
+
+            def launch(rows: int, *vals: Any) -> None:
+                for top, fn in pairs:
+                    if rows <= top:
+                        return fn(rows, *vals)
+
+            self.launch = launch
+
+    def kernel(self, rows: int) -> Any:
+        return next(k for top, k in self.rules if rows <= top)
+
+
+def kernels(index: int, key: str, op: str) -> Served | Route:
+    """The certified kernels of `key` on cuda:`index`, or the Route saying why there are none. Made
+    once per (device, contract, policy)."""
+    pol = _policy[0]
+    memo = (index, key, pol)
+    hit = _kernels.get(memo)
+    if hit is not None:
+        return hit
+    with _mutex:
+        hit = _kernels.get(memo)
+        if hit is None:
+            hit = _kernels[memo] = _make_kernels(index, key, op, pol)
+    return hit
+
+
+def _make_kernels(index: int, key: str, op: str, pol: str) -> Served | Route:
+    from netra.runtime import open_catalog
+
+    cls = gpu_class(index)
+    try:
+        cat = open_catalog(cls)
+    except UncertifiedGPUClassError as e:
+        return route(key, "no_table", f"no certified table for {cls} (cuda:{index}): {e.message}")
+    default = cat.select(key, pol)
+    if not default:
+        return route(key, default.code, default.reason)
+    entry = cat.table.entries.get(key)
+    chosen: list[tuple[int, Any]] = []
+    if entry is not None and entry.dispatch:
+        low = 0
+        for rule in entry.dispatch:  # select once per rule, at a row count the rule covers
+            top = rule.max_rows if rule.max_rows is not None else _ALL_ROWS
+            k = cat.select(key, pol, rows=top if rule.max_rows is not None else low + 1)
+            chosen.append((top, k if k else default))
+            low = top
+    else:
+        chosen.append((_ALL_ROWS, default))
+    if torch.cuda.is_current_stream_capturing():
+        raise CudaError(
+            f"{key}: its first certified call on cuda:{index} is inside a CUDA graph capture, where its "
+            "module cannot be loaded",
+            "run each op once before capturing (warm-up), or call netra.torch.prepare() at startup",
+        )
+    cu = _cuda()
+    stream = _stream_of(index)
+    rebind = functools.partial(cu.context, index)  # a thread with no current context: bind the device's
+    made: dict[str, Callable[..., None]] = {}
+    with torch.cuda.device(index):
+        cu.context(index)  # torch's primary context of the device, current on this thread
+        have = cu.current_device()
+        if have != index:
+            raise CudaError(
+                f"{key}: the current CUDA context is device {have}'s, not cuda:{index}'s",
+                "launch from a thread whose current device is the tensors' (torch.cuda.set_device)",
+            )
+        for _, k in chosen:
+            if k.artifact not in made:
+                made[k.artifact] = _guarded(index, launcher(cu, k, NAMES[op], stream, rebind))
+    return Served(tuple(chosen), tuple(made[k.artifact] for _, k in chosen))
+
+
+def _device_route(key: str, tensors: tuple[tuple[str, torch.Tensor], ...]) -> Route | None:
+    for name, t in tensors:
+        if t.device.type != "cuda":
+            return route(
+                key, "device", f"{name} is a {t.device.type} tensor; Netra's kernels run on CUDA devices"
+            )
+    return None
+
+
+def _dtype_route(key: str, tensors: tuple[tuple[str, torch.Tensor], ...], dtype: torch.dtype) -> Route | None:
+    bad = [f"{name} is {t.dtype}" for name, t in tensors if t.dtype != dtype]
+    if bad:
+        names = ", ".join(n for n, _ in tensors)
+        return route(key, "dtype", f"{'; '.join(bad)}; the certified kernels take {names} as {dtype}")
+    return None
+
+
+def _plan(op: str, shape: contracts.Shape, tensors: tuple[tuple[str, torch.Tensor], ...]) -> Plan:
+    key = shape.key
+    rt = _device_route(key, tensors)
+    if rt is None:  # (a Route is falsy: compare with None)
+        rt = _dtype_route(key, tensors, BF16)
+    if rt is None:
+        k = kernels(tensors[0][1].device.index or 0, key, op)
+        if isinstance(k, Route):
+            rt = k
+        else:
+            return _new_plan(key, shape.width, k.launch, None)
+    return _new_plan(key, shape.width, None, rt)
+
+
+_LAYOUT = "{} is not row-major contiguous; the kernel reads contiguous rows (call .contiguous() to use it)"
+_ALIGNED = "{} does not start on a 16-byte boundary; the kernel reads its rows with 16-byte loads"
+
+
+def _layout_route(p: Plan, tensors: tuple[tuple[str, torch.Tensor], ...]) -> Route:
+    for name, t in tensors:
+        if not t.is_contiguous():
+            return route(p.contract, "layout", _LAYOUT.format(name))
+    for name, t in tensors:
+        if t.data_ptr() % ALIGN:
+            return route(p.contract, "alignment", _ALIGNED.format(name))
+    raise AssertionError("internal: a layout fallback without a reason")  # pragma: no cover
+
+
+def _eps(eps: Any) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise ContractError(
+            f"netra.torch.rmsnorm: eps must be a number, got {eps!r}", "pass eps as a Python float"
+        )
+    return float(eps)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The ops (eager implementations; the custom ops of netra.torch.ops call these)
+
+_rms: dict[Any, Plan] = {}
+_quant: dict[Any, Plan] = {}
+_silu: dict[Any, Plan] = {}
+_moe: dict[Any, Plan] = {}
+_TABLES = (_rms, _quant, _silu, _moe, _kernels)
+_MISS = (KeyError, IndexError, TypeError, AttributeError)
+
+
+def _remember(table: dict[Any, Plan], key: Any, make: Callable[[], Plan]) -> Plan:
+    with _mutex:
+        p = table.get(key)
+        if p is None:
+            p = table[key] = make()
+    return p
+
+
+def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0) -> torch.Tensor:
+    try:
+        if type(weight_offset) is not int:
+            raise TypeError
+        shape = x.shape
+        p = _rms[(x.dtype, w.dtype, x.device, w.device, shape[-1], w.shape, weight_offset)]
+    except _MISS:
+        s = contracts.rmsnorm(x, w, eps, weight_offset)
+        p = _remember(
+            _rms,
+            (x.dtype, w.dtype, x.device, w.device, x.shape[-1], w.shape, weight_offset),
+            lambda: _plan("rmsnorm", s, (("x", x), ("w", w))),
+        )
+        shape = x.shape
+    if type(eps) is not float:
+        eps = _eps(eps)
+    launch = p.launch
+    if launch is not None:
+        if x.is_contiguous() and w.is_contiguous():
+            xp, wp = x.data_ptr(), w.data_ptr()
+            if not (xp | wp) & 15:
+                y = x.new_empty(shape)
+                rows = x.numel() // p.width
+                if rows:
+                    launch(rows, y.data_ptr(), xp, wp, rows, eps)
+                p.count += 1
+                return y
+        rt = _layout_route(p, (("x", x), ("w", w)))
+    else:
+        rt = p.route
+    rt.take()
+    return composite.rmsnorm(x, w, composite.f32(eps), weight_offset)
+
+
+def _quant_op(
+    table: dict[Any, Plan],
+    op: str,
+    check: Callable[[Any, Any], contracts.Shape],
+    run: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]],
+) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The eager implementation of one of the two quantizing families (same arguments and outputs)."""
+
+    def make(s: contracts.Shape, x: torch.Tensor) -> Plan:
+        p = _plan(op, s, (("x", x),))
+        p.extra = s.out[1][-1], s.out[0][-1]  # groups per row, codes per row
+        return p
+
+    def impl(x: torch.Tensor, group: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+        try:
+            if type(group) is not int:
+                raise TypeError
+            shape = x.shape
+            p = table[(x.dtype, x.device, shape[-1], group)]
+        except _MISS:
+            s = check(x, group)
+            p = _remember(table, (x.dtype, x.device, x.shape[-1], group), lambda: make(s, x))
+            shape = x.shape
+        launch = p.launch
+        if launch is not None:
+            if x.is_contiguous():
+                xp = x.data_ptr()
+                if not xp & 15:
+                    lead = shape[:-1]
+                    groups, n = p.extra
+                    q = x.new_empty((*lead, n), dtype=FP8)
+                    sc = x.new_empty((*lead, groups), dtype=F32)
+                    rows = x.numel() // p.width
+                    if rows:
+                        launch(rows, q.data_ptr(), sc.data_ptr(), xp, rows)
+                    p.count += 1
+                    return q, sc
+            rt = _layout_route(p, (("x", x),))
+        else:
+            rt = p.route
+        rt.take()
+        return run(x, group)
+
+    impl.__name__ = impl.__qualname__ = op
+    return impl
+
+
+fp8_group_quant = _quant_op(_quant, "fp8_group_quant", contracts.fp8_group_quant, composite.fp8_group_quant)
+silu_mul_fp8_quant = _quant_op(
+    _silu, "silu_mul_fp8_quant", contracts.silu_mul_fp8_quant, composite.silu_mul_fp8_quant
+)
+
+
+def moe_topk_softmax(logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    try:
+        if type(topk) is not int:
+            raise TypeError
+        shape = logits.shape
+        p = _moe[(logits.dtype, logits.device, shape[-1], topk)]
+    except _MISS:
+        s = contracts.moe_topk_softmax(logits, topk)
+        p = _remember(
+            _moe,
+            (logits.dtype, logits.device, logits.shape[-1], topk),
+            lambda: _plan("moe_topk_softmax", s, (("logits", logits),)),
+        )
+        shape = logits.shape
+    launch = p.launch
+    if launch is not None:
+        if logits.is_contiguous():
+            lp = logits.data_ptr()
+            if not lp & 15:
+                out = (*shape[:-1], topk)
+                ids = logits.new_empty(out, dtype=I32)
+                wts = logits.new_empty(out, dtype=F32)
+                rows = logits.numel() // p.width
+                if rows:
+                    launch(rows, ids.data_ptr(), wts.data_ptr(), lp, rows)
+                p.count += 1
+                return ids, wts
+        rt = _layout_route(p, (("logits", logits),))
+    else:
+        rt = p.route
+    rt.take()
+    return composite.moe_topk_softmax(logits, topk)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Introspection and warm-up
+
+
+def _index(device: Any) -> int:
+    if device is None:
+        return torch.cuda.current_device()
+    d = torch.device(device)
+    if d.type != "cuda":
+        raise ContractError(f"{d} is not a CUDA device", "pass a CUDA device, e.g. 'cuda:0'")
+    return d.index if d.index is not None else torch.cuda.current_device()
+
+
+def kernel_for(contract: str, rows: int = 1, device: Any = None) -> Any:
+    """The runtime Kernel a call of `contract` with `rows` rows launches on `device` (default: the
+    current CUDA device), or the falsy Route naming why the composite runs instead."""
+    from netra.runtime import as_contract
+
+    c = as_contract(contract)
+    if c.op not in NAMES:
+        raise ContractError(f"{contract!r} is not a netra.torch op", f"one of {', '.join(NAMES)}")
+    k = kernels(_index(device), c.key, c.op)
+    return k if isinstance(k, Route) else k.kernel(rows)
+
+
+def prepare(device: Any = None, keys: list[str] | None = None) -> dict[str, str]:
+    """Make every contract of the device's certified table (or `keys`) launchable now: catalog opened,
+    kernels selected and their code objects verified, modules loaded. Returns contract -> the tactic
+    served ("r8"; with a row-count dispatch "w1 (rows <= 16), w8") or "fallback <code>: <reason>".
+    Run it at startup (to fail before taking traffic) and before capturing CUDA graphs."""
+    from netra.runtime import as_contract, open_catalog
+
+    index = _index(device)
+    if keys is None:
+        try:
+            keys = open_catalog(gpu_class(index)).contracts()
+        except UncertifiedGPUClassError as e:
+            return {"*": f"fallback no_table: no certified table for {gpu_class(index)}: {e.message}"}
+    out: dict[str, str] = {}
+    for text in keys:
+        c = as_contract(text)
+        if c.op not in NAMES:
+            raise ContractError(f"{text!r} is not a netra.torch op", f"one of {', '.join(NAMES)}")
+        k = kernels(index, c.key, c.op)
+        if isinstance(k, Route):
+            out[c.key] = f"fallback {k.code}: {k.reason}"
+        else:
+            out[c.key] = ", ".join(
+                kern.tactic if top == _ALL_ROWS else f"{kern.tactic} (rows <= {top})" for top, kern in k.rules
+            )
+    return out
