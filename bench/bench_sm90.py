@@ -167,10 +167,13 @@ def netra_us(torch: Any, cu: Any, cat: Any, key: str, entry: Any, rows: int, l2:
     nbytes = conformance.bytes_moved(entry.op, entry.params, rows)
     sets = rotation(nbytes, rows, l2)
     outs = conformance.outputs(entry.op, entry.params, rows)
-    ins = {"rmsnorm": {"x": (rows, entry.params["hidden"]), "w": (entry.params["hidden"],)},
-           "fp8_group_quant": {"x": (rows, entry.params.get("hidden", 0))},
-           "silu_mul_fp8_quant": {"x": (rows, 2 * entry.params.get("inter", 0))},
-           "moe_topk_softmax": {"logits": (rows, entry.params.get("experts", 0))}}[entry.op]  # fmt: skip
+    p = entry.params
+    if entry.op == "rmsnorm":
+        ins = {"x": (rows, p["hidden"]), "w": (p["hidden"],)}
+    elif entry.op == "moe_topk_softmax":
+        ins = {"logits": (rows, p["experts"])}
+    else:
+        ins = {"x": (rows, p["hidden"] if entry.op == "fp8_group_quant" else 2 * p["inter"])}
     keep = []
     packed = []
     for _ in range(sets):
