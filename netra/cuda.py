@@ -103,8 +103,11 @@ def stream_handle(stream: Any) -> int:
     """A CUstream as an int from what a caller holds: an int, a torch stream, or None (torch's current)."""
     if stream is None:
         torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-            return int(torch.cuda.current_stream().cuda_stream)
+        if torch is not None and torch.cuda.is_initialized():
+            try:  # what torch's own compiled code calls: no Stream object per launch
+                return int(torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice()))
+            except AttributeError:  # a torch without these internals
+                return int(torch.cuda.current_stream().cuda_stream)
         return 0
     if hasattr(stream, "cuda_stream"):
         return int(stream.cuda_stream)
@@ -113,6 +116,15 @@ def stream_handle(stream: Any) -> int:
             f"stream {stream!r} is not a CUstream", "pass an int handle, a torch.cuda.Stream or None"
         )
     return stream
+
+
+class _Prepared:
+    """A kernel's function handle and `extra` array in one context, reused by every launch."""
+
+    def __init__(self, function: int, kernel: Any) -> None:
+        self.function = function
+        self.extra = Extra(bytes(kernel.kernarg.size))
+        self.lock = threading.Lock()
 
 
 class Cuda(DeviceOps):
@@ -148,6 +160,7 @@ class Cuda(DeviceOps):
         self._bind_ops(lambda n: RuntimeUnavailableError(f"{self.library} has no {n}: the driver is too old", CUDA_INSTALL_HINT))
         self._mutex = threading.Lock()
         self._functions: dict[tuple[int, str], tuple[int, int, bytes]] = {}
+        self._prepared: dict[tuple[int, str], _Prepared] = {}
         self._checked: set[tuple[int, str]] = set()
         self.check(self.lib.cuInit(0), "cuInit")
 
@@ -251,13 +264,24 @@ class Cuda(DeviceOps):
 
     def launch(self, kernel: Any, rows: int, stream: Any, args: Mapping[str, Any] | bytes) -> None:
         """Enqueue the kernel for `rows` rows on `stream`. `args` maps each kernel argument name to its
-        value (device pointers as ints or objects with .data_ptr()), or is kernel.pack's segment."""
+        value (device pointers as ints or objects with .data_ptr()), or is kernel.pack's segment.
+
+        Per (context, kernel) the function handle and one `extra` array over a kernarg buffer are made
+        once; a launch copies its segment into that buffer and enqueues under the kernel's lock (the
+        driver copies the parameters when the launch is enqueued or captured, so the buffer is free
+        again when cuLaunchKernel returns)."""
         la = launch_args(kernel, rows, args)
         if 0 in la.grid:
             return  # nothing to do for zero rows; CUDA would reject a zero-size grid
-        fn = self.function(kernel)
-        extra = Extra(la.kernargs)
-        rc = self.lib.cuLaunchKernel(
-            fn, *la.grid, *la.block, la.shared_bytes, _vp(stream_handle(stream) or None), None, extra.array
-        )
-        self.check(rc, f"cuLaunchKernel({kernel.symbol}, grid {la.grid}, block {la.block})")
+        handle = stream_handle(stream)
+        ctx = self.context()
+        prep = self._prepared.get((ctx, kernel.artifact))
+        if prep is None:
+            prep = self._prepared.setdefault((ctx, kernel.artifact), _Prepared(self.function(kernel), kernel))
+        with prep.lock:
+            ctypes.memmove(prep.extra.buffer, la.kernargs, len(la.kernargs))
+            rc = self.lib.cuLaunchKernel(
+                prep.function, *la.grid, *la.block, la.shared_bytes, handle or None, None, prep.extra.array
+            )
+        if rc:
+            self.check(rc, f"cuLaunchKernel({kernel.symbol}, grid {la.grid}, block {la.block})")
