@@ -35,7 +35,7 @@ from netra import libs
 from netra.devops import DeviceOps
 from netra.errors import CudaError, RuntimeUnavailableError
 from netra.launch import Extra as _Extra
-from netra.launch import launch_args
+from netra.launch import launch_args, load_library
 
 CU_LAUNCH_PARAM_BUFFER_POINTER = 0x01
 CU_LAUNCH_PARAM_BUFFER_SIZE = 0x02
@@ -69,8 +69,6 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cuCtxGetCurrent": [ctypes.POINTER(_vp)],
     "cuCtxSetCurrent": [_vp],
     "cuCtxGetDevice": [ctypes.POINTER(ctypes.c_int)],
-    "cuModuleLoadData": [ctypes.POINTER(_vp), _vp],
-    "cuModuleGetFunction": [ctypes.POINTER(_vp), _vp, ctypes.c_char_p],
     "cuLaunchKernel": [_vp, *[ctypes.c_uint] * 7, _vp, ctypes.POINTER(_vp), ctypes.POINTER(_vp)],
     "cuGetErrorName": [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)],
     "cuGetErrorString": [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)],
@@ -87,16 +85,7 @@ class Extra(_Extra):
 
 
 def _load(candidates: Sequence[str]) -> tuple[ctypes.CDLL, str]:
-    tried: list[str] = []
-    for c in candidates:
-        try:
-            return ctypes.CDLL(c), c
-        except OSError as e:
-            tried.append(f"{c}: {e}")
-    raise RuntimeUnavailableError(
-        f"CUDA driver library libcuda.so.1 could not be loaded ({'; '.join(tried) or 'not found'})",
-        CUDA_INSTALL_HINT,
-    )
+    return load_library(candidates, "CUDA driver library libcuda.so.1", CUDA_INSTALL_HINT)
 
 
 def stream_handle(stream: Any) -> int:
@@ -140,6 +129,7 @@ class Cuda(DeviceOps):
         "capture_begin": "cuStreamBeginCapture_v2", "capture_end": "cuStreamEndCapture",
         "graph_instantiate": "cuGraphInstantiateWithFlags", "graph_launch": "cuGraphLaunch",
         "graph_exec_destroy": "cuGraphExecDestroy", "graph_destroy": "cuGraphDestroy",
+        "module_load": "cuModuleLoadData", "module_function": "cuModuleGetFunction",
     }  # fmt: skip
 
     def __init__(self, library: str | Path | None = None) -> None:
@@ -250,16 +240,8 @@ class Cuda(DeviceOps):
                         f"open the catalog of {have} (open_catalog() detects it), or run on an {kernel.gpu_class} GPU",
                     )
                 image = kernel.code_object  # kept referenced for the module's lifetime
-                module, fn = _vp(), _vp()
-                self.check(
-                    self.lib.cuModuleLoadData(ctypes.byref(module), image),
-                    f"cuModuleLoadData({kernel.artifact})",
-                )
-                self.check(
-                    self.lib.cuModuleGetFunction(ctypes.byref(fn), module, kernel.symbol.encode()),
-                    f"cuModuleGetFunction({kernel.symbol})",
-                )
-                hit = self._functions[key] = (module.value or 0, fn.value or 0, image)
+                module, fn = self.load_function(image, kernel.symbol, kernel.artifact)
+                hit = self._functions[key] = (module, fn, image)
             return hit[1]
 
     def launch(self, kernel: Any, rows: int, stream: Any, args: Mapping[str, Any] | bytes) -> None:

@@ -38,6 +38,8 @@ SIGNATURES: dict[str, list[Any]] = {
     "graph_launch": [_vp, _vp],
     "graph_exec_destroy": [_vp],
     "graph_destroy": [_vp],
+    "module_load": [ctypes.POINTER(_vp), _vp],
+    "module_function": [ctypes.POINTER(_vp), _vp, ctypes.c_char_p],
 }
 
 
@@ -72,6 +74,17 @@ class DeviceOps:
     def _name(self, op: str) -> str:
         n = self.OPS[op]
         return n if isinstance(n, str) else n[0]
+
+    def load_function(self, image: bytes, symbol: str, artifact: str) -> tuple[int, int]:
+        """(module, function) handles for `symbol` in the code object `image` (the caller keeps `image`
+        referenced for the module's lifetime)."""
+        module, fn = _vp(), _vp()
+        self._call_named("module_load", f"({artifact})", ctypes.byref(module), image)
+        self._call_named("module_function", f"({symbol})", ctypes.byref(fn), module, symbol.encode())
+        return module.value or 0, fn.value or 0
+
+    def _call_named(self, op: str, suffix: str, *args: Any) -> None:
+        self.check(self._ops[op](*args), self._name(op) + suffix)
 
     def alloc(self, nbytes: int) -> int:
         self.context()

@@ -27,7 +27,7 @@ from netra import libs
 from netra.devops import DeviceOps
 from netra.errors import HipError, RuntimeUnavailableError
 from netra.launch import Extra as _Extra
-from netra.launch import LaunchArgs, launch_args
+from netra.launch import LaunchArgs, launch_args, load_library
 from netra.runtime import Kernel
 
 __all__ = ["Extra", "Hip", "LaunchArgs", "launch_args"]
@@ -54,16 +54,7 @@ class Extra(_Extra):
 
 
 def _load(candidates: Sequence[str]) -> tuple[ctypes.CDLL, str]:
-    tried: list[str] = []
-    for c in candidates:
-        try:
-            return ctypes.CDLL(c), c
-        except OSError as e:
-            tried.append(f"{c}: {e}")
-    raise RuntimeUnavailableError(
-        f"HIP runtime library libamdhip64.so could not be loaded ({'; '.join(tried) or 'not found'})",
-        HIP_INSTALL_HINT,
-    )
+    return load_library(candidates, "HIP runtime library libamdhip64.so", HIP_INSTALL_HINT)
 
 
 class Hip(DeviceOps):
@@ -78,6 +69,7 @@ class Hip(DeviceOps):
         "event_destroy": "hipEventDestroy", "capture_begin": "hipStreamBeginCapture",
         "capture_end": "hipStreamEndCapture", "graph_instantiate": "hipGraphInstantiateWithFlags",
         "graph_launch": "hipGraphLaunch", "graph_exec_destroy": "hipGraphExecDestroy", "graph_destroy": "hipGraphDestroy",
+        "module_load": "hipModuleLoadData", "module_function": "hipModuleGetFunction",
     }  # fmt: skip
 
     def __init__(self, library: str | Path | None = None) -> None:
@@ -89,8 +81,6 @@ class Hip(DeviceOps):
         self.lib, self.library = _load(candidates)
         L = self.lib
         vp, u32 = ctypes.c_void_p, ctypes.c_uint
-        L.hipModuleLoadData.argtypes = [ctypes.POINTER(vp), vp]
-        L.hipModuleGetFunction.argtypes = [ctypes.POINTER(vp), vp, ctypes.c_char_p]
         L.hipModuleLaunchKernel.argtypes = [
             vp,
             u32,
@@ -111,8 +101,7 @@ class Hip(DeviceOps):
         L.hipGetErrorName.restype = ctypes.c_char_p
         L.hipDeviceGetName.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
         L.hipDriverGetVersion.argtypes = [ctypes.POINTER(ctypes.c_int)]
-        for f in (L.hipModuleLoadData, L.hipModuleGetFunction, L.hipModuleLaunchKernel, L.hipGetDevice,
-                  L.hipDeviceGetName, L.hipDriverGetVersion):  # fmt: skip
+        for f in (L.hipModuleLaunchKernel, L.hipGetDevice, L.hipDeviceGetName, L.hipDriverGetVersion):
             f.restype = ctypes.c_int
         self._bind_ops(lambda n: RuntimeUnavailableError(f"{self.library} has no {n}: ROCm is too old", HIP_INSTALL_HINT))
         self._functions: dict[tuple[int, str], tuple[int, int, bytes]] = {}
@@ -169,16 +158,8 @@ class Hip(DeviceOps):
             hit = self._functions.get(key)
             if hit is None:
                 image = kernel.code_object  # kept referenced for the module's lifetime
-                module, fn = ctypes.c_void_p(), ctypes.c_void_p()
-                self._check(
-                    self.lib.hipModuleLoadData(ctypes.byref(module), image),
-                    f"hipModuleLoadData({kernel.artifact})",
-                )
-                self._check(
-                    self.lib.hipModuleGetFunction(ctypes.byref(fn), module, kernel.symbol.encode()),
-                    f"hipModuleGetFunction({kernel.symbol})",
-                )
-                hit = self._functions[key] = (module.value or 0, fn.value or 0, image)
+                module, fn = self.load_function(image, kernel.symbol, kernel.artifact)
+                hit = self._functions[key] = (module, fn, image)
             return hit[1]
 
     def launch(self, kernel: Kernel, rows: int, stream: int, args: Mapping[str, Any] | bytes) -> None:

@@ -9,11 +9,11 @@ table's; nothing here differs between them except the array's marker values, whi
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from netra.errors import KernargError
+from netra.errors import KernargError, RuntimeUnavailableError
 
 if TYPE_CHECKING:
     from netra.runtime import Kernel
@@ -58,3 +58,14 @@ class Extra:
             ctypes.addressof(self.size),
             end_marker,
         )
+
+
+def load_library(candidates: Sequence[str], what: str, hint: str) -> tuple[ctypes.CDLL, str]:
+    """The first candidate the dynamic linker loads; otherwise one error naming `what` and every try."""
+    tried: list[str] = []
+    for c in candidates:
+        try:
+            return ctypes.CDLL(c), c
+        except OSError as e:
+            tried.append(f"{c}: {e}")
+    raise RuntimeUnavailableError(f"{what} could not be loaded ({'; '.join(tried) or 'not found'})", hint)

@@ -19,9 +19,11 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,6 +46,25 @@ BUILD_ENV_SWITCHES = (
     "NETRA_LLVM_BINDIR",
 )
 TIMEOUT = 600
+
+
+def within(seconds: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """fn(*args) run in a daemon thread: a hang (e.g. blocking on a FIFO) fails the test instead of hanging it."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as e:
+            box["error"] = e
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"{getattr(fn, '__name__', fn)} did not return within {seconds}s"
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def repo_files(repo: Path = REPO) -> list[str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import within
 
 from netra import files
 from netra.errors import FileTooLargeError, MissingFileError, PathError, UnreadableFileError
@@ -22,25 +23,6 @@ from netra.errors import FileTooLargeError, MissingFileError, PathError, Unreada
 REPO = Path(__file__).resolve().parents[1]
 LIMIT = files.SOURCE_LIMIT
 WHERE = "release/manifest.lock [[files]] #1"
-
-
-def within(seconds: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """fn(*args) run in a daemon thread: a hang (e.g. blocking on a FIFO) fails the test instead of hanging it."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn(*args, **kwargs)
-        except BaseException as e:
-            box["error"] = e
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(seconds)
-    assert not t.is_alive(), f"{getattr(fn, '__name__', fn)} did not return within {seconds}s"
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import within
 
 from netra import proc
 from netra.errors import ToolCrashError, ToolError, ToolInterruptedError, ToolOutputError, ToolTimeoutError
@@ -21,25 +21,6 @@ from netra.errors import ToolCrashError, ToolError, ToolInterruptedError, ToolOu
 REPO = Path(__file__).resolve().parents[1]
 LLVM_BIN = Path("/usr/lib/llvm-22/bin")
 NVCC = Path("/usr/local/bin/nvcc")
-
-
-def within(seconds: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """fn(*args) in a daemon thread: a hang fails the test instead of hanging the suite."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn(*args, **kwargs)
-        except BaseException as e:
-            box["error"] = e
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(seconds)
-    assert not t.is_alive(), f"{getattr(fn, '__name__', fn)} did not return within {seconds}s"
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def alive(pid: int) -> bool:
