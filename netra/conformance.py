@@ -343,9 +343,10 @@ def _tied_rows(rng: np.random.Generator, rows: int, e: int, k: int) -> U16:
             out[r] = _bits_exact(np.full(e, 0.5))
         elif kind == 1:  # a tie across the top-k boundary
             v = -4.0 + rng.integers(0, 8, e) / 8.0
-            top = rng.permutation(e)[: k + 4]
-            v[top[: k - 2]] = 3.0 + np.arange(k - 2) / 4
-            v[top[k - 2 :]] = 2.0  # six experts share the last two places
+            sure = max(k - 2, 0)  # experts above the tie (none when k <= 2)
+            top = rng.permutation(e)[: min(sure + 6, e)]
+            v[top[:sure]] = 3.0 + np.arange(sure) / 4
+            v[top[sure:]] = 2.0  # up to six experts share the last places
             out[r] = _bits_exact(v)
         elif kind == 2:  # +0 and -0 are equal logits
             out[r] = _bits_exact(-1.0 - rng.integers(0, 4, e) / 4.0)

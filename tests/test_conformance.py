@@ -272,3 +272,15 @@ def test_sm90_scale_recipe_is_correctly_rounded() -> None:
     s = np.where(n >= 1 << 56, rne_shift(n, 33) * 2, rne_shift(n, 32))
     truth = np.where(8 * a >= 7 << 24, rne_div(4 * a, 7) * 2, rne_div(8 * a, 7))
     assert np.array_equal(s, truth)
+
+
+@pytest.mark.parametrize("k", [1, 2, 8])
+def test_router_cases_exist_for_every_topk_the_template_declares(k: int) -> None:
+    """TOPK is 1 to 8 (kernels/*/moe_topk_softmax.toml): the tie cases must be buildable for each."""
+    p = {"experts": 128, "topk": k}
+    cs = conf.cases("moe_topk_softmax", p, rows_per_block=8, large_rows=64)
+    assert cs
+    for c in cs:
+        t = ref.moe_topk_softmax(c.inputs["logits"], k)
+        got = {"ids": t.ids, "weights": t.weights.astype(np.float32)}
+        assert conf.judge("moe_topk_softmax", p, c, got).passed, c.name
