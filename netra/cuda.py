@@ -267,3 +267,17 @@ class Cuda(DeviceOps):
             )
         if rc:
             self.check(rc, f"cuLaunchKernel({kernel.symbol}, grid {la.grid}, block {la.block})")
+
+
+_shared: list[Cuda] = []
+_shared_mutex = threading.Lock()
+
+
+def shared() -> Cuda:
+    """The process's loader: modules are loaded once per process, whoever launches (netra.torch,
+    certify, a serving engine calling the runtime directly)."""
+    if not _shared:
+        with _shared_mutex:
+            if not _shared:
+                _shared.append(Cuda())
+    return _shared[0]

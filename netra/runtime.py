@@ -248,6 +248,26 @@ class Catalog:
             self._selected[raw] = hit
         return hit
 
+    def served(
+        self, contract: Contract | str | Mapping[str, Any], policy: str = DEFAULT_POLICY
+    ) -> tuple[tuple[int | None, Kernel], ...] | Fallback:
+        """The kernels this contract is served with, by row count: ((max_rows, kernel), ..., (None,
+        kernel)) from the entry's certified dispatch, or ((None, kernel),) without one; the Fallback
+        when nothing meets the policy. For callers that select once and choose per call by rows."""
+        default = self.select(contract, policy)
+        if not default:
+            return default
+        entry = self.table.entries[default.contract]
+        if not entry.dispatch:
+            return ((None, default),)
+        out: list[tuple[int | None, Kernel]] = []
+        low = 0
+        for d in entry.dispatch:
+            k = self.select(contract, policy, rows=d.max_rows if d.max_rows is not None else low + 1)
+            out.append((d.max_rows, k if k else default))
+            low = d.max_rows if d.max_rows is not None else low
+        return tuple(out)
+
     def _dispatch(self, contract: Contract | str | Mapping[str, Any], policy: str, rows: int) -> str | None:
         """The tactic the entry's certified dispatch names for `rows`, if it meets the policy."""
         if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:

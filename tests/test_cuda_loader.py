@@ -19,20 +19,35 @@ from netra.launch import launch_args
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _sm90_kernel() -> Any:
-    """An sm_90 Kernel from the source tree's lock and table (its code object is not needed here)."""
-    from netra import installed, runtime
+def _sm90_catalog() -> Any:
+    """The source tree's sm_90 catalog, its code objects stood in for (they are not read here)."""
+    from netra import installed, runtime, tables
 
-    cat = runtime.Catalog.__new__(runtime.Catalog)  # select without reading build/kernels
     inst = installed.editable(REPO)
     lock, built = runtime._load_lock(inst)
-    from netra import tables
-
     table = tables.loads((REPO / "release/tables/sm_90.json").read_bytes(), "sm_90.json", "sm_90")
-    runtime.Catalog.__init__(cat, inst, lock, table, ("sm_90",), built)
+    cat = runtime.Catalog(inst, lock, table, ("sm_90",), built)
     cat._code.update({c.file: b"cubin bytes are not read here" for c in table.candidates()})
-    key = "rmsnorm(hidden=4096,weight_offset=0)"
-    return cat.kernel(table.entries[key].candidates[0])
+    return cat
+
+
+def _sm90_kernel() -> Any:
+    cat = _sm90_catalog()
+    return cat.kernel(cat.table.entries["rmsnorm(hidden=4096,weight_offset=0)"].candidates[0])
+
+
+def test_served_resolves_the_certified_dispatch_to_kernels() -> None:
+    cat = _sm90_catalog()
+    for key, entry in cat.table.entries.items():
+        served = cat.served(key)
+        if entry.dispatch:
+            assert [(top, k.tactic) for top, k in served] == [(d.max_rows, d.tactic) for d in entry.dispatch]
+            for rows in (1, 16, 64, 512, 8192, 32768):
+                assert cat.select(key, rows=rows).tactic == entry.tactic_for(rows)
+        else:
+            assert [(top, k.tactic) for top, k in served] == [(None, entry.candidates[0].tactic)]
+        assert served[-1][0] is None
+    assert any(e.dispatch for e in cat.table.entries.values())  # the certified table has row dispatch
 
 
 def test_extra_array_uses_cuda_markers_and_the_packed_segment() -> None:

@@ -751,11 +751,15 @@ class FakeCatalog:
         self.asked.append(rows)
         return self.large if rows is None or rows > 16 else self.small
 
+    from netra.runtime import Catalog as _Real
+
+    served = _Real.served  # the runtime's own rule resolution, over this catalog's select and table
+
 
 @pytest.fixture
 def fake_gpu(monkeypatch: pytest.MonkeyPatch, as_cuda: Any) -> FakeCuda:
     cu = FakeCuda()
-    monkeypatch.setattr(dispatch, "_cu", [cu])
+    monkeypatch.setattr(dispatch, "_cuda", lambda: cu)
     monkeypatch.setattr(dispatch, "_classes", {0: "sm_90"})
     monkeypatch.setattr(dispatch, "_kernels", {})
     monkeypatch.setattr(dispatch, "_stream_of", lambda index: lambda: 99)

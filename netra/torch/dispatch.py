@@ -116,7 +116,6 @@ _routes: dict[tuple[str, str, str], Route] = {}
 _plans: list[Plan] = []  # every plan ever made (stats survive set_policy)
 _kernels: dict[tuple[int, str, str], Any] = {}  # (device, contract, policy) -> Served | Route
 _classes: dict[int, str] = {}
-_cu: list[Any] = []
 
 
 def route(contract: str, code: str, reason: str) -> Route:
@@ -229,11 +228,9 @@ def gpu_class(index: int) -> str:
 
 
 def _cuda() -> Any:
-    if not _cu:
-        from netra.cuda import Cuda
+    from netra.cuda import shared
 
-        _cu.append(Cuda())
-    return _cu[0]
+    return shared()
 
 
 def _stream_of(index: int) -> Callable[[], int]:
@@ -306,20 +303,10 @@ def _make_kernels(index: int, key: str, op: str, pol: str) -> Served | Route:
         cat = open_catalog(cls)
     except UncertifiedGPUClassError as e:
         return route(key, "no_table", f"no certified table for {cls} (cuda:{index}): {e.message}")
-    default = cat.select(key, pol)
-    if not default:
-        return route(key, default.code, default.reason)
-    entry = cat.table.entries.get(key)
-    chosen: list[tuple[int, Any]] = []
-    if entry is not None and entry.dispatch:
-        low = 0
-        for rule in entry.dispatch:  # select once per rule, at a row count the rule covers
-            top = rule.max_rows if rule.max_rows is not None else _ALL_ROWS
-            k = cat.select(key, pol, rows=top if rule.max_rows is not None else low + 1)
-            chosen.append((top, k if k else default))
-            low = top
-    else:
-        chosen.append((_ALL_ROWS, default))
+    served = cat.served(key, pol)
+    if not served:
+        return route(key, served.code, served.reason)
+    chosen = [(_ALL_ROWS if top is None else top, k) for top, k in served]
     if torch.cuda.is_current_stream_capturing():
         raise CudaError(
             f"{key}: its first certified call on cuda:{index} is inside a CUDA graph capture, where its "
