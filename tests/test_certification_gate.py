@@ -168,3 +168,16 @@ def test_certify_without_a_gpu_is_one_line_and_writes_nothing(installed_venv: An
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("netra: error:"), r.stderr
     assert "libcuda.so.1" in lines[0] or "netra-kernel[certify]" in lines[0]
+
+
+def test_certify_refuses_a_statically_certified_class_in_one_line(tmp_path: Path) -> None:
+    """The gfx950 path runs through the HIP loader once its tactics declare hardware certification;
+    while the class is static, certify says so before looking for a GPU (tested up to the GPU)."""
+    out = tmp_path / "gfx950.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "netra", "certify", "--gpu-class", "gfx950", "--out", str(out)],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert r.returncode == 1 and not out.exists()
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "certified 'static'" in lines[0] and 'certification = "hardware"' in lines[0]
