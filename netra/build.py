@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +29,7 @@ from netra import catalog as catalog_mod
 from netra import files, tables, targets
 from netra import lock as lock_mod
 from netra.catalog import ArtifactSpec, Catalog
-from netra.errors import LockError, NetraError, TableError, ValidationError
+from netra.errors import LockError, NetraError, PathError, TableError, ValidationError
 from netra.hashing import sha256_bytes
 from netra.lock import Lock, LockedArtifact, Toolchain, TrackedFile
 from netra.targets import Examined, Tools
@@ -107,12 +108,14 @@ def derive(
         chains = ", ".join(f"{t}: {found[t].describe()}" for t in sorted(found))
         progress(f"building {len(specs)} artifacts with {chains}")
     done = [0]
+    counting = threading.Lock()  # workers finish at once: one count each, one whole progress line each
 
     def one(spec: ArtifactSpec) -> Path:
         path = targets.get(spec.target).compile(spec, found[spec.target], root, src, out)
-        done[0] += 1
-        if progress:
-            progress(f"[{done[0]}/{len(specs)}] {spec.name}")
+        with counting:
+            done[0] += 1
+            if progress:
+                progress(f"[{done[0]}/{len(specs)}] {spec.name}")
         return path
 
     with ThreadPoolExecutor(max_workers=n) as pool:
@@ -170,6 +173,9 @@ def make_lock(
     root: Path, *, jobs: int | None = None, progress: Progress | None = None, tools: dict[str, Tools] | None = None
 ) -> Fresh:
     """What `netra lock` writes: the lock and tables the sources make now."""
+    root = Path(root)
+    for dest in [root / lock_mod.LOCK_PATH, *sorted((root / tables.TABLES_DIR).glob("*.json"))]:
+        _replaceable(dest)  # refused before the work, not after it (write_lock checks again)
     with tempfile.TemporaryDirectory(prefix="netra-lock-") as tmp:
         d = derive(root, Path(tmp), tools=tools, jobs=jobs, progress=progress)
         return lock_of(d)
@@ -196,11 +202,35 @@ def committing(what: str) -> Iterator[None]:
         raise
 
 
+def _replaceable(path: Path) -> None:
+    """What is about to be replaced by a file must be one, or absent: checked before anything is written."""
+    if path.is_dir():
+        raise PathError(f"{path}: is a folder where netra writes a file", "move it away, then run the command again")
+    for parent in path.parents:
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                raise PathError(f"{parent}: exists and is not a folder", "remove it or pick another output folder")
+            break
+
+
+def _unwritable(e: OSError) -> NetraError:
+    return NetraError(
+        f"{e.filename or 'a file'}: cannot be written ({e.strerror or e})",
+        "check that the folder is writable by this user and the disk has room",
+    )
+
+
 def write_lock(root: Path, fresh: Fresh) -> None:
     """Tables first, then the lock: the lock is the commit point that names them."""
-    for rel, text in sorted(fresh.tables.items()):
-        files.atomic_write(Path(root) / rel, text.encode())
-    lock_mod.write(fresh.lock, Path(root) / lock_mod.LOCK_PATH)
+    dests = [Path(root) / rel for rel in sorted(fresh.tables)] + [Path(root) / lock_mod.LOCK_PATH]
+    for dest in dests:
+        _replaceable(dest)
+    try:
+        for rel, text in sorted(fresh.tables.items()):
+            files.atomic_write(Path(root) / rel, text.encode())
+        lock_mod.write(fresh.lock, Path(root) / lock_mod.LOCK_PATH)
+    except OSError as e:
+        raise _unwritable(e) from None
 
 
 def differences(root: Path, d: Derived, locked: Lock) -> tuple[Fresh, list[str]]:
@@ -271,6 +301,8 @@ def build(
     lock_bytes, locked = lock_mod.read_with_bytes(root / lock_mod.LOCK_PATH)
     if out_dir is not None:
         _check_out_dir(Path(out_dir))
+        for a in locked.artifacts:  # where the code objects will land: refused before the work
+            _replaceable(Path(out_dir) / a.file)
     with tempfile.TemporaryDirectory(prefix="netra-build-") as tmp:
         d = derive(root, Path(tmp), tools=tools, jobs=jobs, progress=progress)
         if keep is not None:
@@ -341,10 +373,17 @@ def _check_out_dir(out: Path) -> None:
 def publish(src: Path, dest: Path, names: list[str]) -> None:
     """Copy the gated code objects out; each file lands whole under a unique temporary name."""
     _check_out_dir(dest)
+    for rel in sorted(names):  # every destination first: a refusal must not come half way through
+        _replaceable(dest / rel)
     for rel in sorted(names):
         target = dest / rel
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
             raise NetraError(f"{target.parent}: exists and is not a folder", "remove it or pick another output folder") from None
-        files.atomic_write(target, (src / rel).read_bytes())
+        except OSError as e:
+            raise _unwritable(e) from None
+        try:
+            files.atomic_write(target, (src / rel).read_bytes())
+        except OSError as e:
+            raise _unwritable(e) from None

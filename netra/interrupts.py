@@ -13,6 +13,7 @@ way. The cleanup waits for no tool, so it is short; SIGKILL remains for a hard s
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -63,8 +64,13 @@ def handled() -> Iterator[None]:
         return
     session = _Session()
     outer = _session
+    owner = os.getpid()
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != owner:
+            # A forked child that has not exec'd yet (subprocess runs Python there: the after-fork hooks,
+            # proc's preexec_fn) got the signal sent to the group: the parent handles it, and kills the tool.
+            return
         proc.kill_all()
         if session.raised is not None or session.pending is not None:
             return  # a repeat: the first one is unwinding (or about to)

@@ -162,7 +162,7 @@ def _cross_checks(d: dict[str, Any], p: s.Problems) -> None:
             p.add(f"{at}.path", e.message.removeprefix(f"{at}: path "))
             continue
         if not f["path"].startswith(("kernels/", "manifests/", "release/tables/")):
-            p.add(at, "path: only kernels/, manifests/ and release/tables/ files are tracked")
+            p.add(f"{at}.path", "only kernels/, manifests/ and release/tables/ files are tracked")
     used = set()
     wrong_flavour: set[str] = set()
     for i, a in enumerate(d["artifacts"]):

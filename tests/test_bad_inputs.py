@@ -1,0 +1,1035 @@
+"""One test per class of bad input, with the real tools and real files (issue 7).
+
+Every error a user can cause ends as one line naming the file, entry and field (or the artifact and
+the tool, or the GPU class) and the fix, a non-zero exit, and nothing half-written: no output folder,
+no wheel in the outdir, the lock untouched, no temporary folder left in a private TMPDIR. Nothing
+here mocks the OS, the toolchain or packaging: FIFOs are os.mkfifo, links are symlinks, signals are
+sent to real processes, wheels are built by `python -m build`, installed by pip into real venvs, and
+broken tools are shell scripts around the real llvm-mc / nvcc.
+
+The expensive parts are shared: one `netra lock` of a private copy of the repository (which also
+gives the derivation every in-process lock comparison is checked against), one wheel of that copy
+and one venv. Classes that can be checked by calling the reader are parametrized in-process.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Venv, clean_env, copy_repo, log, run_build
+from elftools.elf.elffile import ELFFile  # the test's own ELF reader, independent of netra's
+
+from netra import build, catalog, layout
+from netra import lock as lock_mod
+from netra.errors import LockError, NetraError
+
+REPO = Path(__file__).resolve().parents[1]
+LOCK = lock_mod.LOCK_PATH
+LLVM_BIN = Path("/usr/lib/llvm-22/bin")
+NVCC = shutil.which("nvcc") or "/usr/local/bin/nvcc"
+TIMEOUT = 180  # "did not hang" guard for one command; a command here takes seconds
+DATA = layout.PACKAGE_DATA + "/"
+
+
+# -- running netra and the build for real -------------------------------------------------------------
+
+
+def netra(*args: str, tmpdir: Path | None = None, env: dict[str, str] | None = None,
+          timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    e = clean_env(PYTHONPATH=str(REPO), **({"TMPDIR": str(tmpdir)} if tmpdir else {}))
+    e.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "netra", *args], env=e, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def refused(r: subprocess.CompletedProcess[str], *fragments: str) -> str:
+    """A one-line refusal: exit 1, no traceback, `netra: error:` then every fragment on that line."""
+    assert r.returncode == 1, log(r)
+    assert "Traceback" not in r.stderr, log(r)
+    first = next((ln for ln in r.stderr.splitlines() if ln.startswith("netra: error:")), None)
+    assert first is not None, log(r)
+    for f in fragments:
+        assert f in first, f"{f!r} not in the error line\n{first}\n{log(r)}"
+    return first
+
+
+def empty_eventually(folder: Path, seconds: float = 30) -> list[str]:
+    """What is left in a private TMPDIR once every process has gone (a janitor may still be removing)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = sorted(p.name for p in folder.iterdir())
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def sources(root: Path, dest: Path) -> Path:
+    """kernels/, manifests/ and release/ of `root`: what `netra lock` and `netra build` read."""
+    for d in ("kernels", "manifests", "release"):
+        shutil.copytree(root / d, dest / d, symlinks=True)
+    return dest
+
+
+def private(tmp_path: Path, name: str = "tmpdir") -> Path:
+    d = tmp_path / name
+    d.mkdir()
+    return d
+
+
+@pytest.fixture(scope="module")
+def locked(make_repo_copy: Callable[[str], Path]) -> tuple[Path, build.Derived]:
+    """A private copy of the repository with a lock made from its own sources now (the working tree's
+    lock may be stale while kernels are edited), and that derivation, for in-process comparisons."""
+    root = make_repo_copy("bad-inputs")
+    fresh = build.make_lock(root)
+    build.write_lock(root, fresh)
+    assert fresh.derived is not None
+    return root, fresh.derived
+
+
+@pytest.fixture(scope="module")
+def tree(locked: tuple[Path, build.Derived]) -> Path:
+    return locked[0]
+
+
+@pytest.fixture(scope="module")
+def lock_text(tree: Path) -> str:
+    return (tree / LOCK).read_text()
+
+
+@pytest.fixture(scope="module")
+def wheel(tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bad-inputs-dist")
+    r = run_build(tree, out, "--wheel")
+    assert r.returncode == 0, log(r)
+    return next(out.glob("*.whl"))
+
+
+@pytest.fixture(scope="module")
+def venv(venv_factory: Callable[..., Venv], wheel: Path) -> Venv:
+    return venv_factory(wheel, "bad-inputs-venv")
+
+
+def _blocks(text: str, header: str) -> list[tuple[int, int]]:
+    """(start, end) of every `header` block of a lock's text (to its next [[...]] header)."""
+    starts = [m.start() for m in re.finditer(rf"^\[\[{re.escape(header)}\]\]$", text, re.M)]
+    heads = [m.start() for m in re.finditer(r"^\[\[", text, re.M)] + [len(text)]
+    return [(s, next(h for h in heads if h > s)) for s in starts]
+
+
+# -- the lock: damaged in its shape ----------------------------------------------------------------
+
+
+def _first_artifact(t: str) -> str:
+    return re.search(r'^name = "(netra_[a-z0-9_]+)"', t, re.M).group(1)  # type: ignore[union-attr]
+
+
+def _sub1(pattern: str, repl: str) -> Callable[[str], str]:
+    def f(t: str) -> str:
+        out, n = re.subn(pattern, lambda m: repl, t, count=1, flags=re.M)
+        assert n == 1, pattern
+        return out
+
+    return f
+
+
+def _dup_last_artifact(t: str) -> str:
+    s, e = _blocks(t, "artifacts")[-1]
+    return t + "\n" + t[s:e]
+
+
+def _dup_first_file(t: str) -> str:
+    s, e = _blocks(t, "files")[0]
+    return t + "\n" + t[s:e]
+
+
+def _artifacts_list(t: str) -> str:
+    head = t[: _blocks(t, "artifacts")[0][0]]
+    return head.replace("schema = 2\n", "schema = 2\nartifacts = [1, 2]\n", 1)
+
+
+SHAPE_DAMAGE: dict[str, tuple[Callable[[str], Any], list[str]]] = {
+    "duplicated [[artifacts]]": (_dup_last_artifact, ["artifacts[", "(netra_", "duplicate of entry"]),
+    "duplicated [[files]]": (_dup_first_file, ["files[", "duplicate of entry 0", "kernels/gfx950/"]),
+    "symbols is a string": (_sub1(r"^symbols = \[[^\]]*\]", 'symbols = "x"'), ["artifacts[0] (netra_", ".symbols: must be a list"]),
+    "artifacts = [1, 2]": (_artifacts_list, ["artifacts[0]: must be a table"]),
+    "unknown field": (_sub1(r"^\[\[artifacts\]\]$", "[[artifacts]]\nbogus = 1"), ["artifacts[0] (netra_", "unknown field 'bogus'"]),
+    "missing field": (_sub1(r"^kernarg_bytes = \d+\n", ""), ["artifacts[0] (netra_", "missing required field 'kernarg_bytes'"]),
+    "hash in upper case": (_sub1(r'^text_sha256 = "[0-9a-f]{64}"', 'text_sha256 = "' + "A" * 64 + '"'),
+                           [".text_sha256:", "does not match"]),
+    "hash too short": (_sub1(r'^code_sha256 = "[0-9a-f]{64}"', 'code_sha256 = "abc"'), [".code_sha256:", "does not match"]),
+    "boolean for an integer": (_sub1(r"^kernarg_bytes = \d+", "kernarg_bytes = true"), [".kernarg_bytes: must be an integer"]),
+    "negative size": (_sub1(r"^lds_bytes = \d+", "lds_bytes = -1"), [".lds_bytes: -1 is outside"]),
+    "huge integer": (_sub1(r"^hidden = \d+", "hidden = 99999999999999999999"), [".contract.hidden:", "outside"]),
+    "absolute tracked path": (_sub1(r'^path = "kernels/gfx950/rmsnorm.s"', 'path = "/etc/hostname"'), ["files[", ".path: '/etc/hostname' is absolute"]),
+    "tracked path climbing out": (_sub1(r'^path = "kernels/gfx950/rmsnorm.s"', 'path = "kernels/../../etc/hostname"'),
+                                  [".path:", "has a '..' component"]),
+    "untracked folder": (_sub1(r'^path = "kernels/gfx950/rmsnorm.s"', 'path = "netra/cli.py"'), [".path: only kernels/"]),
+    "unknown GPU class": (_sub1(r'^target = "gfx950"', 'target = "gfx999"'), ["target: 'gfx999' is not a GPU class"]),
+    "toolchain of the wrong vendor": (_sub1(r'^flavour = "llvm"', 'flavour = "nvcc"'), ["toolchains.gfx950: flavour 'nvcc' cannot build"]),
+    "NUL in a string": (_sub1(r'^flavour = "llvm"', 'flavour = "ll\\u0000vm"'), ["contains a NUL"]),
+    "newer schema": (_sub1(r"^schema = 2", "schema = 3"), ["lock schema 3 is not the supported schema 2"]),
+    "schema as a string": (_sub1(r"^schema = 2", 'schema = "2"'), ["schema: must be 2"]),
+    "empty file": (lambda t: "", ["missing required field 'schema'"]),
+    "cut mid-line": (lambda t: t[: t.index('text_sha256 = "') + 30], ["not valid TOML"]),
+    "not UTF-8": (lambda t: t.encode().replace(b"flavour", b"flav\xffour", 1), ["not UTF-8"]),
+    "nested thousands deep": (lambda t: t + "x = " + "[" * 20000 + "]" * 20000 + "\n", ["nested too deeply"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SHAPE_DAMAGE))
+def test_lock_damaged_in_its_shape_is_refused_naming_file_entry_and_field(lock_text: str, case: str) -> None:
+    damage, fragments = SHAPE_DAMAGE[case]
+    raw = damage(lock_text)
+    raw = raw if isinstance(raw, bytes) else raw.encode()
+    with pytest.raises(LockError) as e:
+        lock_mod.loads(raw, LOCK)
+    msg = str(e.value)
+    assert msg.startswith(LOCK) and "\n" not in msg, msg
+    assert "netra lock" in (e.value.hint or ""), msg
+    for f in fragments:
+        assert f in msg, f"{f!r} not in {msg!r}"
+    if case == "toolchain of the wrong vendor":  # said once, not once per artifact of the class
+        assert len([d for d in (e.value.details or (msg,)) if "cannot build" in d]) == 1, e.value.details
+
+
+# -- the lock: well formed, but not what the sources declare ---------------------------------------
+
+
+def _truncate_last_artifact(t: str) -> str:
+    return t[: _blocks(t, "artifacts")[-1][0]]
+
+
+def _drop_first_file(t: str) -> str:
+    s, e = _blocks(t, "files")[0]
+    return t[:s] + t[e:]
+
+
+def _rename_first_artifact(t: str) -> str:
+    name = _first_artifact(t)
+    return t.replace(f'"{name}"', f'"{name}_x"')
+
+
+def _bump(field: str) -> Callable[[str], str]:
+    return _sub1(rf"^{field} = (\d+)", f"{field} = 7777")
+
+
+def _flip_hash(field: str) -> Callable[[str], str]:
+    def f(t: str) -> str:
+        m = re.search(rf'^{field} = "([0-9a-f])', t, re.M)
+        assert m
+        c = "0" if m.group(1) != "0" else "1"
+        return t[: m.start(1)] + c + t[m.end(1) :]
+
+    return f
+
+
+CONTENT_DAMAGE: dict[str, tuple[Callable[[str], str], str]] = {
+    "last [[artifacts]] cut off (a bad merge)": (_truncate_last_artifact, "the sources declare it but the lock lacks it"),
+    "an artifact renamed": (_rename_first_artifact, "locked but the sources no longer declare it"),
+    "vgprs changed": (_bump("vgprs"), ": facts locked"),
+    "contract parameter changed": (_bump("hidden"), ": contract locked"),
+    "kernarg size changed": (_sub1(r"^kernarg_bytes = \d+", "kernarg_bytes = 4000"), ": kernarg_bytes locked"),
+    "max threads changed": (_sub1(r"^max_threads = \d+", "max_threads = 1"), ": max_threads locked"),
+    "definitions changed": (_bump("NETRA_BLOCK"), ": definitions locked"),
+    ".text hash changed": (_flip_hash("text_sha256"), ": text_sha256 locked"),
+    "launch digest changed": (_flip_hash("launch_sha256"), ": launch_sha256 locked"),
+    "code object hash changed": (_flip_hash("code_sha256"), ": code_sha256 locked"),
+    "a source's hash changed": (_flip_hash("sha256"), "file kernels/gfx950/"),
+    "a [[files]] entry dropped": (_drop_first_file, "in the tree but not in the lock"),
+    "a role changed": (_sub1(r'^role = "source"', 'role = "manifest"'), "role locked manifest, now source"),
+    "toolchain version changed": (_sub1(r'^version = "([0-9.]+)"', 'version = "1.2.3"'), "toolchain gfx950: locked with llvm LLVM 1.2.3"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONTENT_DAMAGE))
+def test_lock_that_is_not_what_the_sources_declare_is_refused_naming_the_entry(
+    locked: tuple[Path, build.Derived], lock_text: str, case: str
+) -> None:
+    """Parses, but build.differences (what `netra build`, `--check` and the wheel build run on the
+    derivation of the tree) names the difference: a smaller lock is a refusal, never a smaller wheel."""
+    root, derived = locked
+    damage, fragment = CONTENT_DAMAGE[case]
+    damaged = lock_mod.loads(damage(lock_text).encode(), LOCK)
+    _, diffs = build.differences(root, derived, damaged)
+    assert any(fragment in d for d in diffs), diffs
+    assert not build.differences(root, derived, lock_mod.loads(lock_text.encode(), LOCK))[1]  # the control
+
+
+def test_edited_table_with_its_new_sha256_in_the_lock_is_refused(locked: tuple[Path, build.Derived], lock_text: str) -> None:
+    """A static-class table is regenerated and compared: editing it and its hash in the lock is caught."""
+    root, derived = locked
+    rel = "release/tables/gfx950.json"
+    old = derived.tree_tables[rel]
+    table = json.loads(old)
+    table["entries"][0]["candidates"][0]["maturity"] = "experiment"
+    new = (json.dumps(table, indent=1, sort_keys=True) + "\n").encode()
+    damaged = lock_mod.loads(lock_text.replace(hashlib.sha256(old).hexdigest(), hashlib.sha256(new).hexdigest()).encode(), LOCK)
+    edited = dataclasses.replace(derived, tree_tables={**derived.tree_tables, rel: new})
+    _, diffs = build.differences(root, edited, damaged)
+    assert f"table {rel}: out of date with the lock and sources (`netra lock` regenerates it)" in diffs, diffs
+
+
+@pytest.mark.parametrize("case", ["last [[artifacts]] cut off (a bad merge)", "symbols is a string"])
+def test_netra_build_refuses_a_damaged_lock_and_leaves_nothing(tree: Path, lock_text: str, tmp_path: Path, case: str) -> None:
+    damage = CONTENT_DAMAGE[case][0] if case in CONTENT_DAMAGE else SHAPE_DAMAGE[case][0]
+    root = sources(tree, tmp_path / "tree")
+    (root / LOCK).write_text(damage(lock_text))
+    before = (root / LOCK).read_bytes()
+    tmpdir = private(tmp_path)
+    r = netra("build", str(tmp_path / "out"), "--root", str(root), "-q", tmpdir=tmpdir)
+    line = refused(r, "netra lock")
+    assert ("lacks it" in line and "netra_" in line) or ".symbols: must be a list" in line, line
+    assert not (tmp_path / "out").exists()
+    assert (root / LOCK).read_bytes() == before
+    assert empty_eventually(tmpdir) == []
+
+
+def test_netra_lock_repairs_a_lock_cut_off_by_a_bad_merge(tree: Path, lock_text: str, tmp_path: Path) -> None:
+    root = sources(tree, tmp_path / "tree")
+    (root / LOCK).write_text(_truncate_last_artifact(lock_text))
+    r = netra("lock", "--root", str(root), "-q")
+    assert r.returncode == 0, log(r)
+    assert (root / LOCK).read_text() == lock_text  # deterministic: exactly the lock the sources make
+
+
+@pytest.mark.parametrize("case", ["last [[artifacts]] cut off (a bad merge)", "duplicated [[artifacts]]", "lock is a FIFO"])
+def test_wheel_build_refuses_a_damaged_lock_with_no_wheel_and_no_temporaries(
+    tree: Path, lock_text: str, tmp_path: Path, case: str
+) -> None:
+    root = copy_repo(tmp_path / "src", tree)
+    lock = root / LOCK
+    if case == "lock is a FIFO":
+        lock.unlink()
+        os.mkfifo(lock)
+    else:
+        damage = CONTENT_DAMAGE[case][0] if case in CONTENT_DAMAGE else SHAPE_DAMAGE[case][0]
+        lock.write_text(damage(lock_text))
+    outdir, tmpdir = tmp_path / "dist", private(tmp_path)
+    r = run_build(root, outdir, "--wheel", env=clean_env(TMPDIR=str(tmpdir)))
+    assert r.returncode != 0, log(r)
+    assert "Traceback" not in r.stdout + r.stderr, log(r)
+    line = next((ln for ln in (r.stdout + r.stderr).splitlines() if "netra: error:" in ln), "")
+    want = {"lock is a FIFO": "is a FIFO, not a regular file", "duplicated [[artifacts]]": "duplicate of entry"}
+    assert want.get(case, "the sources declare it but the lock lacks it") in line and "netra lock" in line, log(r)
+    assert not list(outdir.glob("*")) if outdir.exists() else True, sorted(outdir.iterdir())
+    assert empty_eventually(tmpdir) == []
+
+
+# -- manifests and template manifests through their schemas -----------------------------------------
+
+
+MANIFEST_DAMAGE: dict[str, tuple[str, Callable[[str], str], list[str]]] = {
+    "template: missing field": ("kernels/gfx950/rmsnorm.toml", _sub1(r"^source = .*\n", ""),
+                                ["kernels/gfx950/rmsnorm.toml", "missing required field 'source'"]),
+    "template: unknown field": ("kernels/gfx950/rmsnorm.toml", _sub1(r"^vgprs = ", "vgpr = 1\nvgprs = "),
+                                ["kernels/gfx950/rmsnorm.toml", "unknown field 'vgpr'"]),
+    "template: wrong type": ("kernels/gfx950/rmsnorm.toml", _sub1(r"^vgprs = \d+", 'vgprs = "96"'),
+                             ["kernels/gfx950/rmsnorm.toml", "vgprs: must be an integer"]),
+    "template: budget out of range": ("kernels/gfx950/rmsnorm.toml", _sub1(r"^vgprs = \d+", "vgprs = 4096"),
+                                      ["vgprs: 4096 is outside [1, 512]"]),
+    "template: argument of a wrong type": ("kernels/sm_90/rmsnorm.toml", _sub1(r'^type = "bf16\*"', 'type = "bf17*"'),
+                                           ["kernels/sm_90/rmsnorm.toml", "args[0] (y).type"]),
+    "tactics: duplicate tactic": ("manifests/gfx950/tactics.toml",
+                                  lambda t: t + '\n[[tactics]]\nop = "rmsnorm"\nname = "b256"\ntemplate = "rmsnorm"\n'
+                                               'block = 256\nmaturity = "verified"\nwhy = "again"\n',
+                                  ["manifests/gfx950/tactics.toml", "(b256): duplicate of entry 0"]),
+    "tactics: wrong type": ("manifests/gfx950/tactics.toml", _sub1(r"^block = 256", 'block = "256"'),
+                            ["tactics[0] (b256).block: must be an integer"]),
+    "model: missing field": ("manifests/models/gemma-2-9b.toml", _sub1(r'^model = "Gemma-2-9B"\n', ""),
+                             ["manifests/models/gemma-2-9b.toml", "missing required field 'model'"]),
+    "model: unknown parameter": ("manifests/models/gemma-2-9b.toml", _sub1(r"^weight_offset = 1", "weight_offset = 1\nwidth = 2"),
+                                 ["manifests/models/gemma-2-9b.toml", "ops[0] (rmsnorm)", "width"]),
+    "model: dimension 2**40": ("manifests/models/gemma-2-9b.toml", _sub1(r"^hidden = 3584", "hidden = 1099511627776"),
+                               ["manifests/models/gemma-2-9b.toml", "hidden", "outside"]),
+    "model: dimension 1048576": ("manifests/models/gemma-2-9b.toml", _sub1(r"^hidden = 3584", "hidden = 1048576"),
+                                 ["rmsnorm(hidden=1048576,weight_offset=1)", "hidden = 1048576 is not", "HIDDEN"]),
+    "model: not TOML": ("manifests/models/gemma-2-9b.toml", lambda t: t + "\n[[ops]\n", ["gemma-2-9b.toml: not valid TOML"]),
+    "model: nested thousands deep": ("manifests/models/gemma-2-9b.toml", lambda t: t + "x = " + "[" * 20000 + "\n",
+                                     ["gemma-2-9b.toml: not valid TOML"]),
+    "model: larger than the read limit": ("manifests/models/gemma-2-9b.toml", lambda t: t + "#" * (5 << 20) + "\n",
+                                          ["gemma-2-9b.toml", "over the 4 MiB limit"]),
+    "model: not UTF-8": ("manifests/models/gemma-2-9b.toml", lambda t: t.replace("Gemma", "Gemma\udcff", 1),
+                         ["gemma-2-9b.toml", "not UTF-8"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MANIFEST_DAMAGE))
+def test_manifests_are_read_through_their_schemas_naming_file_entry_and_field(tree: Path, tmp_path: Path, case: str) -> None:
+    rel, damage, fragments = MANIFEST_DAMAGE[case]
+    root = sources(tree, tmp_path / "tree")
+    path = root / rel
+    path.write_bytes(damage(path.read_text()).encode("utf-8", "surrogateescape"))
+    with pytest.raises(NetraError) as e:
+        catalog.load(root)
+    msg = str(e.value)
+    assert "\n" not in msg
+    for f in fragments:
+        assert f in msg, f"{f!r} not in {msg!r}"
+
+
+@pytest.mark.parametrize("value", ["1099511627776", "1048576"])
+def test_out_of_range_dimension_is_refused_before_anything_is_compiled(tree: Path, tmp_path: Path, value: str) -> None:
+    root = sources(tree, tmp_path / "tree")
+    model = root / "manifests/models/gemma-2-9b.toml"
+    model.write_text(model.read_text().replace("hidden = 3584", f"hidden = {value}", 1))
+    tmpdir = private(tmp_path)
+    r = netra("lock", "--root", str(root), tmpdir=tmpdir)
+    refused(r, "gemma-2-9b.toml" if len(value) > 10 else "Gemma-2-9B", "hidden")
+    assert "[1/" not in r.stderr and "building" not in r.stderr  # nothing was compiled
+    assert (root / LOCK).read_bytes() == (tree / LOCK).read_bytes()
+    assert empty_eventually(tmpdir) == []
+
+
+# -- tracked paths: links, outside the tree, not regular files ---------------------------------------
+
+
+def _link_file_outside(root: Path, out: Path) -> str:
+    p = root / "manifests/models/gemma-2-9b.toml"
+    shutil.copy(p, out / "gemma-2-9b.toml")
+    p.unlink()
+    p.symlink_to(out / "gemma-2-9b.toml")  # identical content, outside the tree
+    return "manifests/models/gemma-2-9b.toml"
+
+
+def _link_folder_outside(root: Path, out: Path) -> str:
+    p = root / "kernels/gfx950/include"
+    shutil.copytree(p, out / "include")
+    shutil.rmtree(p)
+    p.symlink_to(out / "include")
+    return "kernels/gfx950/include"
+
+
+def _link_file_inside(root: Path, out: Path) -> str:
+    p = root / "kernels/gfx950/rmsnorm.s"
+    shutil.copy(p, root / "rmsnorm.s")
+    p.unlink()
+    p.symlink_to("../../rmsnorm.s")  # relative, to a copy inside the tree
+    return "kernels/gfx950/rmsnorm.s"
+
+
+def _link_top_folder(root: Path, out: Path) -> str:
+    shutil.copytree(root / "manifests", out / "manifests")
+    shutil.rmtree(root / "manifests")
+    (root / "manifests").symlink_to(out / "manifests")
+    return "manifests"
+
+
+LINKS = {"file outside": _link_file_outside, "folder outside": _link_folder_outside,
+         "file inside": _link_file_inside, "top folder": _link_top_folder}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(LINKS))
+def test_tracked_paths_are_never_followed_through_a_symlink(tree: Path, tmp_path: Path, case: str) -> None:
+    root = sources(tree, tmp_path / "tree")
+    (tmp_path / "outside").mkdir()
+    shown = LINKS[case](root, tmp_path / "outside")
+    for check in (lambda: catalog.load(root), lambda: build.verify_tracked(root, lock_mod.read(root / LOCK))):
+        with pytest.raises(NetraError) as e:
+            check()
+        assert f"{shown} (" in str(e.value) and "is a symlink" in str(e.value), e.value
+
+
+def test_wheel_build_refuses_a_symlinked_folder_with_no_wheel(tree: Path, tmp_path: Path) -> None:
+    root = copy_repo(tmp_path / "src", tree)
+    (tmp_path / "outside").mkdir()
+    _link_folder_outside(root, tmp_path / "outside")
+    outdir, tmpdir = tmp_path / "dist", private(tmp_path)
+    r = run_build(root, outdir, "--wheel", env=clean_env(TMPDIR=str(tmpdir)))
+    assert r.returncode != 0 and "Traceback" not in r.stdout + r.stderr, log(r)
+    assert "netra: error: kernels/gfx950/include (kernels) is a symlink" in r.stdout + r.stderr, log(r)
+    assert not outdir.exists() or not list(outdir.iterdir())
+    assert empty_eventually(tmpdir) == []
+
+
+# -- FIFOs where files should be: refused at once, never waited on -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rel", "command"),
+    [(LOCK, "build"), (LOCK, "lock --check"), ("manifests/models/gemma-2-9b.toml", "lock"),
+     ("kernels/gfx950/include/wave.inc", "build")],
+)  # fmt: skip
+def test_a_fifo_in_place_of_a_file_is_refused_without_hanging(tree: Path, tmp_path: Path, rel: str, command: str) -> None:
+    root = sources(tree, tmp_path / "tree")
+    (root / rel).unlink()
+    os.mkfifo(root / rel)
+    args = command.split() + ([str(tmp_path / "out")] if command == "build" else [])
+    r = netra(*args, "--root", str(root), "-q", timeout=120)  # a hang fails here
+    refused(r, rel.rsplit("/", 1)[-1], "FIFO")
+    assert (root / rel).is_fifo() and not (tmp_path / "out").exists()
+
+
+# -- tools that crash, hang or run away --------------------------------------------------------------
+
+
+def _shims(folder: Path, misbehave: str, tool: str = "llvm-mc") -> Path:
+    """llvm-mc/ld.lld/llvm-objdump that run the real tools, except `tool` when it assembles or links for
+    real (not for `--version` or the gfx950 probe): then it crashes (SIGSEGV) or sleeps (writing its
+    pid first, so the test can prove it was killed)."""
+    folder.mkdir()
+    act = 'kill -SEGV $$' if misbehave == "crash" else f'echo $$ > "{folder}/sleeper.pid"; exec sleep 600'
+    for t in ("llvm-mc", "ld.lld", "llvm-objdump"):
+        trigger = {"llvm-mc": "-filetype=obj", "ld.lld": "-shared", "llvm-objdump": "-d"}[t]
+        body = f'for a in "$@"; do [ "$a" = "{trigger}" ] && {{ {act}; }}; done\n' if t == tool else ""
+        (folder / t).write_text(f'#!/bin/sh\n{body}exec {LLVM_BIN / t} "$@"\n')
+        (folder / t).chmod(0o755)
+    return folder
+
+
+def _nvcc_shim(folder: Path) -> Path:
+    """nvcc that proves itself (version, the sm_90a probe) with the real nvcc and crashes on a kernel."""
+    folder.mkdir()
+    shim = folder / "nvcc"
+    shim.write_text(
+        "#!/bin/sh\n"
+        f'case " $* " in *" --version "*|*" probe.cu "*) exec {NVCC} "$@";; esac\n'
+        "kill -SEGV $$\n"
+    )
+    shim.chmod(0o755)
+    return shim
+
+
+@pytest.mark.parametrize("tool", ["llvm-mc", "ld.lld", "llvm-objdump", "nvcc"])
+def test_a_crashing_tool_is_one_line_naming_the_artifact_and_the_tool(tree: Path, tmp_path: Path, tool: str) -> None:
+    root = sources(tree, tmp_path / "tree")
+    if tool == "nvcc":
+        env = {"NETRA_NVCC": str(_nvcc_shim(tmp_path / "bin"))}
+    else:
+        env = {"NETRA_LLVM_BINDIR": str(_shims(tmp_path / "bin", "crash", tool))}
+    tmpdir = private(tmp_path)
+    r = netra("build", str(tmp_path / "out"), "--root", str(root), "-q", tmpdir=tmpdir, env=env)
+    line = refused(r, f"{tool} crashed (SIGSEGV)", "netra_")
+    if tool != "llvm-objdump":  # one disassembler process reads several code objects: it names the first
+        assert re.search(r"netra_[a-z0-9_]+ \(kernels/(gfx950|sm_90)/[a-z0-9_]+\.(s|cu)\)", line), line
+    assert not (tmp_path / "out").exists()
+    assert empty_eventually(tmpdir) == []
+
+
+HUNG = r"""
+import sys
+from netra import cli, proc
+proc.TOOL_TIMEOUT_S = 5  # the real limit is 120 s; the behaviour at the limit is what is tested
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_a_hanging_assembler_is_killed_at_its_time_limit_naming_the_artifact(tree: Path, tmp_path: Path) -> None:
+    root = sources(tree, tmp_path / "tree")
+    bindir = _shims(tmp_path / "bin", "sleep")
+    tmpdir = private(tmp_path)
+    env = clean_env(PYTHONPATH=str(REPO), TMPDIR=str(tmpdir), NETRA_LLVM_BINDIR=str(bindir))
+    r = subprocess.run(
+        [sys.executable, "-c", HUNG, "build", str(tmp_path / "out"), "--root", str(root), "-q"],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    refused(r, "llvm-mc did not finish within 5s (killed)", "netra_")
+    pid = int((bindir / "sleeper.pid").read_text())
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[-1][:3]
+    assert not (tmp_path / "out").exists()
+    assert empty_eventually(tmpdir) == []
+
+
+CYCLE = r"""
+import sys
+from netra import cli, proc
+proc.TOOL_MEMORY_BYTES = 1 << 30  # the real limit is 4 GiB; a smaller one reaches it sooner
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_an_include_cycle_is_stopped_by_the_tool_limits(tree: Path, tmp_path: Path) -> None:
+    """llvm-mc follows `.include` without a depth limit: a cycle recurses until memory runs out. The
+    address-space limit stops it (a crash naming the artifact and the tool), never a hang or gigabytes."""
+    root = sources(tree, tmp_path / "tree")
+    inc = root / "kernels/gfx950/include/netra.inc"  # included by every gfx950 template
+    inc.write_text('.include "include/netra.inc"\n' + inc.read_text())
+    tmpdir = private(tmp_path)
+    env = clean_env(PYTHONPATH=str(REPO), TMPDIR=str(tmpdir))
+    r = subprocess.run(
+        [sys.executable, "-c", CYCLE, "lock", "--check", "--root", str(root), "-q", "-j", "1"],
+        env=env, capture_output=True, text=True, timeout=170, check=False,
+    )  # fmt: skip
+    line = refused(r, "llvm-mc", "netra_")
+    assert "crashed" in line or "failed" in line or "did not finish" in line, line
+    assert empty_eventually(tmpdir) == []
+
+
+# -- tracebacks that used to escape ----------------------------------------------------------------
+
+
+def test_causes_a_user_can_fix_never_end_in_a_traceback(tree: Path, tmp_path: Path) -> None:
+    cases: list[tuple[str, Callable[[Path], list[str]], str]] = []
+
+    def lock_dir(root: Path) -> list[str]:
+        (root / LOCK).unlink()
+        (root / LOCK).mkdir()
+        return ["build", str(root.parent / "out")]
+
+    def lock_dir_lock(root: Path) -> list[str]:
+        lock_dir(root)
+        return ["lock"]
+
+    def lock_not_utf8(root: Path) -> list[str]:
+        (root / LOCK).write_bytes((root / LOCK).read_bytes().replace(b"llvm", b"ll\xffm", 1))
+        return ["build", str(root.parent / "out")]
+
+    def out_is_a_file(root: Path) -> list[str]:
+        (root.parent / "out").write_text("not a folder")
+        return ["build", str(root.parent / "out")]
+
+    def out_below_a_file(root: Path) -> list[str]:
+        (root.parent / "out").mkdir()
+        (root.parent / "out" / "gfx950").write_text("not a folder")
+        return ["build", str(root.parent / "out")]
+
+    def lock_too_large(root: Path) -> list[str]:
+        with (root / LOCK).open("ab") as f:
+            f.write(b"#" * (17 << 20) + b"\n")  # a comment: valid TOML, but no lock is that large
+        return ["build", str(root.parent / "out")]
+
+    def table_is_a_folder(root: Path) -> list[str]:
+        (root / "release/tables/gfx950.json").unlink()
+        (root / "release/tables/gfx950.json").mkdir()
+        return ["lock"]
+
+    cases = [
+        ("the lock is a directory (build)", lock_dir, "manifest.lock: lock file is a directory"),
+        ("the lock is a directory (lock)", lock_dir_lock, "manifest.lock: is a folder where netra writes a file"),
+        ("the lock is not UTF-8", lock_not_utf8, "manifest.lock: not UTF-8"),
+        ("a regular file where the output folder should be", out_is_a_file, "out: exists and is not a folder"),
+        ("a regular file inside the output folder", out_below_a_file, "out/gfx950: exists and is not a folder"),
+        ("a folder where netra writes a table", table_is_a_folder, "gfx950.json: is a folder where netra writes"),
+        ("a lock over the size limit", lock_too_large, "over the 16 MiB limit"),
+    ]
+    for i, (what, make, fragment) in enumerate(cases):
+        root = sources(tree, tmp_path / f"case{i}" / "tree")
+        args = make(root)
+        r = netra(*args, "--root", str(root), "-q")
+        assert "Traceback" not in r.stderr, f"{what}\n{log(r)}"
+        refused(r, fragment)
+        if args[0] == "build" and what.startswith("the lock"):
+            assert not (root.parent / "out").exists(), what
+
+
+def _without_dac_override() -> Callable[[], None] | None:
+    """As root, permission bits stop nothing: drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the
+    bounding set of the child, so the exec'd netra reads with ordinary permission checks."""
+    if os.geteuid() != 0:
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def drop() -> None:
+        for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+            libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP
+
+    return drop
+
+
+@pytest.mark.parametrize("what", ["file", "folder"])
+def test_an_unreadable_tracked_file_or_folder_is_one_line_naming_it(tree: Path, tmp_path: Path, what: str) -> None:
+    root = sources(tree, tmp_path / "tree")
+    rel = "manifests/models/gemma-2-9b.toml" if what == "file" else "kernels/gfx950/include"
+    (root / rel).chmod(0)
+    r = subprocess.run(
+        [sys.executable, "-m", "netra", "lock", "--check", "--root", str(root), "-q"],
+        env=clean_env(PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=TIMEOUT, check=False,
+        preexec_fn=_without_dac_override(),
+    )  # fmt: skip
+    (root / rel).chmod(0o755)
+    refused(r, rel, "permission denied", "chmod")
+
+
+# -- tables edited, with their new sha256 put in the lock, in a wheel ---------------------------------
+
+
+def _sha(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def reseal(wheel: Path, dest: Path, edit: Callable[[dict[str, bytes]], None]) -> Path:
+    """A copy of `wheel` with members edited, then build.json (code-object hashes, lock binding, lock
+    copy, record_sha256) and RECORD recomputed: what someone who knows the formats can produce."""
+    with zipfile.ZipFile(wheel) as z:
+        infos = z.infolist()
+        members = {i.filename: z.read(i) for i in infos}
+    edit(members)
+    rec = json.loads(members[DATA + layout.BUILD_RECORD])
+    for path, entry in rec["code_objects"].items():
+        entry["sha256"] = _sha(members[DATA + path])
+    lock_bytes = members[DATA + "manifest.lock"]
+    rec["lock_sha256"] = _sha(lock_bytes)
+    rec["lock"] = lock_mod.to_dict(lock_mod.loads(lock_bytes, "manifest.lock"))
+    body = {k: v for k, v in rec.items() if k != "record_sha256"}
+    rec["record_sha256"] = _sha(layout.canonical(body))
+    members[DATA + layout.BUILD_RECORD] = (json.dumps(rec, indent=1, sort_keys=True) + "\n").encode()
+    record = next(n for n in members if n.endswith(".dist-info/RECORD"))
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    for name, blob in members.items():
+        if name != record:
+            digest = base64.urlsafe_b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+            w.writerow([name, f"sha256={digest}", len(blob)])
+    w.writerow([record, "", ""])
+    members[record] = out.getvalue().encode()
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / wheel.name
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for i in infos:
+            z.writestr(i, members[i.filename])
+    return path
+
+
+def _edit_table(change: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, bytes]], None]:
+    def edit(m: dict[str, bytes]) -> None:
+        name = DATA + "tables/gfx950.json"
+        old = m[name]
+        if change is _not_json:
+            new = b"{not json\n"
+        else:
+            t = json.loads(old)
+            change(t)
+            new = (json.dumps(t, indent=1, sort_keys=True) + "\n").encode()
+        m[name] = new
+        m[DATA + "manifest.lock"] = m[DATA + "manifest.lock"].replace(_sha(old).encode(), _sha(new).encode())
+
+    return edit
+
+
+def _not_json(t: dict[str, Any]) -> None:  # a marker: the table is replaced by bytes that are not JSON
+    pass
+
+
+TABLE_EDITS: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
+    "names an artifact the lock lacks": (
+        lambda t: t["entries"][0]["candidates"][0].update(artifact="netra_rmsnorm_h64_wo0_b256"),
+        "netra_rmsnorm_h64_wo0_b256: in the table but not a locked gfx950 artifact",
+    ),
+    "two entries for one contract": (lambda t: t["entries"].append(t["entries"][0]), "duplicate of entry 0"),
+    "accepted on the static class": (
+        lambda t: t["entries"][0]["candidates"][0].update(maturity="accepted"),
+        "claims 'accepted' in a table certified 'static'",
+    ),
+    "not JSON": (_not_json, "not valid JSON"),
+}
+
+
+@pytest.fixture(scope="module")
+def table_wheels(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("table-wheels")
+    return {case: reseal(wheel, base / str(i), _edit_table(change)) for i, (case, (change, _)) in enumerate(TABLE_EDITS.items())}
+
+
+@pytest.mark.parametrize("case", sorted(TABLE_EDITS))
+def test_an_edited_table_with_its_hash_in_the_lock_is_refused_by_the_wheel_gate(
+    table_wheels: dict[str, Path], tmp_path: Path, case: str
+) -> None:
+    """Checked on its own (outside a source tree, so against the lock the wheel carries)."""
+    r = subprocess.run(
+        [sys.executable, "-m", "netra", "verify-wheel", str(table_wheels[case])],
+        cwd=tmp_path, env=clean_env(PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=TIMEOUT, check=False,
+    )  # fmt: skip
+    refused(r, "refused (checked against the lock it carries)", "netra/_data/tables/gfx950.json", TABLE_EDITS[case][1])
+
+
+def _pip_install(venv: Venv, wheel: Path) -> None:
+    r = venv.run("python", "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index", "--no-deps",
+                 "--force-reinstall", wheel)  # fmt: skip
+    assert r.returncode == 0, log(r)
+
+
+def test_doctor_exits_1_on_an_install_whose_table_was_edited(venv: Venv, wheel: Path, table_wheels: dict[str, Path]) -> None:
+    try:
+        for case, w in sorted(table_wheels.items()):
+            _pip_install(venv, w)
+            r = venv.run("netra", "doctor")
+            assert r.returncode == 1, f"{case}\n{log(r)}"
+            problems = [ln for ln in r.stdout.splitlines() if ln.startswith("problem: invalid table tables/gfx950.json")]
+            assert problems and TABLE_EDITS[case][1] in problems[0], f"{case}\n{log(r)}"
+            assert r.stdout.rstrip().endswith("result: FAILED (1 problem(s))"), f"{case}\n{log(r)}"
+            rt = venv.run("python", "-c", RUNTIME_OPEN)
+            assert rt.stdout.startswith("TableError ") and "pip install --force-reinstall" in rt.stdout, log(rt)
+    finally:
+        _pip_install(venv, wheel)
+    assert venv.run("netra", "doctor").returncode == 0
+
+
+RUNTIME_OPEN = """
+from netra.errors import NetraError
+from netra.runtime import open_catalog
+try:
+    open_catalog("gfx950")
+    print("opened")
+except NetraError as e:
+    print(type(e).__name__, e)
+"""
+
+
+# -- a code object's launch data changed in a built wheel (descriptor, kernel attributes) -------------
+
+
+def _kd_offset(blob: bytes, symbol: str) -> int:
+    elf = ELFFile(io.BytesIO(blob))
+    for tab in (".symtab", ".dynsym"):
+        st = elf.get_section_by_name(tab)
+        found = st.get_symbol_by_name(f"{symbol}.kd") if st is not None else None
+        if found:
+            addr = found[0]["st_value"]
+            sec = next(s for s in elf.iter_sections()
+                       if s["sh_type"] != "SHT_NOBITS" and s["sh_addr"] <= addr < s["sh_addr"] + s["sh_size"])  # fmt: skip
+            return sec["sh_offset"] + addr - sec["sh_addr"]
+    raise AssertionError(f"no {symbol}.kd")
+
+
+def _max_threads_offset(blob: bytes, symbol: str) -> int:
+    """The x of EIATTR_MAX_THREADS (0x05, a 12-byte record) in .nv.info.<kernel>."""
+    elf = ELFFile(io.BytesIO(blob))
+    sec = elf.get_section_by_name(f".nv.info.{symbol}")
+    raw, i = sec.data(), 0
+    while i < len(raw):
+        fmt, attr = raw[i], raw[i + 1]
+        i += 2
+        if fmt in (2, 3):
+            i += 2
+        elif fmt == 4:
+            (size,) = struct.unpack_from("<H", raw, i)
+            i += 2
+            if attr == 0x05:
+                return sec["sh_offset"] + i
+            i += size
+    raise AssertionError(f"no max-threads attribute for {symbol}")
+
+
+GFX = "netra_rmsnorm_h4096_wo0_b256"
+
+
+@pytest.fixture(scope="module")
+def launch_tampered(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """The wheel with gfx950 LDS 0 -> 65536 in one descriptor and sm_90 max threads changed in one cubin,
+    build.json (and its record_sha256) and RECORD recomputed. Returns it and {artifact: data path}."""
+    with zipfile.ZipFile(wheel) as z:
+        cubins = sorted(n for n in z.namelist() if n.endswith(".cubin"))
+    sm = cubins[0][len(DATA) :]
+    targets = {GFX: f"gfx950/{GFX}.hsaco", Path(sm).stem: sm}
+
+    def edit(m: dict[str, bytes]) -> None:
+        b = bytearray(m[DATA + targets[GFX]])
+        off = _kd_offset(bytes(b), GFX)
+        assert struct.unpack_from("<I", b, off)[0] == 0  # group_segment_fixed_size: no LDS
+        struct.pack_into("<I", b, off, 65536)
+        m[DATA + targets[GFX]] = bytes(b)
+        name = Path(sm).stem
+        c = bytearray(m[DATA + sm])
+        off = _max_threads_offset(bytes(c), name)
+        struct.pack_into("<I", c, off, struct.unpack_from("<I", c, off)[0] * 2)
+        m[DATA + sm] = bytes(c)
+
+    return reseal(wheel, tmp_path_factory.mktemp("launch-tampered"), edit), targets
+
+
+def test_verify_wheel_refuses_changed_launch_data_against_the_tree_lock(
+    tree: Path, launch_tampered: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    w, targets = launch_tampered
+    r = netra("verify-wheel", str(w), "--lock", str(tree / LOCK))
+    line = refused(r, "altered 2:", "launch digest (descriptor and metadata)")
+    for path in targets.values():
+        assert DATA + path in line, line
+
+
+RUNTIME_SELECT = """
+import json, sys
+from netra.errors import NetraError
+from netra.runtime import open_catalog
+out = {}
+for cls, artifact in json.loads(sys.argv[1]):
+    cat = open_catalog(cls)
+    cand = next(c for e in cat.table.entries.values() for c in e.candidates if c.artifact == artifact)
+    try:
+        out[artifact] = ["served", cat.kernel(cand).artifact]  # any maturity: the policy is not tested here
+    except NetraError as e:
+        out[artifact] = [type(e).__name__, e.message]
+    other = next(c for e in cat.table.entries.values() for c in e.candidates if c.artifact != artifact)
+    out[artifact + " (another kernel)"] = ["served", cat.kernel(other).artifact]
+print(json.dumps(out))
+"""
+
+
+def test_doctor_and_the_runtime_refuse_changed_launch_data(
+    venv: Venv, wheel: Path, launch_tampered: tuple[Path, dict[str, str]]
+) -> None:
+    w, targets = launch_tampered
+    _pip_install(venv, w)
+    try:
+        r = venv.run("netra", "doctor")
+        assert r.returncode == 1, log(r)
+        for path in targets.values():
+            assert f"problem: altered code_object {path}: launch_sha256" in r.stdout, log(r)
+        picks = [["gfx950", GFX], ["sm_90", next(a for a in targets if a != GFX)]]
+        rt = venv.run("python", "-c", RUNTIME_SELECT, json.dumps(picks))
+        assert rt.returncode == 0, log(rt)
+        got = json.loads(rt.stdout.strip().splitlines()[-1])
+        for _, artifact in picks:
+            kind, message = got[artifact]
+            assert kind == "AlteredFileError", got
+            assert "what it launches with (descriptor and metadata)" in message and artifact in message, message
+            assert got[artifact + " (another kernel)"][0] == "served", got  # only that kernel is refused
+    finally:
+        _pip_install(venv, wheel)
+
+
+def test_doctor_names_a_truncated_code_object_without_a_traceback(venv: Venv) -> None:
+    data = Path(venv.run("python", "-c", "import netra, os; print(os.path.dirname(netra.__file__))").stdout.strip()) / "_data"
+    victim = data / "gfx950" / f"{GFX}.hsaco"
+    original = victim.read_bytes()
+    try:
+        for cut in (0, 64, 100, len(original) // 2, len(original) - 1):
+            victim.write_bytes(original[:cut])
+            r = venv.run("netra", "doctor")
+            assert r.returncode == 1 and "Traceback" not in r.stderr, log(r)
+            assert f"problem: altered code_object gfx950/{GFX}.hsaco" in r.stdout, log(r)
+    finally:
+        victim.write_bytes(original)
+    assert venv.run("netra", "doctor").returncode == 0
+
+
+# -- concurrency ------------------------------------------------------------------------------------
+
+
+def test_two_builds_into_one_folder_never_fail_or_corrupt_each_other(tree: Path, tmp_path: Path) -> None:
+    root = sources(tree, tmp_path / "tree")
+    locked = lock_mod.read(root / LOCK)
+    want = {a.file: a.code_sha256 for a in locked.artifacts}
+    env = clean_env(PYTHONPATH=str(REPO))
+    for round_ in range(2):
+        out = tmp_path / f"out{round_}"
+        procs = [
+            subprocess.Popen([sys.executable, "-m", "netra", "build", str(out), "--root", str(root), "-q", "-j", "1"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)
+        ]
+        results = [(p.wait(timeout=TIMEOUT), p.stderr.read() if p.stderr else "") for p in procs]
+        for p in procs:
+            for f in (p.stdout, p.stderr):
+                if f:
+                    f.close()
+        assert all(rc == 0 for rc, _ in results), results
+        found = {p.relative_to(out).as_posix(): _sha(p.read_bytes()) for p in out.rglob("*") if p.is_file()}
+        assert found == want  # every code object, whole, and nothing else (no temporary names)
+
+
+def test_two_netra_lock_at_once_end_with_one_valid_lock(tree: Path, tmp_path: Path) -> None:
+    root = sources(tree, tmp_path / "tree")
+    expected = (root / LOCK).read_bytes()
+    (root / LOCK).write_text(_truncate_last_artifact(expected.decode()))  # both have work to do
+    env = clean_env(PYTHONPATH=str(REPO))
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "netra", "lock", "--root", str(root)],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=TIMEOUT) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert any("waiting for the release lock held by pid" in err for _, err in outs), outs  # they were serialized
+    assert (root / LOCK).read_bytes() == expected
+    lock_mod.read(root / LOCK)
+    assert sorted(p.name for p in (root / "release").iterdir()) == [".netra-lock", "manifest.lock", "tables"]
+
+
+# -- SIGINT and SIGTERM during every command ----------------------------------------------------------
+
+
+def _release(root: Path) -> dict[str, bytes]:
+    """release/ as netra writes it (the writelock's own file, created empty and kept, aside)."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in (root / "release").rglob("*")
+            if p.is_file() and p.name != ".netra-lock"}  # fmt: skip
+
+
+def _signal_when(cmd: list[str], marker: str, sig: int, *, env: dict[str, str], group: bool, cwd: Path | None = None,
+                 delay: float = 0.0) -> tuple[subprocess.CompletedProcess[str], bool]:  # fmt: skip
+    """Run cmd, send `sig` (to its process group with `group`) once `marker` appears in its output."""
+    p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)  # fmt: skip
+    seen, sent = [], False
+    assert p.stdout is not None
+    for line in p.stdout:
+        seen.append(line)
+        if marker in line and not sent:
+            time.sleep(delay)
+            if group:
+                os.killpg(p.pid, sig)
+            else:
+                p.send_signal(sig)
+            sent = True
+            break
+    seen.append(p.stdout.read())
+    p.stdout.close()
+    rc = p.wait(timeout=TIMEOUT)
+    return subprocess.CompletedProcess(cmd, rc, "".join(seen), ""), sent
+
+
+@pytest.mark.parametrize(
+    ("command", "marker", "sig"),
+    [("build", "[5/", signal.SIGINT), ("build", "[40/", signal.SIGTERM), ("lock", "[5/", signal.SIGTERM),
+     ("lock", "[50/", signal.SIGINT)],
+)  # fmt: skip
+def test_an_interrupted_netra_command_leaves_nothing(tree: Path, tmp_path: Path, command: str, marker: str, sig: int) -> None:
+    root = sources(tree, tmp_path / "tree")
+    (root / LOCK).write_text(_truncate_last_artifact((root / LOCK).read_text()))  # `lock` would rewrite it
+    release = _release(root)
+    tmpdir, out = private(tmp_path), tmp_path / "out"
+    cmd = [sys.executable, "-m", "netra", command, *([str(out)] if command == "build" else []), "--root", str(root)]
+    r, sent = _signal_when(cmd, marker, sig, env=clean_env(PYTHONPATH=str(REPO), TMPDIR=str(tmpdir)), group=False)
+    assert sent, r.stdout
+    assert r.returncode == 128 + sig, r.stdout
+    assert "netra: interrupted: nothing was written" in r.stdout and "Traceback" not in r.stdout, r.stdout
+    assert not out.exists()
+    assert _release(root) == release  # the lock and the tables untouched
+    assert empty_eventually(tmpdir) == []
+
+
+@pytest.mark.parametrize(
+    ("marker", "sig", "group"),
+    [("[5/", signal.SIGINT, True), ("[5/", signal.SIGTERM, False), ("[30/", signal.SIGTERM, True),
+     ("code objects built and gated", signal.SIGTERM, False)],
+)  # fmt: skip
+def test_an_interrupted_wheel_build_leaves_no_wheel_and_no_temporaries(
+    tree: Path, tmp_path: Path, marker: str, sig: int, group: bool
+) -> None:
+    """`python -m build --no-isolation`, signalled like Ctrl-C (SIGINT to the process group) or a
+    supervisor (SIGTERM to the frontend or its group), at several moments."""
+    root = copy_repo(tmp_path / "src", tree)
+    before = (root / LOCK).read_bytes()
+    outdir, tmpdir = tmp_path / "dist", private(tmp_path)
+    cmd = [sys.executable, "-m", "build", "--no-isolation", "--skip-dependency-check", "--wheel", "--outdir",
+           str(outdir), str(root)]  # fmt: skip
+    r, sent = _signal_when(cmd, marker, sig, env=clean_env(TMPDIR=str(tmpdir)), group=group, cwd=root)
+    assert sent, r.stdout
+    assert r.returncode != 0, r.stdout
+    # The frontend prints its own KeyboardInterrupt traceback (build/__main__.py): nothing else may.
+    ours = [t for t in r.stdout.split("Traceback (most recent call last)")[1:] if "/build/__main__.py" not in t]
+    assert not ours, r.stdout
+    assert not outdir.exists() or not list(outdir.iterdir()), sorted(outdir.iterdir())
+    assert empty_eventually(tmpdir) == [], r.stdout  # ours, hatchling's and the frontend's temporaries
+    assert (root / LOCK).read_bytes() == before

@@ -1,0 +1,499 @@
+"""Property-based tests of every reader a user (or a bad merge, a bad disk, an attacker) can feed.
+
+Each reader gets real inputs mutated (bytes flipped, truncated, inserted, spliced; parsed structures
+with a leaf replaced, a key dropped or added) and structured garbage. The property is the same for all:
+the reader returns, or raises the project's own error type (NetraError), never another exception and
+never hangs (a SIGALRM guard fails a call that runs past CALL_LIMIT_S). netra.elf is the one
+exception: its documented contract is ValueError, which its callers (text_sha256) turn into a
+NetraError; both levels are tested.
+
+The CI campaign is short (NETRA_FUZZ_EXAMPLES, default 200 examples per reader). The long campaign is
+the same tests with a larger count, run once and recorded in docs/reliability.md:
+
+    NETRA_FUZZ_EXAMPLES=20000 .venv-test/bin/python -m pytest tests/test_fuzz.py -q
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import os
+import shutil
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from netra import _toml, catalog, elf, layout, tables, targets  # noqa: E402
+from netra import lock as lock_mod  # noqa: E402
+from netra import schema as s  # noqa: E402
+from netra.errors import NetraError  # noqa: E402
+from netra.targets.gfx950 import codeobject  # noqa: E402
+from netra.targets.sm_90 import cubin  # noqa: E402
+
+EXAMPLES = int(os.environ.get("NETRA_FUZZ_EXAMPLES", "200"))
+CALL_LIMIT_S = 30  # one reader call on inputs of a few hundred KiB takes milliseconds
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,  # nothing written into the tree
+    derandomize=EXAMPLES <= 1000,  # the CI campaign is the same every run; the long one explores
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
+
+
+class Hang(Exception):
+    """A reader ran past CALL_LIMIT_S (raised by the SIGALRM guard, never by a reader)."""
+
+
+@contextmanager
+def guard() -> Iterator[None]:
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise Hang(f"a reader ran for more than {CALL_LIMIT_S}s")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(CALL_LIMIT_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+CALLS: dict[str, dict[str, int]] = {}  # test -> {"calls", "refused"}: reader calls made (the campaign's cases)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report() -> Iterator[None]:
+    """With NETRA_FUZZ_REPORT=path, the reader calls made per test are written there as JSON."""
+    yield
+    if os.environ.get("NETRA_FUZZ_REPORT"):
+        Path(os.environ["NETRA_FUZZ_REPORT"]).write_text(json.dumps(CALLS, indent=1, sort_keys=True))
+
+
+def parses_or_refuses(read: Callable[[], Any], allowed: type[BaseException] = NetraError) -> Any:
+    """The property: `read()` returns, or raises `allowed` with a one-line message; nothing else."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[-1].split(" ")[0]
+    count = CALLS.setdefault(test, {"calls": 0, "refused": 0})
+    count["calls"] += 1
+    with guard():
+        try:
+            return read()
+        except allowed as e:
+            count["refused"] += 1
+            if isinstance(e, NetraError):
+                assert "\n" not in str(e), f"a multi-line message: {e!r}"
+            return None
+
+
+# -- real inputs ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Inputs:
+    root: Path  # a private copy of kernels/, manifests/, release/
+    lock_bytes: bytes
+    lock_dict: dict[str, Any]
+    tables: dict[str, bytes]  # gpu class -> table bytes
+    record: bytes  # a build.json bound to lock_bytes
+    hsaco: bytes
+    hsaco_symbol: str
+    cubin: bytes
+    cubin_symbol: str
+    manifests: dict[str, bytes]  # tracked manifest path -> bytes
+
+
+def _record_for(lock_bytes: bytes, lock: lock_mod.Lock) -> bytes:
+    """A build.json exactly as layout.build_record writes it, from the lock's own facts."""
+    record: dict[str, Any] = {
+        "schema": layout.RECORD_SCHEMA,
+        "lock_sha256": hashlib.sha256(lock_bytes).hexdigest(),
+        "toolchains": {t: {"flavour": tc.flavour, "version": tc.version} for t, tc in sorted(lock.toolchains.items())},
+        "code_objects": {
+            a.file: {
+                "artifact": a.name,
+                "sha256": a.code_sha256,
+                "text_sha256": a.text_sha256,
+                "launch_sha256": a.launch_sha256,
+            }
+            for a in lock.artifacts
+        },
+        "lock": lock_mod.to_dict(lock),
+    }
+    record["record_sha256"] = hashlib.sha256(layout.canonical(record)).hexdigest()
+    return (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
+
+
+@pytest.fixture(scope="module")
+def inputs(repo_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Inputs:
+    root = tmp_path_factory.mktemp("fuzz") / "tree"
+    for d in ("kernels", "manifests", "release"):
+        shutil.copytree(repo_copy / d, root / d)
+    raw = (root / lock_mod.LOCK_PATH).read_bytes()
+    lock = lock_mod.loads(raw, "lock")
+    cat = catalog.load(root)
+    work = tmp_path_factory.mktemp("fuzz-build")
+    (work / "src").mkdir()
+    built: dict[str, tuple[bytes, str]] = {}
+    for cls in ("gfx950", "sm_90"):  # one real code object per class, compiled by the real toolchain
+        spec = next(a for a in cat.artifacts if a.target == cls)
+        tgt = targets.get(cls)
+        path = tgt.compile(spec, tgt.discover(), root, work / "src", work / "out")
+        built[cls] = (path.read_bytes(), spec.symbol)
+    manifests = {
+        rel: (root / rel).read_bytes()
+        for rel, role in catalog.tracked_files(root)
+        if rel.endswith(".toml")
+    }
+    return Inputs(
+        root=root,
+        lock_bytes=raw,
+        lock_dict=_toml.loads(raw.decode()),
+        tables={c: (root / tables.table_path(c)).read_bytes() for c in ("gfx950", "sm_90")},
+        record=_record_for(raw, lock),
+        hsaco=built["gfx950"][0],
+        hsaco_symbol=built["gfx950"][1],
+        cubin=built["sm_90"][0],
+        cubin_symbol=built["sm_90"][1],
+        manifests=manifests,
+    )
+
+
+def test_the_real_inputs_parse(inputs: Inputs) -> None:
+    """The baseline the mutations start from is valid: otherwise every 'refusal' below is meaningless."""
+    lock = lock_mod.loads(inputs.lock_bytes, "lock")
+    for cls, raw in inputs.tables.items():
+        tables.loads(raw, cls, cls)
+    layout.read_record(inputs.record, inputs.lock_bytes, "build.json", "manifest.lock", "")
+    assert codeobject.inspect(inputs.hsaco).kernels[inputs.hsaco_symbol]
+    assert codeobject.launch_digest(inputs.hsaco, inputs.hsaco_symbol, "x")
+    assert inputs.cubin_symbol in cubin.inspect(inputs.cubin).kernels
+    assert cubin.launch_digest(inputs.cubin, inputs.cubin_symbol, "x")
+    assert lock.artifacts and catalog.load(inputs.root).artifacts
+
+
+# -- strategies -------------------------------------------------------------------------------------
+
+# Structured garbage: what a JSON or TOML parser can hand a schema reader.
+LEAVES = (
+    st.none() | st.booleans() | st.integers() | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=40)
+    | st.sampled_from(["", "x", "0" * 64, "A" * 64, "netra_x", "kernels/../x", "/etc/hostname", "\0", "gfx950",
+                      "sm_90", "llvm", "nvcc", "static", "accepted", "verified", "rmsnorm"])
+)  # fmt: skip
+GARBAGE = st.recursive(
+    LEAVES,
+    lambda kids: st.lists(kids, max_size=6) | st.dictionaries(st.text(max_size=12), kids, max_size=6),
+    max_leaves=40,
+)
+
+
+@st.composite
+def mutated_bytes(draw: st.DrawFn, base: bytes) -> bytes:
+    """A real file with a few byte-level edits: flips, truncation, insertion, deletion, splices."""
+    data = bytearray(base)
+    for _ in range(draw(st.integers(min_value=1, max_value=4))):
+        if not data:
+            data += draw(st.binary(min_size=1, max_size=16))
+            continue
+        kind = draw(st.sampled_from(["flip", "byte", "truncate", "insert", "delete", "splice", "repeat"]))
+        i = draw(st.integers(min_value=0, max_value=len(data) - 1))
+        if kind == "flip":
+            data[i] ^= 1 << draw(st.integers(min_value=0, max_value=7))
+        elif kind == "byte":
+            data[i] = draw(st.integers(min_value=0, max_value=255))
+        elif kind == "truncate":
+            del data[i:]
+        elif kind == "insert":
+            data[i:i] = draw(st.binary(min_size=1, max_size=32))
+        elif kind == "delete":
+            del data[i : i + draw(st.integers(min_value=1, max_value=64))]
+        elif kind == "splice":  # a block of the file moved elsewhere (what a bad merge does)
+            j = draw(st.integers(min_value=0, max_value=len(data) - 1))
+            block = data[i : i + draw(st.integers(min_value=1, max_value=400))]
+            data[j:j] = block
+        else:  # repeat a block in place (a duplicated entry)
+            block = data[i : i + draw(st.integers(min_value=1, max_value=400))]
+            data[i:i] = block
+    return bytes(data)
+
+
+def _paths(obj: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+@st.composite
+def mutated_structure(draw: st.DrawFn, base: Any) -> Any:
+    """A real parsed file with a few structural edits: a value replaced, a key dropped, added or renamed,
+    a list entry duplicated or dropped."""
+    data = copy.deepcopy(base)
+    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        paths = _paths(data)
+        path = draw(st.sampled_from(paths))
+        if not path:
+            continue
+        parent = data
+        for k in path[:-1]:
+            parent = parent[k]
+        key = path[-1]
+        kind = draw(st.sampled_from(["replace", "drop", "add", "duplicate"]))
+        if kind == "replace":
+            parent[key] = draw(GARBAGE)
+        elif kind == "drop":
+            del parent[key]
+        elif kind == "add" and isinstance(parent, dict):
+            parent[draw(st.text(max_size=12))] = draw(GARBAGE)
+        elif kind == "duplicate" and isinstance(parent, list):
+            parent.insert(key, copy.deepcopy(parent[key]))
+    return data
+
+
+# -- the lock ---------------------------------------------------------------------------------------
+
+
+def test_lock_bytes_mutations(inputs: Inputs) -> None:
+    @FUZZ
+    @given(mutated_bytes(inputs.lock_bytes))
+    def check(raw: bytes) -> None:
+        parses_or_refuses(lambda: lock_mod.loads(raw, "release/manifest.lock"))
+
+    check()
+
+
+def test_lock_structure_mutations(inputs: Inputs) -> None:
+    @FUZZ
+    @given(mutated_structure(inputs.lock_dict))
+    def check(data: Any) -> None:
+        parses_or_refuses(lambda: lock_mod.from_dict(data, "release/manifest.lock"))
+
+    check()
+
+
+@FUZZ
+@given(GARBAGE)
+def test_lock_garbage(data: Any) -> None:
+    parses_or_refuses(lambda: lock_mod.from_dict(data, "release/manifest.lock"))
+    parses_or_refuses(lambda: lock_mod.from_dict({"schema": 2, "toolchains": {}, "files": data, "artifacts": data}))
+
+
+@FUZZ
+@given(st.binary(max_size=2000) | st.text(max_size=2000).map(str.encode))
+def test_lock_random_bytes(raw: bytes) -> None:
+    parses_or_refuses(lambda: lock_mod.loads(raw, "release/manifest.lock"))
+
+
+def test_deeply_nested_toml_and_json_are_refused() -> None:
+    """The parsers recurse: thousands of nested arrays used to escape as RecursionError."""
+    deep = b"x = " + b"[" * 50_000 + b"]" * 50_000 + b"\n"
+    with pytest.raises(NetraError, match="nested too deeply"):
+        lock_mod.loads(deep, "release/manifest.lock")
+    with pytest.raises(NetraError, match="not valid JSON"):
+        tables.loads(b"[" * 50_000, "t.json")
+    with pytest.raises(NetraError, match="not a readable build record"):
+        layout.read_record(b"[" * 50_000, b"", "build.json", "manifest.lock", "")
+
+
+# -- manifests: templates, tactics, models ----------------------------------------------------------
+
+
+def _readers() -> dict[str, s.Reader]:
+    from netra.errors import ManifestError
+
+    return {
+        "template gfx950": s.Reader(catalog._template_schema(targets.get("gfx950").budget), ManifestError, ""),
+        "template sm_90": s.Reader(catalog._template_schema(targets.get("sm_90").budget), ManifestError, ""),
+        "tactics": s.Reader(catalog._TACTICS, ManifestError, ""),
+        "model": s.Reader(catalog._MODEL, ManifestError, ""),
+    }
+
+
+def test_manifest_schemas_on_mutated_real_manifests(inputs: Inputs) -> None:
+    readers = _readers()
+    parsed = {rel: _toml.loads(raw.decode()) for rel, raw in inputs.manifests.items()}
+
+    def reader_of(rel: str) -> s.Reader:
+        if rel.startswith("manifests/models/"):
+            return readers["model"]
+        if rel.endswith("tactics.toml"):
+            return readers["tactics"]
+        return readers["template " + rel.split("/")[1]]
+
+    @FUZZ
+    @given(st.sampled_from(sorted(parsed)).flatmap(lambda rel: st.tuples(st.just(rel), mutated_structure(parsed[rel]))))
+    def check(case: tuple[str, Any]) -> None:
+        rel, data = case
+        parses_or_refuses(lambda: reader_of(rel).read(data, rel))
+
+    check()
+
+
+@FUZZ
+@given(st.sampled_from(sorted(_readers())), GARBAGE)
+def test_manifest_schemas_on_garbage(which: str, data: Any) -> None:
+    parses_or_refuses(lambda: _readers()[which].read(data, which))
+
+
+def test_catalog_load_on_mutated_manifest_files(inputs: Inputs, tmp_path: Path) -> None:
+    """The whole reader (bytes -> TOML -> schema -> cross-checks -> contracts in range), on a tree."""
+    tree = tmp_path / "tree"
+    for d in ("kernels", "manifests"):
+        shutil.copytree(inputs.root / d, tree / d)
+    names = sorted(inputs.manifests)
+
+    @FUZZ
+    @given(st.sampled_from(names).flatmap(lambda rel: st.tuples(st.just(rel), mutated_bytes(inputs.manifests[rel]))))
+    def check(case: tuple[str, bytes]) -> None:
+        rel, raw = case
+        (tree / rel).write_bytes(raw)
+        try:
+            parses_or_refuses(lambda: catalog.load(tree))
+        finally:
+            (tree / rel).write_bytes(inputs.manifests[rel])
+
+    check()
+
+
+# -- tables -----------------------------------------------------------------------------------------
+
+
+def test_table_bytes_mutations(inputs: Inputs) -> None:
+    @FUZZ
+    @given(st.sampled_from(sorted(inputs.tables)).flatmap(lambda c: st.tuples(st.just(c), mutated_bytes(inputs.tables[c]))))
+    def check(case: tuple[str, bytes]) -> None:
+        cls, raw = case
+        parses_or_refuses(lambda: tables.loads(raw, tables.table_path(cls), cls))
+
+    check()
+
+
+def test_table_structure_mutations(inputs: Inputs) -> None:
+    parsed = {c: json.loads(raw) for c, raw in inputs.tables.items()}
+    lock = lock_mod.loads(inputs.lock_bytes, "lock")
+
+    @FUZZ
+    @given(st.sampled_from(sorted(parsed)).flatmap(lambda c: st.tuples(st.just(c), mutated_structure(parsed[c]))))
+    def check(case: tuple[str, Any]) -> None:
+        cls, data = case
+        table = parses_or_refuses(lambda: tables.parse(data, tables.table_path(cls), cls))
+        if table is not None:  # what parses is held to the lock, which must never raise either
+            parses_or_refuses(lambda: tables.against_lock(table, lock))
+
+    check()
+
+
+@FUZZ
+@given(GARBAGE)
+def test_table_garbage(data: Any) -> None:
+    parses_or_refuses(lambda: tables.parse(data, "release/tables/gfx950.json", "gfx950"))
+
+
+# -- build.json -------------------------------------------------------------------------------------
+
+
+def test_build_record_bytes_mutations(inputs: Inputs) -> None:
+    @FUZZ
+    @given(mutated_bytes(inputs.record))
+    def check(raw: bytes) -> None:
+        parses_or_refuses(lambda: layout.read_record(raw, inputs.lock_bytes, "build.json", "manifest.lock", ""))
+
+    check()
+
+
+def test_build_record_structure_mutations_resealed(inputs: Inputs) -> None:
+    """Mutations with record_sha256 recomputed, so the schema and the cross-checks are what is tested."""
+    base = json.loads(inputs.record)
+
+    @FUZZ
+    @given(mutated_structure(base))
+    def check(data: Any) -> None:
+        if isinstance(data, dict):
+            body = {k: v for k, v in data.items() if k != "record_sha256"}
+            # not serializable canonically (NaN...): the reader must refuse it as it is
+            with contextlib.suppress(TypeError, ValueError):
+                data["record_sha256"] = hashlib.sha256(layout.canonical(body)).hexdigest()
+        try:
+            raw = json.dumps(data).encode()
+        except (TypeError, ValueError):
+            return
+        parses_or_refuses(lambda: layout.read_record(raw, inputs.lock_bytes, "build.json", "manifest.lock", ""))
+
+    check()
+
+
+# -- code objects -----------------------------------------------------------------------------------
+
+
+def test_gfx950_code_object_mutations(inputs: Inputs) -> None:
+    @FUZZ
+    @given(mutated_bytes(inputs.hsaco))
+    def check(raw: bytes) -> None:
+        sym = inputs.hsaco_symbol
+        parses_or_refuses(lambda: codeobject.inspect(raw, "x.hsaco"))
+        parses_or_refuses(lambda: codeobject.text_sha256(raw, "x.hsaco"))
+        parses_or_refuses(lambda: codeobject.launch_digest(raw, sym, "x.hsaco"))
+        parses_or_refuses(lambda: targets.get("gfx950").text_sha256(raw, sym, "x.hsaco"))
+
+    check()
+
+
+def test_sm_90_cubin_mutations(inputs: Inputs) -> None:
+    @FUZZ
+    @given(mutated_bytes(inputs.cubin))
+    def check(raw: bytes) -> None:
+        sym = inputs.cubin_symbol
+        parses_or_refuses(lambda: cubin.inspect(raw, "x.cubin"))
+        parses_or_refuses(lambda: cubin.text_sha256(raw, sym, "x.cubin"))
+        parses_or_refuses(lambda: cubin.launch_digest(raw, sym, "x.cubin"))
+
+    check()
+
+
+def test_elf_reader_mutations(inputs: Inputs) -> None:
+    """netra.elf's contract is ValueError for anything it does not handle (its callers convert it)."""
+
+    @FUZZ
+    @given(st.sampled_from(["hsaco", "cubin"]).flatmap(lambda k: mutated_bytes(getattr(inputs, k))))
+    def check(raw: bytes) -> None:
+        parses_or_refuses(lambda: elf.sections(raw), ValueError)
+        parses_or_refuses(lambda: elf.section_bytes(raw, ".text"), ValueError)
+
+    check()
+
+
+@FUZZ
+@given(st.binary(max_size=512), st.sampled_from([b"", b"\x7fELF\x02\x01\x01"]))
+def test_code_object_readers_on_random_bytes(raw: bytes, head: bytes) -> None:
+    data = head + raw
+    parses_or_refuses(lambda: elf.sections(data), ValueError)
+    parses_or_refuses(lambda: codeobject.inspect(data, "x.hsaco"))
+    parses_or_refuses(lambda: codeobject.text_sha256(data, "x.hsaco"))
+    parses_or_refuses(lambda: cubin.inspect(data, "x.cubin"))
+    parses_or_refuses(lambda: cubin.text_sha256(data, "netra_x", "x.cubin"))
+
+
+def test_truncated_code_objects_at_every_length_are_refused(inputs: Inputs) -> None:
+    """Every prefix of a real code object (the case doctor used to crash on): exhaustive, not sampled."""
+    for blob, sym in ((inputs.hsaco, inputs.hsaco_symbol), (inputs.cubin, inputs.cubin_symbol)):
+        tgt = targets.get("gfx950" if blob is inputs.hsaco else "sm_90")
+        step = max(1, len(blob) // 1000)
+        for n in range(0, len(blob), step):
+            part = blob[:n]
+            parses_or_refuses(lambda: tgt.text_sha256(part, sym, "x"))  # noqa: B023 - called at once
+            parses_or_refuses(lambda: tgt.launch_digest(part, sym, "x"))  # noqa: B023
