@@ -194,12 +194,19 @@ def _deliver(archive: Path, directory: Path) -> None:
         with os.fdopen(fd, "wb") as out, open(archive, "rb") as src:
             shutil.copyfileobj(src, out)
             out.flush()
+            os.fchmod(out.fileno(), 0o666 & ~_umask())  # mkstemp's 0600 would hide it from others
             os.fsync(out.fileno())
         os.replace(tmp, directory / archive.name)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _die_with_parent() -> None:

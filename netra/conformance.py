@@ -27,8 +27,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numpy as np
-import numpy.typing as npt
+try:
+    import numpy as np
+    import numpy.typing as npt
+except ModuleNotFoundError as _e:  # numpy is the certify extra's, not a dependency of netra-kernel
+    raise ModuleNotFoundError(
+        "netra.conformance needs numpy, which is not installed: pip install 'netra-kernel[certify]'", name=_e.name
+    ) from None
 
 from netra import reference as ref
 

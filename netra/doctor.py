@@ -86,35 +86,73 @@ def _expected(item: Item) -> dict[str, str]:
     return e
 
 
-def _record_digest(inst: Install) -> dict[str, str] | None:
-    """sha256 (hex) of netra/_data files per the wheel's RECORD, when this is a pip-installed wheel."""
-    import base64
+@dataclass(frozen=True)
+class RecordEntry:
+    """One RECORD line of the installed wheel, read through importlib.metadata."""
 
-    site = inst.root.parent.parent
-    for rec in sorted(site.glob("netra_kernel-*.dist-info/RECORD")):
-        out: dict[str, str] = {}
+    path: str  # as RECORD names it, relative to site-packages
+    sha256: str | None  # hex; None when RECORD carries no hash (bytecode, INSTALLER, ...)
+    size: int | None
+    file: Path  # where it is on disk
+
+
+def wheel_record(inst: Install) -> list[RecordEntry] | None:
+    """The installed distribution's RECORD (importlib.metadata), None when this is not a recorded wheel
+    install; [] when the dist-info has no RECORD."""
+    import base64
+    from importlib import metadata
+
+    if inst.kind != "wheel" or inst.distribution is None:
+        return None
+    dist = metadata.Distribution.at(inst.distribution.dist_info)
+    out = []
+    for f in dist.files or ():
+        h = f.hash
+        digest = None
+        if h is not None and h.mode == "sha256":
+            with contextlib.suppress(ValueError):
+                digest = base64.urlsafe_b64decode(h.value + "=" * (-len(h.value) % 4)).hex()
+        out.append(RecordEntry(f.as_posix(), digest, f.size, Path(dist.locate_file(f))))
+    return out
+
+
+def _record_digest(inst: Install, record: list[RecordEntry] | None) -> dict[str, str] | None:
+    """sha256 (hex) of netra/_data files per the wheel's RECORD, when this is a recorded wheel install."""
+    if not record:
+        return None
+    prefix = layout.PACKAGE_DATA + "/"
+    return {e.path[len(prefix) :]: e.sha256 for e in record if e.path.startswith(prefix) and e.sha256}
+
+
+def _package_files(record: list[RecordEntry] | None) -> dict[str, Any]:
+    """Every other file RECORD lists with a hash (the Python package, its metadata, the console script),
+    held to RECORD: the code that reads the release data is as installed too."""
+    from netra import files
+
+    out: dict[str, Any] = {"checked": 0, "bytes": 0, "missing": [], "altered": []}
+    for e in record or ():
+        if e.sha256 is None or e.path.startswith(layout.PACKAGE_DATA + "/"):
+            continue
+        out["checked"] += 1
         try:
-            text = rec.read_text()
-        except (OSError, UnicodeDecodeError):
-            return {}
-        for line in text.splitlines():
-            path, _, rest = line.partition(",")
-            digest = rest.partition(",")[0]
-            if path.startswith(layout.PACKAGE_DATA + "/") and digest.startswith("sha256="):
-                b64 = digest[len("sha256=") :]
-                try:
-                    raw = base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4))
-                except ValueError:
-                    continue
-                out[path[len(layout.PACKAGE_DATA) + 1 :]] = raw.hex()
-        return out
-    return None
+            data = files.read_path(e.file, limit=files.CODE_OBJECT_LIMIT, what=e.path)
+        except NetraError:
+            out["missing" if not os.path.lexists(e.file) else "altered"].append(e.path)
+            continue
+        out["bytes"] += len(data)
+        if hashlib.sha256(data).hexdigest() != e.sha256:
+            out["altered"].append(e.path)
+    return out
 
 
 class _Report:
     def __init__(self, inst: Install) -> None:
         self.inst = inst
         self.problems: list[str] = []
+        self.fixes: list[str] = []  # the commands to run, once each, in the order to run them
+        self._rank: dict[str, int] = {}
+        self.record = wheel_record(inst)
+        self.digest = _record_digest(inst, self.record)
         self.files: dict[str, Any] = {
             "checked": 0,
             "bytes": 0,
@@ -126,6 +164,61 @@ class _Report:
     def fail(self, entry: dict[str, Any]) -> None:
         bucket = "missing" if entry["problem"] == "missing" else "altered"
         self.files[bucket].append(entry)
+
+    def problem(self, text: str, fix: tuple[str, str] | str | None) -> None:
+        """One problem line with its fix: a command (collected, once, into `fixes`) and a note."""
+        if fix is None:
+            self.problems.append(text)
+            return
+        cmd, note = (fix, "") if isinstance(fix, str) else fix
+        self.problems.append(f"{text}; fix: {cmd}" + (f" ({note})" if note else ""))
+        if cmd in self.fixes:
+            return
+        # Stray files first; sources restored before the code objects built from them (sort is stable).
+        built = self.inst.kind != "wheel" and cmd == self.inst.rebuild
+        self._rank[cmd] = 0 if cmd.startswith("rm -- ") else 2 if built else 1
+        self.fixes.append(cmd)
+        self.fixes.sort(key=self._rank.__getitem__)
+
+    def fix_for(self, rel: str, kind: str) -> tuple[str, str]:
+        """How to restore one missing or altered file (relative to the install root), from the records."""
+        inst = self.inst
+        if inst.kind != "wheel":
+            return (inst.rebuild, "") if kind == "code_object" else inst.restore_command(rel)
+        if self._as_installed(rel):
+            return _not_gated(inst)
+        return inst.reinstall, ""
+
+    def _as_installed(self, rel: str) -> bool:
+        """The file is exactly what the wheel installed (its RECORD hash), or the wheel never carried it:
+        then the wheel itself is wrong, and reinstalling it would change nothing."""
+        if not self.record or self.digest is None:
+            return False  # no RECORD to tell: a reinstall is the fix
+        want = self.digest.get(rel)
+        if want is None:
+            return True
+        try:
+            return hashlib.sha256((self.inst.root / rel).read_bytes()).hexdigest() == want
+        except OSError:
+            return False
+
+
+def _not_gated(inst: Install) -> tuple[str, str]:
+    """The fix when the installed wheel itself does not match its lock: install one that passed the gate."""
+    import shlex
+    import sys
+
+    spec = f"{installed.DISTRIBUTION}=={inst.version}"
+    d = inst.distribution
+    cmd = d.reinstall(spec) if d is not None else (
+        f"{shlex.quote(sys.executable)} -m pip install --force-reinstall --no-deps {spec}"
+    )
+    where = f" ({d.describe()})" if d is not None else ""
+    return cmd, (
+        f"this file is as the installed wheel{where} carries it, so that wheel did not pass the release "
+        f"gate and reinstalling it changes nothing: install a release built by `python -m build` or "
+        f"tools/release; if the index's {spec} is this same wheel, report it at {installed.ISSUES}"
+    )
 
 
 def _items(inst: Install, lock: Lock, record: Any) -> list[Item]:
@@ -165,10 +258,11 @@ def verify(inst: Install) -> dict[str, Any]:
         rep.fail(
             {"path": lock_name, "kind": "lock", "problem": "missing", "expected": {}, "detail": e.message}
         )
-        rep.problems.append(
-            f"{inst.lock_file}: the release lock is missing or unreadable ({e.message}); fix: {inst.reinstall}"
+        rep.problem(
+            f"{inst.lock_file}: the release lock is missing or unreadable ({e.message})",
+            rep.fix_for(lock_name, "lock"),
         )
-        return {"lock": lock_info, "files": rep.files, "problems": rep.problems, "lock_obj": None}
+        return _verified(rep, lock_info, None)
     lock_sha = hashlib.sha256(lock_raw).hexdigest()
     lock_info["sha256"] = lock_sha
     rep.files["checked"] += 1
@@ -185,7 +279,7 @@ def verify(inst: Install) -> dict[str, Any]:
             lock = record.lock  # the TOML is damaged: check the rest against build.json's copy
     if lock is None:
         _problems(inst, rep)
-        return {"lock": lock_info, "files": rep.files, "problems": rep.problems, "lock_obj": None}
+        return _verified(rep, lock_info, None)
     lock_info.update(
         toolchain=lock.describe_toolchains(), artifacts=len(lock.artifacts), tracked_files=len(lock.files)
     )
@@ -209,7 +303,18 @@ def verify(inst: Install) -> dict[str, Any]:
     broken = {e["path"] for e in rep.files["missing"] + rep.files["altered"]}
     rep.files["invalid_tables"] = _table_problems(inst, lock, broken)
     _problems(inst, rep)
-    return {"lock": lock_info, "files": rep.files, "problems": rep.problems, "lock_obj": lock}
+    return _verified(rep, lock_info, lock)
+
+
+def _verified(rep: _Report, lock_info: dict[str, Any], lock: Lock | None) -> dict[str, Any]:
+    """verify()'s result; the package files are held to RECORD whatever happened to the data."""
+    pkg = _package_files(rep.record)
+    for path in pkg["missing"]:
+        rep.problem(f"missing package file {path} (listed in RECORD)", rep.inst.reinstall)
+    for path in pkg["altered"]:
+        rep.problem(f"altered package file {path}: sha256 differs from RECORD", rep.inst.reinstall)
+    return {"lock": lock_info, "files": rep.files, "package_files": pkg, "problems": rep.problems,
+            "fixes": rep.fixes, "lock_obj": lock}  # fmt: skip
 
 
 def _table_problems(inst: Install, lock: Lock, broken: set[str]) -> list[dict[str, str]]:
@@ -232,9 +337,10 @@ def _table_problems(inst: Install, lock: Lock, broken: set[str]) -> list[dict[st
 
 
 def _problems(inst: Install, rep: _Report) -> None:
+    import shlex
+
     for m in rep.files["missing"]:
-        fix = inst.rebuild if m["kind"] == "code_object" else inst.reinstall
-        rep.problems.append(f"missing {m['kind']} {m['path']}; fix: {fix}")
+        rep.problem(f"missing {m['kind']} {m['path']}", rep.fix_for(m["path"], m["kind"]))
     for a in rep.files["altered"]:
         what = ", ".join(
             f"{k} {v['found']} (expected {v['expected']} from {v['from']})"
@@ -242,14 +348,14 @@ def _problems(inst: Install, rep: _Report) -> None:
             else f"{k}: {v}"
             for k, v in a.get("checks", {}).items()
         ) or a.get("detail", "")
-        fix = inst.rebuild if a["kind"] == "code_object" else inst.reinstall
-        rep.problems.append(f"{a['problem']} {a['kind']} {a['path']}: {what}; fix: {fix}")
+        rep.problem(f"{a['problem']} {a['kind']} {a['path']}: {what}", rep.fix_for(a["path"], a["kind"]))
     for u in rep.files["unexpected"]:
-        rep.problems.append(f"unexpected file {u} (not in the lock); fix: {inst.reinstall}")
+        # pip removes only what RECORD lists: a reinstall leaves a stray file where it is.
+        rep.problem(f"unexpected file {u} (not in the lock)", f"rm -- {shlex.quote(str(inst.root / u))}")
     for t in rep.files.get("invalid_tables", []):
-        rep.problems.append(
-            f"invalid table {t['path']} ({t['gpu_class']}): {t['problem']}; fix: {inst.reinstall}"
-        )
+        # Its bytes are the locked ones: the release itself is inconsistent (a source tree: regenerate).
+        fix = _not_gated(inst) if inst.kind == "wheel" else inst.restore_command(t["path"])
+        rep.problem(f"invalid table {t['path']} ({t['gpu_class']}): {t['problem']}", fix)
 
 
 def _total_size(items: list[Item]) -> int:
@@ -315,7 +421,7 @@ def _check_build_record(
     if record is not None and lock is not None and lock_mod.to_dict(record.lock) != lock_mod.to_dict(lock):
         rep.fail({"path": "manifest.lock", "kind": "lock", "problem": "altered",
                   "checks": {"content": "differs from build.json's bound copy of the lock"}})  # fmt: skip
-    digest = _record_digest(inst)
+    digest = rep.digest
     lock_info["record"] = "absent" if digest is None else "match"
     if digest is not None:
         for name, have in (
@@ -402,10 +508,13 @@ def run(
         )
     return {
         "schema": SCHEMA,
+        "command": "doctor",
         "netra_version": __version__,
-        "install": {"kind": inst.kind, "root": str(inst.root), "package": str(installed.PACKAGE_DIR)},
+        "install": install_info(inst),
         "lock": v["lock"],
         "files": v["files"],
+        "package_files": v["package_files"],
+        "fixes": v["fixes"],
         "intact": intact,
         "certified_classes": certified,
         "gpus": gpu_list,
@@ -421,11 +530,64 @@ def run(
     }
 
 
+def _distribution(d: installed.Distribution | None) -> dict[str, Any] | None:
+    if d is None:
+        return None
+    spec, why = d.spec()
+    return {
+        "name": installed.DISTRIBUTION,
+        "version": d.version,
+        "dist_info": d.dist_info,
+        "installer": d.installer,
+        "origin": d.origin,
+        "url": d.url,
+        "commit": d.commit,
+        "description": d.describe(),
+        "reinstall": d.reinstall(spec),
+        "reinstall_note": why,
+    }
+
+
+def install_info(inst: Install) -> dict[str, Any]:
+    """What is installed and from where, from the distribution's records (docs/doctor.md)."""
+    return {
+        "kind": inst.kind,
+        "description": inst.describe(),
+        "root": str(inst.root),
+        "package": str(inst.package),
+        "distribution": _distribution(inst.distribution),
+        "shadowed": _distribution(inst.shadowed),
+    }
+
+
+def _install_lines(r: dict[str, Any]) -> list[str]:
+    i = r["install"]
+    d, hidden = i.get("distribution"), i.get("shadowed")
+    lines = [f"netra-kernel {r['netra_version']} ({i.get('description', i['kind'])}, data in {i['root']})"]
+    if d:
+        note = f"; reinstalling takes this version from the index: {d['reinstall_note']}" if d["reinstall_note"] else ""
+        lines.append(f"distribution: {d['name']} {d['version']} at {d['dist_info']}, {d['description']}{note}")
+    if i["kind"] == "source":
+        root = i["root"]
+        if hidden:
+            lines.append(
+                f"note: this netra ({i['package']}) is a source checkout on sys.path and hides the installed "
+                f"{hidden['name']} {hidden['version']} ({hidden['dist_info']}); to check that install run its "
+                f"`netra doctor` from outside {root}, without {root} on PYTHONPATH"
+            )
+        else:
+            lines.append(f"note: no installed {installed.DISTRIBUTION} distribution records this package ({i['package']})")
+    if i["kind"] != "wheel" and any(m["kind"] == "code_object" for m in r["files"]["missing"]):
+        lines.append(
+            f"note: a source checkout serves the code objects of `netra build {installed.EDITABLE_BUILD}` "
+            "(run it after every `netra lock`)"
+        )
+    return lines
+
+
 def render(r: dict[str, Any]) -> str:
     """The human report: one fact per line, problems in full, the verdict last."""
-    lines = [
-        f"netra-kernel {r['netra_version']} ({r['install']['kind']} install, data in {r['install']['root']})"
-    ]
+    lines = _install_lines(r)
     lk = r["lock"]
     if lk.get("sha256"):
         bind = {True: "bound to build.json", False: "NOT bound to build.json", None: "no build record"}[
@@ -472,7 +634,15 @@ def render(r: dict[str, Any]) -> str:
         lines.append("gpu: none found (" + "; ".join(r["gpu_detection"]) + ")")
     for kind, lib in r["runtime_libraries"].items():
         lines.append(f"runtime library {kind}: {lib['path'] or 'not found'} ({lib['names'][0]})")
+    pf = r.get("package_files") or {}
+    if pf.get("checked"):
+        bad = len(pf["missing"]) + len(pf["altered"])
+        lines.append(f"package: {pf['checked']} files held to the wheel RECORD: " + (
+            "all as installed" if not bad else f"{len(pf['missing'])} missing, {len(pf['altered'])} altered"))
     for p in r["problems"]:
         lines.append(f"problem: {p}")
+    if r.get("fixes"):
+        lines.append("to fix, run:" if len(r["fixes"]) == 1 else "to fix, run in this order:")
+        lines += [f"  {fix}" for fix in r["fixes"]]
     lines.append("result: OK" if r["ok"] else f"result: FAILED ({len(r['problems'])} problem(s))")
     return "\n".join(lines)

@@ -14,8 +14,13 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import numpy as np
-import numpy.typing as npt
+try:
+    import numpy as np
+    import numpy.typing as npt
+except ModuleNotFoundError as _e:  # numpy is the certify extra's, not a dependency of netra-kernel
+    raise ModuleNotFoundError(
+        "netra.reference needs numpy, which is not installed: pip install 'netra-kernel[certify]'", name=_e.name
+    ) from None
 
 __all__ = [
     "FP8_E4M3_MAX",

@@ -41,20 +41,10 @@ def exclusive(
     fd = _open(Path(path), what)
     try:
         if not _try_lock(fd):
-            holder = _holder(fd) or "another process"
-            if notify is not None and (wait is None or wait > 0):
-                notify(f"waiting for {what} held by {holder}")
-            if wait is None:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            else:
-                deadline = time.monotonic() + wait
-                while not _try_lock(fd):
-                    if time.monotonic() >= deadline:
-                        raise BusyError(
-                            f"{path}: {what} is held by {_holder(fd) or holder}",  # the holder now, if known
-                            "wait for the other netra process to finish (or stop it), then run this again",
-                        )
-                    time.sleep(_POLL_S)
+            patience = 1.0 if wait is None else min(1.0, wait)
+            acquired, holder = _await_holder(fd, patience)
+            if not acquired:
+                _wait(fd, path, what, wait, notify, holder or "another process")
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         try:
@@ -88,6 +78,37 @@ def _try_lock(fd: int) -> bool:
     except BlockingIOError:
         return False
     return True
+
+
+def _await_holder(fd: int, patience: float) -> tuple[bool, str | None]:
+    """(acquired, holder): give the holder a moment to write its pid, since it locks before it writes.
+
+    Acquired is True when the holder let go meanwhile and this process now holds the lock.
+    """
+    deadline = time.monotonic() + patience
+    while (holder := _holder(fd)) is None and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+        if _try_lock(fd):
+            return True, None
+    return False, holder
+
+
+def _wait(
+    fd: int, path: Path, what: str, wait: float | None, notify: Callable[[str], None] | None, holder: str
+) -> None:
+    if notify is not None and (wait is None or wait > 0):
+        notify(f"waiting for {what} held by {holder}")
+    if wait is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return
+    deadline = time.monotonic() + wait
+    while not _try_lock(fd):
+        if time.monotonic() >= deadline:
+            raise BusyError(
+                f"{path}: {what} is held by {_holder(fd) or holder}",  # the holder now, if known
+                "wait for the other netra process to finish (or stop it), then run this again",
+            )
+        time.sleep(_POLL_S)
 
 
 def _holder(fd: int) -> str | None:

@@ -113,6 +113,32 @@ def test_a_bounded_wait_raises_busy_naming_the_holder(tmp_path: Path) -> None:
     assert not (tmp_path / "second.acquired").exists()
 
 
+# Locks, then writes its pid only after a pause: the window every holder has between flock and write.
+SLOW_WRITER = r"""
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.flock(fd, fcntl.LOCK_EX)
+open(sys.argv[2], "w").close()
+time.sleep(0.3)
+os.pwrite(fd, str(os.getpid()).encode(), 0)
+time.sleep(float(sys.argv[3]))
+"""
+
+
+def test_a_waiter_names_a_holder_that_has_locked_but_not_yet_written_its_pid(tmp_path: Path) -> None:
+    lock, locked = tmp_path / ".netra-write.lock", tmp_path / "locked"
+    slow = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, str(lock), str(locked), "1"])
+    try:
+        wait_for(locked)
+        messages: list[str] = []
+        with writelock.exclusive(lock, what="release/manifest.lock", wait=10, notify=messages.append):
+            pass
+    finally:
+        slow.kill()
+        slow.wait()
+    assert messages == [f"waiting for release/manifest.lock held by pid {slow.pid}"]
+
+
 def test_a_holder_that_dies_releases_the_lock(tmp_path: Path) -> None:
     lock = tmp_path / ".netra-write.lock"
     first = holder(lock, tmp_path, "first")

@@ -12,6 +12,17 @@ The operators are torch.ops.netra.* (netra.torch.ops); importing this package re
 imports torch. `import netra` never imports this package, and nothing else in netra imports torch.
 """
 
+try:
+    import torch as _torch  # noqa: F401  (first, so a missing torch is named before anything else fails)
+except ModuleNotFoundError as e:
+    if e.name != "torch":
+        raise
+    raise ModuleNotFoundError(
+        "netra.torch needs PyTorch (the build for your CUDA), which is not installed: "
+        "pip install 'netra-kernel[torch]'",
+        name="torch",
+    ) from None
+
 from netra.errors import StrictModeError
 from netra.torch.dispatch import (
     fallback_reasons,

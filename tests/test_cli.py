@@ -1,0 +1,323 @@
+"""The `netra` command as a user meets it: JSON reports that follow their schemas, catalog and explain
+from an installed package alone, progress, errors one problem per line, a closed pipe, Ctrl-C, shell
+completion, and a start-up that imports nothing it does not need.
+
+Real processes throughout: the session's wheel pip-installed in a venv (run from outside any source
+tree), the repository's tree for the author commands, real bash for completion.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO, TIMEOUT, Venv, clean_env, log
+
+from netra import layout
+
+SCHEMAS = REPO / "netra" / "schemas"
+DATA = layout.PACKAGE_DATA + "/"
+jsonschema = pytest.importorskip("jsonschema")
+
+
+def validator(command: str) -> Any:
+    """A validator for `netra <command> --json`, with every shipped schema in its registry ($ref by $id)."""
+    from referencing import Registry, Resource
+
+    registry = Registry()
+    for f in sorted(SCHEMAS.glob("*.schema.json")):
+        schema = json.loads(f.read_text())
+        jsonschema.Draft202012Validator.check_schema(schema)
+        registry = registry.with_resource(schema["$id"], Resource.from_contents(schema))
+    schema = json.loads((SCHEMAS / f"{command}.schema.json").read_text())
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+def valid(command: str, out: str) -> dict[str, Any]:
+    doc = json.loads(out)
+    errors = sorted(validator(command).iter_errors(doc), key=str)
+    assert not errors, f"netra {command} --json breaks its schema: {[e.message for e in errors[:5]]}"
+    assert doc["schema"] == 1 and doc.get("command", command) == command
+    return doc
+
+
+def netra(*args: str | Path, cwd: Path | None = None, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """This tree's netra (the author commands), as `python -m netra`."""
+    return subprocess.run([sys.executable, "-m", "netra", *map(str, args)], cwd=cwd or REPO,
+                          env=clean_env(PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                          timeout=TIMEOUT, check=False, **kw)  # fmt: skip
+
+
+def installed_tables(pkg: Path) -> dict[str, dict[str, Any]]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted((pkg / "_data" / "tables").glob("*.json"))}
+
+
+# -- every report as JSON, against its shipped schema --------------------------------------------------
+
+
+def test_every_schema_ships_in_the_wheel(built_wheel: Path) -> None:
+    with zipfile.ZipFile(built_wheel) as z:
+        shipped = {Path(n).name for n in z.namelist() if n.startswith("netra/schemas/")}
+    want = {f"{c}.schema.json" for c in ("catalog", "explain", "lock", "build", "verify-wheel", "doctor", "certify")}
+    assert want | {"table.schema.json"} == shipped
+
+
+def test_installed_reports_follow_their_schemas(installed_venv: Venv, built_wheel: Path) -> None:
+    """From the venv's own folder, nowhere near a source tree: doctor, catalog, explain, verify-wheel."""
+    cases = {
+        "doctor": ["doctor", "--json"],
+        "catalog": ["catalog", "--json"],
+        "explain": ["explain", "netra_rmsnorm_h4096_wo0_b256", "--json"],
+        "verify-wheel": ["verify-wheel", str(built_wheel), "--json"],
+    }
+    for command, argv in cases.items():
+        r = installed_venv.run("netra", *argv)
+        assert r.returncode == 0 and r.stderr == "", log(r)
+        valid(command, r.stdout)
+    r = installed_venv.run("netra", "explain", "rmsnorm(hidden=4096, weight_offset=0)", "--json")
+    assert r.returncode == 0, log(r)
+    doc = valid("explain", r.stdout)
+    assert doc["kind"] == "contract" and {m["gpu_class"] for m in doc["matches"]} == {"gfx950", "sm_90"}
+
+
+def test_author_reports_follow_their_schemas_with_progress_unless_quiet(tmp_path: Path) -> None:
+    r = netra("lock", "--check", "--json", "-q")
+    assert r.returncode == 0 and r.stderr == "", log(r)  # -q: not one progress line
+    doc = valid("lock", r.stdout)
+    assert doc["up_to_date"] and doc["differences"] == []
+
+    r = netra("build", tmp_path / "out", "--json")
+    assert r.returncode == 0, log(r)
+    doc = valid("build", r.stdout)
+    n = len(doc["artifacts"])
+    steps = [ln for ln in r.stderr.splitlines() if ln.startswith("netra: [")]
+    assert steps and steps[-1].startswith(f"netra: [{n}/{n}] ") and len(steps) == n, r.stderr[-2000:]
+    for a in doc["artifacts"]:
+        blob = (tmp_path / "out" / a["file"]).read_bytes()
+        assert hashlib.sha256(blob).hexdigest() == a["sha256"], a["artifact"]
+
+
+# -- catalog and explain from the installed package alone -----------------------------------------------
+
+
+def test_catalog_lists_exactly_the_installed_tables(installed_venv: Venv, pkg: Path) -> None:
+    r = installed_venv.run("netra", "catalog", "--json")
+    assert r.returncode == 0, log(r)
+    doc = valid("catalog", r.stdout)
+    assert doc["install"]["kind"] == "wheel" and doc["install"]["root"] == str(pkg / "_data")
+    want = sorted((cls, c["artifact"], e["key"], c["maturity"])
+                  for cls, t in installed_tables(pkg).items() for e in t["entries"] for c in e["candidates"])  # fmt: skip
+    assert sorted((a["gpu_class"], a["artifact"], a["contract"], a["maturity"]) for a in doc["artifacts"]) == want
+    shared = {a["artifact"]: a["users"] for a in doc["artifacts"] if a["contract"] == "rmsnorm(hidden=4096,weight_offset=0)"}
+    assert shared and all(u == ["Llama-3.1-8B", "Qwen3-235B-A22B"] for u in shared.values()), shared
+    assert any(f["model"] == "Gemma-2-9B" for f in doc["fallbacks"])
+
+    human = installed_venv.run("netra", "catalog").stdout.splitlines()
+    assert human[0].split() == ["ARTIFACT", "CLASS", "CONTRACT", "TACTIC", "MATURITY", "USED", "BY"]
+    assert len([ln for ln in human if ln.startswith("netra_")]) == len(want)
+    only = valid("catalog", installed_venv.run("netra", "catalog", "--json", "--gpu-class", "sm_90").stdout)
+    assert {a["gpu_class"] for a in only["artifacts"]} == {"sm_90"} and set(only["classes"]) == {"sm_90"}
+    gemma = valid("catalog", installed_venv.run("netra", "catalog", "--json", "--model", "Gemma-2-9B").stdout)
+    assert gemma["artifacts"] and all("Gemma-2-9B" in a["users"] for a in gemma["artifacts"])
+
+
+def test_explain_an_artifact_names_its_contract_evidence_launch_and_hashes(installed_venv: Venv, pkg: Path) -> None:
+    tables = installed_tables(pkg)
+    entry = next(e for e in tables["sm_90"]["entries"] if e["dispatch"])
+    cand = entry["candidates"][-1]
+    build = json.loads((pkg / "_data" / "build.json").read_text())
+    locked = next(a for a in build["lock"]["artifacts"] if a["name"] == cand["artifact"])
+
+    r = installed_venv.run("netra", "explain", cand["artifact"], "--json")
+    assert r.returncode == 0, log(r)
+    (m,) = valid("explain", r.stdout)["matches"]
+    (k,) = m["candidates"]
+    assert (m["key"], m["contract"], m["dispatch"]) == (entry["key"], entry["contract"], entry["dispatch"])
+    assert (k["tactic"], k["maturity"], k["rank"]) == (cand["tactic"], cand["maturity"], len(entry["candidates"]))
+    assert (k["launch"], k["kernarg"], k["evidence"]) == (cand["launch"], cand["kernarg"], cand["evidence"])
+    assert k["hashes"] == {
+        "text_sha256": locked["text_sha256"], "launch_sha256": locked["launch_sha256"],
+        "code_sha256": locked["code_sha256"], "file_sha256": build["code_objects"][cand["file"]]["sha256"],
+    }  # fmt: skip
+    assert k["hashes"]["file_sha256"] == hashlib.sha256((pkg / "_data" / cand["file"]).read_bytes()).hexdigest()
+
+    human = installed_venv.run("netra", "explain", cand["artifact"]).stdout
+    for fact in (entry["key"], "used by:", "evidence, hardware: passed", "kernarg (", "launch: block",
+                 locked["text_sha256"], "dispatch by rows:"):  # fmt: skip
+        assert fact in human, (fact, human)
+
+
+def test_explain_a_contract_lists_its_candidates_in_rank_order(installed_venv: Venv, pkg: Path) -> None:
+    r = installed_venv.run("netra", "explain", "rmsnorm(weight_offset=0,hidden=4096)", "--json", "--gpu-class", "gfx950")
+    assert r.returncode == 0, log(r)
+    (m,) = valid("explain", r.stdout)["matches"]
+    entry = next(e for e in installed_tables(pkg)["gfx950"]["entries"] if e["key"] == m["key"])
+    assert [c["artifact"] for c in m["candidates"]] == [c["artifact"] for c in entry["candidates"]]
+    assert m["served_by_default"] is None  # static evidence: the default policy (accepted) serves nothing
+    assert all(c["hashes"]["file_sha256"] for c in m["candidates"])
+
+
+def test_an_unknown_name_is_refused_with_the_closest_ones(installed_venv: Venv) -> None:
+    for name, near in (("netra_rmsnorm_h4096_wo0_w9", "netra_rmsnorm_h4096_wo0_w8"),
+                       ("rmsnorm(hidden=4097,weight_offset=0)", "rmsnorm(hidden=4096,weight_offset=0)")):  # fmt: skip
+        r = installed_venv.run("netra", "explain", name)
+        assert r.returncode == 1 and "Traceback" not in r.stderr and r.stdout == "", log(r)
+        (line,) = r.stderr.splitlines()
+        assert line.startswith(f"netra: error: {name!r} is neither an artifact nor a contract") and near in line
+    r = installed_venv.run("netra", "explain", "gelu_tanh_mul_fp8_quant(inter=14336)")
+    assert r.returncode == 1 and "fallback Gemma-2-9B" in r.stderr, log(r)
+
+
+def test_catalog_refuses_a_damaged_install_naming_the_file_and_the_fix(
+    venv_factory: Any, built_wheel: Path
+) -> None:
+    from venvtools import package_dir
+
+    venv = venv_factory(built_wheel, "catalog-damage")
+    pkg = package_dir(str(venv.python))
+    manifest = next((pkg / "_data" / "manifests" / "models").glob("*.toml"))
+    manifest.write_text(manifest.read_text() + "\n[extra]\n")
+    r = venv.run("netra", "catalog")
+    assert r.returncode == 1 and "Traceback" not in r.stderr and r.stdout == "", log(r)
+    (line,) = r.stderr.splitlines()
+    assert str(manifest) in line and "altered" in line and f"--force-reinstall --no-deps {built_wheel}" in line
+
+
+# -- errors, pipes and signals ---------------------------------------------------------------------------
+
+
+def _without_data(wheel: Path, dest: Path) -> Path:
+    """The wheel with every netra/_data member dropped and RECORD rewritten: what HATCH_BUILD_NO_HOOKS makes."""
+    with zipfile.ZipFile(wheel) as z:
+        members = {i.filename: z.read(i) for i in z.infolist() if not i.filename.startswith(DATA)}
+    record = next(n for n in members if n.endswith(".dist-info/RECORD"))
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    for name, blob in members.items():
+        if name != record:
+            w.writerow([name, "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(blob).digest()).decode().rstrip("="), len(blob)])
+    w.writerow([record, "", ""])
+    members[record] = out.getvalue().encode()
+    dest.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(dest / wheel.name, "w") as z:
+        for name, blob in members.items():
+            z.writestr(name, blob)
+    return dest / wheel.name
+
+
+def test_many_problems_are_listed_one_per_line(built_wheel: Path, tmp_path: Path) -> None:
+    bare = _without_data(built_wheel, tmp_path)
+    r = netra("verify-wheel", bare, "--lock", REPO / "release/manifest.lock")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, log(r)
+    first, *rest = r.stderr.splitlines()
+    assert first.startswith(f"netra: error: {bare.name} refused") and "(listed below)" in first and len(first) < 600
+    with zipfile.ZipFile(built_wheel) as z:
+        members = sorted(n for n in z.namelist() if n.startswith(DATA))
+    assert rest == [f"  missing {n}" for n in members]
+    doc = valid("verify-wheel", netra("verify-wheel", bare, "--lock", REPO / "release/manifest.lock", "--json").stdout)
+    assert not doc["ok"] and sorted(p["member"] for p in doc["problems"]) == members
+
+
+def test_a_closed_stdout_ends_quietly_with_the_sigpipe_status(installed_venv: Venv) -> None:
+    """`netra catalog | head -n 1`: the reader is gone before netra writes; no BrokenPipeError traceback."""
+    for argv in (["catalog"], ["catalog", "--json"], ["explain", "netra_rmsnorm_h4096_wo0_b256"], ["doctor"]):
+        r, w = os.pipe()
+        os.close(r)
+        try:
+            p = subprocess.run([str(installed_venv.bin("netra")), *argv], stdout=w, stderr=subprocess.PIPE,
+                               text=True, timeout=TIMEOUT, env=clean_env(), cwd=installed_venv.root, check=False)  # fmt: skip
+        finally:
+            os.close(w)
+        assert p.returncode == 141 and p.stderr == "", (argv, p.returncode, p.stderr)
+    sh = subprocess.run(["bash", "-c", f"set -o pipefail; {installed_venv.bin('netra')} catalog | head -n 1"],
+                        capture_output=True, text=True, timeout=TIMEOUT, env=clean_env(), check=False)  # fmt: skip
+    assert sh.stdout.startswith("ARTIFACT") and "Traceback" not in sh.stderr, log(sh)
+
+
+def test_ctrl_c_during_a_build_says_so_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-m", "netra", "build", str(out), "--root", str(REPO), "-j", "1"],
+                         env=clean_env(PYTHONPATH=str(REPO)), stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)  # fmt: skip
+    assert p.stderr is not None
+    seen = []
+    for line in p.stderr:
+        seen.append(line)
+        if line.startswith("netra: [1/"):
+            p.send_signal(signal.SIGINT)
+            break
+    rest = p.stderr.read()
+    p.wait(timeout=TIMEOUT)
+    assert p.returncode == 130, (p.returncode, "".join(seen) + rest)
+    assert "Traceback" not in rest and rest.strip().splitlines()[-1] == "netra: interrupted: nothing was written", rest
+    assert not out.exists() or not any(out.rglob("*"))
+
+
+def test_usage_errors_and_help() -> None:
+    r = netra("--help")
+    assert r.returncode == 0
+    for command in ("doctor", "catalog", "explain", "verify-wheel", "certify", "lock", "build", "completion"):
+        assert command in r.stdout, command
+    r = netra("explain")
+    assert r.returncode == 2 and "ARTIFACT|CONTRACT" in r.stderr and "Traceback" not in r.stderr
+
+
+# -- shell completion, and a start-up that imports nothing it does not need --------------------------------
+
+
+def test_bash_completion_completes_commands_options_and_artifacts(tmp_path: Path) -> None:
+    pytest.importorskip("shtab")
+    r = netra("completion", "bash", cwd=tmp_path)
+    assert r.returncode == 0, log(r)
+    script = tmp_path / "netra.bash"
+    script.write_text(r.stdout)
+    probe = f"""
+    source {script}
+    complete_line() {{ COMP_LINE="$1"; COMP_POINT=${{#COMP_LINE}}; read -ra COMP_WORDS <<< "$1";
+      [[ "$1" == *" " ]] && COMP_WORDS+=(""); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 )); COMPREPLY=();
+      _shtab_netra; echo "${{COMPREPLY[*]}}"; }}
+    complete_line "netra "
+    complete_line "netra explain netra_rmsnorm_h4096_wo0_"
+    complete_line "netra doctor --"
+    """
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, log(out)
+    commands, artifacts, options = out.stdout.splitlines()
+    assert set(commands.split()) == {"doctor", "catalog", "explain", "verify-wheel", "certify", "lock", "build", "completion"}
+    assert "netra_rmsnorm_h4096_wo0_b256" in artifacts.split() and all(a.startswith("netra_rmsnorm_h4096_wo0_") for a in artifacts.split())
+    assert {"--json", "--require-gpu", "--sysfs-nodes"} <= set(options.split())
+    zsh = netra("completion", "zsh", cwd=tmp_path)
+    assert zsh.returncode == 0 and zsh.stdout.startswith("#compdef netra"), log(zsh)
+
+
+def test_start_up_imports_no_completion_library() -> None:
+    """`import netra` stays free (tests/test_runtime.py); the CLI imports shtab/argcomplete only for completion."""
+    code = (
+        "import sys; from netra import cli; rc = cli.main(['catalog']); "
+        "print(rc, sorted(m for m in sys.modules if m.split('.')[0] in ('shtab', 'argcomplete')), file=sys.stderr)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(PYTHONPATH=str(REPO)),
+                       cwd=REPO, timeout=TIMEOUT, check=False)  # fmt: skip
+    assert r.returncode == 0 and r.stderr.strip() == "0 []", log(r)
+
+
+@pytest.mark.gpu
+def test_certify_json_follows_its_schema(tmp_path: Path) -> None:
+    """On an H200 (docs/gpu.md): the installed netra certifies sm_90 and reports it as JSON."""
+    r = subprocess.run([sys.executable, "-m", "netra", "certify", "--gpu-class", "sm_90", "--out", str(tmp_path / "t.json"),
+                        "--json", "-q"], capture_output=True, text=True, timeout=3600, cwd="/", check=False)  # fmt: skip
+    assert r.returncode == 0, log(r)
+    doc = valid("certify", r.stdout)
+    assert doc["table_sha256"] == hashlib.sha256((tmp_path / "t.json").read_bytes()).hexdigest()
+    assert doc["candidates"]["accepted"] > 0
