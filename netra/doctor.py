@@ -567,6 +567,12 @@ def _install_lines(r: dict[str, Any]) -> list[str]:
     if d:
         note = f"; reinstalling takes this version from the index: {d['reinstall_note']}" if d["reinstall_note"] else ""
         lines.append(f"distribution: {d['name']} {d['version']} at {d['dist_info']}, {d['description']}{note}")
+    if i["kind"] == "wheel" and not d:
+        lines.append(
+            f"note: no installed {installed.DISTRIBUTION} distribution records this package ({i['package']}): its "
+            "data is checked against its lock, its Python files against nothing (no RECORD); install it with "
+            "pip to have them checked"
+        )
     if i["kind"] == "source":
         root = i["root"]
         if hidden:

@@ -9,6 +9,8 @@ RECORD, and PEP 610's direct_url.json), never guessed from the folder layout:
 - "editable": a netra-kernel distribution installed in editable mode (`pip install -e`; direct_url.json
   says `dir_info.editable`) from the source tree this package sits in. Nothing is packaged: the lock
   and tables are the tree's release/, and the code objects come from `netra build build/kernels`.
+  A package with netra/_data that no distribution records (copied without its .dist-info) is a wheel
+  install too, with no `distribution`: its data is checked as any wheel's, its Python files cannot be.
 - "source": no installed distribution records this package: a source checkout on sys.path (PYTHONPATH,
   or `python -m netra` run in the checkout, whose cwd comes first on sys.path). Data as for editable. If
   a netra-kernel distribution is installed as well, this checkout hides it: `shadowed` names it.
@@ -139,7 +141,7 @@ class Install:
     def describe(self) -> str:
         """What this install is, in words (doctor's first line)."""
         if self.kind == "wheel":
-            return "wheel install"
+            return "wheel install" if self.distribution else "wheel package without its .dist-info records"
         if self.kind == "editable":
             return "editable install"
         return "source checkout on sys.path"
@@ -272,4 +274,9 @@ def locate(package_dir: str | Path | None = None) -> Install:
         local = rec.local_path
         if rec.origin == "editable" and local is not None and Path(local).resolve() == pkg.parent:
             return Install("editable", pkg.parent, distribution=rec, package=pkg)
+    data = pkg.parent / PACKAGE_DATA
+    if (data / "manifest.lock").is_file() and not (pkg.parent / LOCK_PATH).exists():
+        # A wheel's package without its .dist-info (copied into an image, or the dist-info removed):
+        # its data is beside it, but no RECORD vouches for its Python files.
+        return Install("wheel", data, package=pkg)
     return Install("source", pkg.parent, shadowed=found[0][0] if found else None, package=pkg)

@@ -492,3 +492,38 @@ def test_doctor_reads_record_through_importlib_metadata(installed_venv: Venv, pk
         digest = base64.urlsafe_b64encode(hashlib.sha256((pkg / "_data" / name).read_bytes()).digest()).decode()
         assert record[DATA + name] == digest.rstrip("=")
     assert rep["package_files"]["checked"] > 30 and not rep["package_files"]["altered"]
+
+
+def test_a_wheel_package_copied_without_its_dist_info_is_checked_as_a_wheel(
+    installed_venv: Venv, pkg: Path, tmp_path: Path
+) -> None:
+    """netra/ copied on its own (into an image, say) still carries its data: doctor and the runtime check
+    it as a wheel install, say that no RECORD vouches for its Python files, and refuse damage by name."""
+    from test_cli import valid
+
+    site = tmp_path / "site"
+    shutil.copytree(pkg, site / "netra", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {"PYTHONPATH": str(site)}
+
+    def doctor() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(installed_venv.python), "-m", "netra", "doctor", "--json"], cwd="/",
+                              env=clean_env(**env), capture_output=True, text=True, timeout=TIMEOUT, check=False)  # fmt: skip
+
+    r = doctor()
+    rep = valid("doctor", r.stdout)
+    assert r.returncode == 0, log(r)
+    inst = rep["install"]
+    assert inst["kind"] == "wheel" and inst["distribution"] is None and inst["package"] == str(site / "netra")
+    human = subprocess.run([str(installed_venv.python), "-m", "netra", "doctor"], cwd="/", env=clean_env(**env),
+                           capture_output=True, text=True, timeout=TIMEOUT, check=False).stdout  # fmt: skip
+    assert "wheel package without its .dist-info records" in human and "no RECORD" in human, human
+
+    table = site / "netra" / DATA.removeprefix("netra/") / "tables" / "sm_90.json"
+    table.unlink()
+    code = "from netra.runtime import open_catalog\ntry:\n open_catalog('sm_90')\nexcept Exception as e:\n print(type(e).__name__, e)"
+    r = subprocess.run([str(installed_venv.python), "-c", code], cwd="/", env=clean_env(**env), capture_output=True,
+                       text=True, timeout=TIMEOUT, check=False)  # fmt: skip
+    assert r.stdout.startswith(f"MissingFileError {table}: the certified table of GPU class sm_90 is missing"), log(r)
+    assert "pip install --force-reinstall --no-deps netra-kernel==0.1.0" in r.stdout, log(r)
+    r = doctor()
+    assert r.returncode == 1 and json.loads(r.stdout)["files"]["missing"][0]["path"] == "tables/sm_90.json", log(r)
