@@ -5,6 +5,7 @@ interleaved over --rounds rounds, medians:
 
   eager, host time per call: N calls back to back, torch.cuda.synchronize() at the end, wall time / N
     op        netra.torch.<op>(...)               (the Python entry point: calls the implementation)
+    op.out    netra.torch.<op>(..., out=...)      (the same, into outputs allocated once, as raw)
     op.disp   torch.ops.netra.<op>.default(...)   (through the dispatcher, as compiled code calls it)
     raw       Cuda().launch(kernel, rows, None, packed) with the kernarg bytes packed once
     floor     cuLaunchKernel through ctypes with everything prepared (function, grid, `extra` array):
@@ -13,11 +14,12 @@ interleaved over --rounds rounds, medians:
     torch     the PyTorch composite (netra.torch.composite), eager
     compile   torch.compile(composite, dynamic=False)
   graph, device time per call: G calls captured in one CUDA graph, replayed R times, CUDA events
-    op, raw, torch, compile   as above, inside the graph
+    op, op.out, raw, torch, compile   as above, inside the graph
 (above 256 rows, N, G and R are scaled down: the calls are device-bound there.)
 
-The operator layer's overhead is op - raw (eager) and op - raw (graph); the issue's target is <= 1 us
-per call in eager mode and 0 inside a graph. Every number printed is measured here; nothing is assumed.
+The operator layer's overhead is op.out - raw (eager: the same work, outputs allocated once) and op -
+raw (graph); the issue's target is <= 1 us per call in eager mode and 0 inside a graph. op - raw+alloc
+is the functional op's overhead over a raw launch that allocates what the op returns. Every number printed is measured here; nothing is assumed.
 Before timing, each op call is checked to take the certified kernel (strict mode), and its output is
 checked to equal the raw launch's byte for byte.
 
@@ -180,6 +182,13 @@ def main() -> None:
             def op_call(entry: Any = entry, vals: list[Any] = vals) -> Any:
                 return entry(*vals)
 
+            into = outs["y"] if op == "rmsnorm" else tuple(outs.values())
+            mine = {n: torch.empty_like(t) for n, t in outs.items()}  # op.out's own, so that the
+            mine_out = mine["y"] if op == "rmsnorm" else tuple(mine.values())  # check below compares
+
+            def out_call(entry: Any = entry, vals: list[Any] = vals, into: Any = into) -> Any:
+                return entry(*vals, out=into)
+
             def disp_call(disp: Any = disp, vals: list[Any] = vals) -> Any:
                 return disp(*vals)
 
@@ -214,6 +223,7 @@ def main() -> None:
             nt.reset_stats()
             with nt.strict():
                 got = op_call()
+                entry(*vals, out=mine_out)
             raw_call()
             torch.cuda.synchronize()
             got = got if isinstance(got, tuple) else (got,)
@@ -221,8 +231,10 @@ def main() -> None:
                 torch.equal(bytes_of(torch, a), bytes_of(torch, outs[n]))
                 for a, n in zip(got, specs, strict=True)
             )
-            checks.append({"contract": key, "rows": rows, "tactic": kernel.tactic, "op_equals_raw": same})
-            if not same:
+            same_out = all(torch.equal(bytes_of(torch, mine[n]), bytes_of(torch, outs[n])) for n in specs)
+            checks.append({"contract": key, "rows": rows, "tactic": kernel.tactic, "op_equals_raw": same,
+                           "op_out_equals_raw": same_out})  # fmt: skip
+            if not (same and same_out):
                 sys.exit(
                     f"bench_torch_ops: {key} at {rows} rows: the op's output differs from the raw launch"
                 )
@@ -230,10 +242,11 @@ def main() -> None:
             calls = max(20, args.calls if small else args.calls // 10)
             per_graph = args.graph_calls if small else max(2, args.graph_calls // 4)
             replays = args.replays if small else max(5, args.replays // 5)
-            eager = {"op": op_call, "op.disp": disp_call, "raw": raw_call, "raw+alloc": raw_alloc_call,
+            eager = {"op": op_call, "op.out": out_call, "op.disp": disp_call, "raw": raw_call, "raw+alloc": raw_alloc_call,
                      "floor": floor_call, "torch": torch_call, "compile": compile_call}  # fmt: skip
             graphed = {
                 "op": op_call,
+                "op.out": out_call,
                 "raw": raw_call,
                 "floor": floor_call,
                 "torch": torch_call,
@@ -280,32 +293,38 @@ def main() -> None:
             float("nan"),
         )
 
-    cols = ["op", "op.disp", "raw", "raw+alloc", "floor", "torch", "compile"]
-    gcols = ["op", "raw", "floor", "torch", "compile"]
+    cols = ["op", "op.out", "op.disp", "raw", "raw+alloc", "floor", "torch", "compile"]
+    gcols = ["op", "op.out", "raw", "floor", "torch", "compile"]
     print()
     print("eager: host wall time per call (us), N calls then one synchronize")
     print("graph: device time per call (us), from CUDA-graph replays")
     print(f"{'contract':44s} {'rows':>5s} {'tactic':>7s} | eager " + " ".join(f"{c:>9s}" for c in cols)
-          + " | graph " + " ".join(f"{c:>8s}" for c in gcols) + f" | {'ovh eager':>9s} {'ovh graph':>9s}")  # fmt: skip
+          + " | graph " + " ".join(f"{c:>8s}" for c in gcols) + f" | {'out-raw':>9s} {'graph':>9s}")  # fmt: skip
     overhead = []
     for key in args.contracts:
         for rows in args.rows:
             tactic = next(r["tactic"] for r in results if r["contract"] == key and r["rows"] == rows)
             e = {c: med(key, rows, "eager", c) for c in cols}
             g = {c: med(key, rows, "graph", c) for c in gcols}
-            oe, og = e["op"] - e["raw"], g["op"] - g["raw"]
+            oe, og = e["op.out"] - e["raw"], g["op"] - g["raw"]
             overhead.append({
-                "contract": key, "rows": rows, "eager_op_minus_raw_us": oe, "graph_op_minus_raw_us": og,
+                "contract": key, "rows": rows, "eager_op_out_minus_raw_us": oe, "graph_op_minus_raw_us": og,
+                "eager_op_minus_raw_us": e["op"] - e["raw"], "graph_op_out_minus_raw_us": g["op.out"] - g["raw"],
                 "eager_op_minus_raw_alloc_us": e["op"] - e["raw+alloc"], "eager_op_minus_floor_us": e["op"] - e["floor"],
             })  # fmt: skip
             print(f"{key:44s} {rows:5d} {tactic:>7s} |       " + " ".join(f"{e[c]:9.2f}" for c in cols)
                   + " |       " + " ".join(f"{g[c]:8.2f}" for c in gcols) + f" | {oe:+9.2f} {og:+9.2f}")  # fmt: skip
-    eager_ok = all(o["eager_op_minus_raw_us"] <= 1.0 for o in overhead)
-    worst_graph = max(abs(o["graph_op_minus_raw_us"]) for o in overhead)
+    eager_ok = all(o["eager_op_out_minus_raw_us"] <= 1.0 for o in overhead)
+    worst_graph = max(
+        max(abs(o["graph_op_minus_raw_us"]), abs(o["graph_op_out_minus_raw_us"])) for o in overhead
+    )
     print()
-    print(f"target eager overhead <= 1 us per call: {'met' if eager_ok else 'NOT met'} "
-          f"(worst {max(o['eager_op_minus_raw_us'] for o in overhead):+.2f} us)")  # fmt: skip
-    print(f"graph overhead (op - raw, device time): worst |difference| {worst_graph:.3f} us per call")
+    print(f"target eager overhead (op.out - raw) <= 1 us per call: {'met' if eager_ok else 'NOT met'} "
+          f"(worst {max(o['eager_op_out_minus_raw_us'] for o in overhead):+.2f} us); functional op - raw: worst "
+          f"{max(o['eager_op_minus_raw_us'] for o in overhead):+.2f} us")  # fmt: skip
+    print(
+        f"graph overhead (op and op.out - raw, device time): worst |difference| {worst_graph:.3f} us per call"
+    )
     print(
         "eager op - raw+alloc (same work as a functional op): worst "
         f"{max(o['eager_op_minus_raw_alloc_us'] for o in overhead):+.2f} us; op - floor: worst "

@@ -95,6 +95,27 @@ def run_ops(op: str, params: dict[str, int], case: Any) -> tuple[dict[str, torch
     return {"ids": ids, "weights": w}, {"logits": logits}
 
 
+def out_ops(
+    op: str, params: dict[str, int], like: dict[str, torch.Tensor], inputs: dict[str, Any]
+) -> dict[str, torch.Tensor]:
+    """The same call with out= into fresh buffers filled with a pattern the kernel must overwrite."""
+    import netra.torch as nt
+
+    outs = {name: torch.empty_like(t) for name, t in like.items()}
+    for t in outs.values():
+        t.view(torch.uint8).fill_(0x5A)
+    pair = tuple(outs.values())
+    if op == "rmsnorm":
+        got = (nt.rmsnorm(inputs["x"], inputs["w"], inputs["eps"], params["weight_offset"], out=pair[0]),)
+    elif op == "moe_topk_softmax":
+        got = nt.moe_topk_softmax(inputs["logits"], params["topk"], out=pair)
+    else:
+        fn = nt.fp8_group_quant if op == "fp8_group_quant" else nt.silu_mul_fp8_quant
+        got = fn(inputs["x"], params["group"], out=pair)
+    assert all(a is b for a, b in zip(got, pair, strict=True))
+    return outs
+
+
 def raw_launch(
     kernel: Any, rows: int, like: dict[str, torch.Tensor], inputs: dict[str, Any]
 ) -> dict[str, torch.Tensor]:
@@ -177,11 +198,15 @@ def test_every_certified_contract_through_the_op_matches_the_reference_and_the_r
         kernel = nt.kernel_for(key, case.rows, DEV)
         tactics.add(kernel.tactic)
         raw = raw_launch(kernel, case.rows, outs, inputs)
+        into = out_ops(op, params, outs, inputs)
         torch.cuda.synchronize()
         got = {n: host(t) for n, t in outs.items()}
         for n, t in raw.items():
             assert np.array_equal(host(t).view(np.uint8), got[n].view(np.uint8)), (
                 f"{key} {case.name}: {n} differs from the raw launch"
+            )
+            assert np.array_equal(host(into[n]).view(np.uint8), got[n].view(np.uint8)), (
+                f"{key} {case.name}: {n} written through out= differs from the op's own output"
             )
         exp = cf.expected(op, params, case, workers=WORKERS)
         v = cf.judge(op, params, case, got, exp)
@@ -190,7 +215,7 @@ def test_every_certified_contract_through_the_op_matches_the_reference_and_the_r
             f"{key} {case.name} rows={case.rows} {kernel.tactic}: max_rel_deviation {v.max_rel_deviation:.3g} <= {v.tolerance:.3g}"
         )
     st = nt.stats()
-    assert st == {key: {"certified": len(cases)}}, st
+    assert st == {key: {"certified": 2 * len(cases)}}, st  # the functional call and the out= call
     print(f"{key}: tactics used {sorted(tactics)}")
 
 
@@ -248,6 +273,58 @@ def test_a_cuda_graph_of_all_four_ops_replays_with_the_same_results(rows: int) -
         assert _bytes_equal(outs, want), f"rows={rows}, seed {seed}: the replay differs from eager"
     st = nt.stats()
     assert all(set(v) == {"certified"} for v in st.values()), st
+
+
+def _four_into(t: dict[str, torch.Tensor], o: list[torch.Tensor]) -> None:
+    import netra.torch as nt
+
+    nt.rmsnorm(t["x"], t["w"], 1e-5, out=o[0])
+    nt.fp8_group_quant(o[0], out=(o[1], o[2]))
+    nt.silu_mul_fp8_quant(t["gu"], out=(o[3], o[4]))
+    nt.moe_topk_softmax(t["logits"], 8, out=(o[5], o[6]))
+
+
+@pytest.mark.parametrize("rows", [1, 16, 8192])
+def test_a_cuda_graph_of_the_four_out_ops_writes_the_static_buffers(rows: int) -> None:
+    import netra.torch as nt
+
+    static = _inputs(4, rows)
+    bufs = [torch.empty_like(t) for t in _four(static)]  # the caller's buffers, allocated once
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        _four_into(static, bufs)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with nt.strict(), torch.cuda.graph(graph):
+        _four_into(static, bufs)
+    for seed in (5, 6):
+        fresh = _inputs(seed, rows)
+        for name, t in fresh.items():
+            static[name].copy_(t)
+        for b in bufs:
+            b.view(torch.uint8).fill_(0x5A)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert _bytes_equal(bufs, _four(fresh)), f"rows={rows}, seed {seed}: the replay differs from eager"
+    st = nt.stats()
+    assert all(set(v) == {"certified"} for v in st.values()), st
+
+
+def test_torch_compile_with_out_ops_writes_the_buffers_like_eager() -> None:
+    import netra.torch as nt
+
+    torch._dynamo.reset()
+    t = _inputs(8, 16)
+    want = _four(t)
+    bufs = [torch.empty_like(b) for b in want]
+    nt.reset_stats()
+    with nt.strict():
+        torch.compile(_four_into, dynamic=False, fullgraph=True)(t, bufs)
+    torch.cuda.synchronize()
+    assert _bytes_equal(bufs, want)
+    st = nt.stats()
+    assert all(set(v) == {"certified"} for v in st.values()) and len(st) == 4, st
 
 
 # -- torch.compile ---------------------------------------------------------------------------------------------

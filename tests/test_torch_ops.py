@@ -851,3 +851,221 @@ def test_set_policy() -> None:
         nt.set_policy("rejected")
     assert nt.set_policy("verified") == "accepted" and nt.policy() == "verified"
     assert nt.set_policy("accepted") == "verified"
+
+
+# -- out=: caller-owned outputs ----------------------------------------------------------------------------------
+
+
+def _outs_like(results: Any) -> tuple[torch.Tensor, ...]:
+    results = results if isinstance(results, tuple) else (results,)
+    return tuple(
+        torch.full_like(r, 7) if r.dtype != torch.float8_e4m3fn else torch.empty_like(r) for r in results
+    )
+
+
+OUT_CALLS = [
+    ("rmsnorm", lambda x, w, out=None: nt.rmsnorm(x, w, 1e-6, 1, out=out), (3, 2, 512)),
+    ("fp8_group_quant", lambda x, w, out=None: nt.fp8_group_quant(x, out=out), (5, 512)),
+    ("silu_mul_fp8_quant", lambda x, w, out=None: nt.silu_mul_fp8_quant(x, out=out), (5, 512)),
+    ("moe_topk_softmax", lambda x, w, out=None: nt.moe_topk_softmax(x, 8, out=out), (4, 3, 512)),
+]
+
+
+@pytest.mark.parametrize(("op", "call", "shape"), OUT_CALLS, ids=[c[0] for c in OUT_CALLS])
+def test_out_writes_the_callers_tensors_with_the_functional_results(op: str, call: Any, shape: tuple) -> None:
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(shape, generator=g).bfloat16()
+    w = torch.randn(512, generator=g).bfloat16()
+    want = call(x, w)
+    want = want if isinstance(want, tuple) else (want,)
+    outs = _outs_like(want)
+    got = call(x, w, outs[0] if op == "rmsnorm" else outs)
+    got = got if isinstance(got, tuple) else (got,)
+    assert all(a is b for a, b in zip(got, outs, strict=True))  # the caller's tensors, returned
+    assert all(_same(a, b) for a, b in zip(outs, want, strict=True))
+    # through the out= operators (what compiled code calls), written afresh
+    fresh = _outs_like(want)
+    if op == "rmsnorm":
+        torch.ops.netra.rmsnorm_out(fresh[0], x, w, 1e-6, 1)
+    elif op == "moe_topk_softmax":
+        torch.ops.netra.moe_topk_softmax_out(*fresh, x, 8)
+    else:
+        getattr(torch.ops.netra, f"{op}_out")(*fresh, x, 128)
+    assert all(_same(a, b) for a, b in zip(fresh, want, strict=True))
+    assert list(nt.stats().values()) == [{"device": 3}]  # one contract, three composite runs
+
+
+def test_out_into_strided_outputs_runs_the_composite_and_writes_them(
+    as_cuda: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rec = Recorder()
+    monkeypatch.setattr(
+        dispatch, "kernels", lambda index, key, op: dispatch.Served(((dispatch._ALL_ROWS, None),), (rec,))
+    )
+    x, w = torch.randn(4, 256).bfloat16(), torch.randn(256).bfloat16()
+    strided = torch.empty(256, 4, dtype=torch.bfloat16).t()
+    base = torch.empty(4 * 256 + 8, dtype=torch.bfloat16)
+    misaligned = base[1 : 1 + 4 * 256].view(4, 256)
+    assert nt.rmsnorm(x, w, 1e-6, out=strided) is strided
+    assert torch.equal(strided, composite.rmsnorm(x, w, composite.f32(1e-6), 0))
+    nt.rmsnorm(x, w, 1e-6, out=misaligned)
+    assert torch.equal(misaligned, strided)
+    q, s = torch.empty(4, 256, dtype=torch.float8_e4m3fn), torch.empty(2, 4).t()  # scales strided
+    nt.fp8_group_quant(x, out=(q, s))
+    want_q, want_s = composite.fp8_group_quant(x, 128)
+    assert _same(q, want_q) and torch.equal(s, want_s)
+    assert rec.calls == []
+    key = "rmsnorm(hidden=256,weight_offset=0)"
+    assert nt.stats() == {
+        key: {"layout": 1, "alignment": 1},
+        "fp8_group_quant(hidden=256,group=128)": {"layout": 1},
+    }
+    assert nt.fallback_reasons()[key]["layout"] == [
+        "y is not row-major contiguous; the kernel reads contiguous rows (call .contiguous() to use it)"
+    ]
+    assert nt.fallback_reasons()["fp8_group_quant(hidden=256,group=128)"]["layout"][0].startswith("scales ")
+    with nt.strict(), pytest.raises(StrictModeError, match="alignment"):
+        nt.rmsnorm(x, w, 1e-6, out=misaligned)
+
+
+def test_out_on_the_hot_path_launches_into_the_callers_buffers(
+    as_cuda: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rec = Recorder()
+    monkeypatch.setattr(
+        dispatch, "kernels", lambda index, key, op: dispatch.Served(((dispatch._ALL_ROWS, None),), (rec,))
+    )
+    x, w = torch.randn(2, 3, 2048).bfloat16(), torch.randn(2048).bfloat16()
+    y = torch.empty_like(x)
+    assert nt.rmsnorm(x, w, 1e-5, out=y) is y
+    assert rec.calls == [(6, y.data_ptr(), x.data_ptr(), w.data_ptr(), 6, 1e-5)]
+    q, s = torch.empty(2, 3, 1024, dtype=torch.float8_e4m3fn), torch.empty(2, 3, 8)
+    assert nt.silu_mul_fp8_quant(x, out=[q, s]) == (q, s)  # a list is accepted, a tuple returned
+    assert rec.calls[-1] == (6, q.data_ptr(), s.data_ptr(), x.data_ptr(), 6)
+    logits = x[..., :128].contiguous()
+    ids, wts = torch.empty(2, 3, 8, dtype=torch.int32), torch.empty(2, 3, 8)
+    nt.moe_topk_softmax(logits, 8, out=(ids, wts))
+    assert rec.calls[-1] == (6, ids.data_ptr(), wts.data_ptr(), logits.data_ptr(), 6)
+    torch.ops.netra.fp8_group_quant_out(
+        torch.empty(2, 3, 2048, dtype=torch.float8_e4m3fn), torch.empty(2, 3, 16), x
+    )
+    assert len(rec.calls) == 4
+    assert nt.stats() == {
+        "rmsnorm(hidden=2048,weight_offset=0)": {"certified": 1},
+        "silu_mul_fp8_quant(inter=1024,group=128)": {"certified": 1},
+        "moe_topk_softmax(experts=128,topk=8)": {"certified": 1},
+        "fp8_group_quant(hidden=2048,group=128)": {"certified": 1},
+    }
+    # an output overlapping an input is refused before anything is launched, on the hot path too
+    with pytest.raises(ContractError, match="out y shares memory with x"):
+        nt.rmsnorm(x, w, 1e-5, out=x)
+    both = torch.empty(2, 3, 16, dtype=torch.float32)
+    with pytest.raises(ContractError, match="out ids shares memory with out weights"):
+        nt.moe_topk_softmax(logits, 8, out=(both[..., :8].view(torch.int32), both[..., :8]))
+    assert len(rec.calls) == 4
+
+
+_Y = torch.empty(4, 256, dtype=torch.bfloat16)
+BAD_OUT = [
+    (
+        "shape",
+        lambda: nt.rmsnorm(_X, _W, 1e-6, out=_Y[:3]),
+        r"out y is torch.bfloat16 \[3, 256\], but the call writes torch.bfloat16 \[4, 256\]",
+    ),
+    ("dtype", lambda: nt.rmsnorm(_X, _W, 1e-6, out=_Y.float()), r"out y is torch.float32 \[4, 256\]"),
+    ("device", lambda: nt.rmsnorm(_X, _W, 1e-6, out=_Y.to("meta")), "out y is on meta but the input on cpu"),
+    ("not a tensor", lambda: nt.rmsnorm(_X, _W, 1e-6, out=[0.0]), "out y must be a torch.Tensor, got list"),
+    ("not a pair", lambda: nt.fp8_group_quant(_X, out=_Y), r"out must be a pair of tensors \(q, scales\)"),
+    (
+        "pair of 3",
+        lambda: nt.moe_topk_softmax(_X, 8, out=(_Y, _Y, _Y)),
+        r"out must be a pair of tensors \(ids, weights\)",
+    ),
+    (
+        "scales shape",
+        lambda: nt.fp8_group_quant(
+            _X, out=(torch.empty(4, 256, dtype=torch.float8_e4m3fn), torch.empty(4, 3))
+        ),
+        r"out scales is torch.float32 \[4, 3\], but the call writes torch.float32 \[4, 2\]",
+    ),
+    (
+        "ids dtype",
+        lambda: nt.moe_topk_softmax(_X, 8, out=(torch.empty(4, 8), torch.empty(4, 8))),
+        "out ids is torch.float32",
+    ),
+    ("in place", lambda: nt.rmsnorm(_X, _W, 1e-6, out=_X), "out y shares memory with x"),
+    ("into w", lambda: nt.rmsnorm(_X[:1], _W, 1e-6, out=_W.view(1, 256)), "out y shares memory with w"),
+    ("op overlap", lambda: torch.ops.netra.rmsnorm_out(_X, _X, _W, 1e-6), "out y shares memory with x"),
+    (
+        "op shape",
+        lambda: torch.ops.netra.moe_topk_softmax_out(
+            torch.empty(4, 7, dtype=torch.int32), torch.empty(4, 8), _X, 8
+        ),
+        r"out ids is torch.int32 \[4, 7\]",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fn", "match"), [(f, m) for _, f, m in BAD_OUT], ids=[n for n, _, _ in BAD_OUT])
+def test_bad_outputs_get_one_line_contract_errors(fn: Any, match: str) -> None:
+    before = _X.clone()
+    with pytest.raises(ContractError, match=match) as e:
+        fn()
+    assert "\n" not in str(e.value) and str(e.value).startswith("netra.torch.") and "hint:" in str(e.value)
+    assert nt.stats() == {} and torch.equal(_X, before)  # nothing ran, nothing was written
+
+
+def test_out_operators_fake_and_compile_and_opcheck() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.empty(3, 512, dtype=torch.bfloat16)
+        q, s = torch.empty(3, 512, dtype=torch.float8_e4m3fn), torch.empty(3, 4)
+        assert nt.fp8_group_quant(x, out=(q, s)) == (q, s)
+        with pytest.raises(ContractError, match=r"out scales is torch.float32 \[3, 5\]"):
+            nt.fp8_group_quant(x, out=(q, torch.empty(3, 5)))
+    assert nt.stats() == {}
+
+    def block(
+        x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, q: torch.Tensor, s: torch.Tensor
+    ) -> torch.Tensor:
+        nt.rmsnorm(x, w, 1e-6, out=y)
+        nt.fp8_group_quant(y, out=(q, s))
+        return s.sum()
+
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(9)
+    x, w = torch.randn(6, 512, generator=g).bfloat16(), torch.randn(512, generator=g).bfloat16()
+    bufs = [
+        torch.empty(6, 512, dtype=torch.bfloat16),
+        torch.empty(6, 512, dtype=torch.float8_e4m3fn),
+        torch.empty(6, 4),
+    ]
+    cbufs = [torch.empty_like(b) for b in bufs]
+    total = block(x, w, *bufs)
+    ctotal = torch.compile(block, backend="aot_eager", fullgraph=True)(x, w, *cbufs)
+    assert torch.equal(total, ctotal) and all(_same(a, b) for a, b in zip(bufs, cbufs, strict=True))
+    y = torch.empty(4, 512, dtype=torch.bfloat16)
+    xs = torch.randn(4, 512).bfloat16()
+    cases = {
+        "rmsnorm_out": (y, xs, torch.randn(512).bfloat16(), 1e-6, 0),
+        "fp8_group_quant_out": (torch.empty(4, 512, dtype=torch.float8_e4m3fn), torch.empty(4, 4), xs, 128),
+        "silu_mul_fp8_quant_out": (
+            torch.empty(4, 256, dtype=torch.float8_e4m3fn),
+            torch.empty(4, 2),
+            xs,
+            128,
+        ),
+        "moe_topk_softmax_out": (torch.empty(4, 8, dtype=torch.int32), torch.empty(4, 8), xs, 8),
+    }
+    every = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+    for name, args in cases.items():
+        # test_schema compares the mutated outputs with arithmetic that CPU torch lacks for float8: for
+        # the quantizers it is left out, and their mutations are checked from the schema itself
+        fp8 = any(isinstance(a, torch.Tensor) and a.dtype == torch.float8_e4m3fn for a in args)
+        op = getattr(torch.ops.netra, name).default
+        result = torch.library.opcheck(op, args, test_utils=every[1:] if fp8 else every)
+        assert set(result.values()) == {"SUCCESS"}, (name, result)
+        mutated = [a.name for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+        assert mutated == [a.name for a in op._schema.arguments][: 1 if name == "rmsnorm_out" else 2]
+        assert not op._schema.returns

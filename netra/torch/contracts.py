@@ -126,3 +126,86 @@ def moe_topk_softmax(logits: Any, topk: Any) -> Shape:
         raise _fail(op, f"topk = {k} exceeds the {e} experts", "pass topk between 1 and logits.shape[-1]")
     lead = tuple(logits.shape[:-1])
     return Shape(op, {"experts": e, "topk": k}, e, ((*lead, k), (*lead, k)))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Caller-owned outputs (out=)
+
+OUT_NAMES = {
+    "rmsnorm": ("y",),
+    "fp8_group_quant": ("q", "scales"),
+    "silu_mul_fp8_quant": ("q", "scales"),
+    "moe_topk_softmax": ("ids", "weights"),
+}
+
+
+def out_dtypes(op: str, first: torch.Tensor) -> tuple[torch.dtype, ...]:
+    """The dtypes a call's outputs have (rmsnorm's follows its input, the others are fixed)."""
+    if op == "rmsnorm":
+        return (first.dtype,)
+    if op == "moe_topk_softmax":
+        return (torch.int32, torch.float32)
+    return (torch.float8_e4m3fn, torch.float32)
+
+
+def as_outs(op: str, out: Any) -> tuple[Any, ...]:
+    """`out=` as a tuple of tensors: one tensor for rmsnorm, a pair for the other three families."""
+    names = OUT_NAMES[op]
+    if len(names) == 1:
+        return (out,)
+    if isinstance(out, (tuple, list)) and len(out) == len(names):
+        return tuple(out)
+    raise _fail(
+        op,
+        f"out must be a pair of tensors ({', '.join(names)}), got {type(out).__name__}",
+        f"pass out=({', '.join(names)})",
+    )
+
+
+def outputs(op: str, s: Shape, first: torch.Tensor, outs: tuple[Any, ...]) -> None:
+    """Caller-owned outputs must be exactly what the op would return: tensors of the output shapes and
+    dtypes, on the input's device. Layout is not checked here: a strided or misaligned output is a
+    fallback (the composite writes into it), not an error."""
+    dtypes = out_dtypes(op, first)
+    for name, t, shape, dtype in zip(OUT_NAMES[op], outs, s.out, dtypes, strict=True):
+        if not isinstance(t, torch.Tensor):
+            raise _fail(
+                op, f"out {name} must be a torch.Tensor, got {type(t).__name__}", f"pass {name} as a tensor"
+            )
+        if tuple(t.shape) != tuple(shape) or t.dtype != dtype:
+            raise _fail(
+                op,
+                f"out {name} is {t.dtype} {list(t.shape)}, but the call writes {dtype} {list(shape)}",
+                f"allocate {name} as torch.empty({list(shape)}, dtype={dtype})",
+            )
+        if t.device != first.device:
+            raise _fail(
+                op,
+                f"out {name} is on {t.device} but the input on {first.device}",
+                "put both on the same device",
+            )
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes a tensor's elements can reach (strides are never negative in torch)."""
+    lo = t.data_ptr()
+    if t.numel() == 0:
+        return lo, lo
+    reach = sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True)) + 1
+    return lo, lo + reach * t.element_size()
+
+
+def disjoint(op: str, outs: tuple[torch.Tensor, ...], ins: tuple[tuple[str, torch.Tensor], ...]) -> None:
+    """No output may share memory with an input or with another output: the kernels read their inputs
+    while they write, and in-place calls are not a certified contract (torch refuses them alike)."""
+    names = OUT_NAMES[op]
+    spans = [(f"out {n}", _span(t)) for n, t in zip(names, outs, strict=True)]
+    others = spans[1:] + [(n, _span(t)) for n, t in ins]
+    for i, (na, (alo, ahi)) in enumerate(spans):
+        for nb, (blo, bhi) in others[i:]:
+            if alo < bhi and blo < ahi:
+                raise _fail(
+                    op,
+                    f"{na} shares memory with {nb}",
+                    "pass outputs that overlap no input and no other output (in-place is not supported)",
+                )

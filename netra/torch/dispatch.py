@@ -2,8 +2,9 @@
 
 Per call (the hot path), each op looks its *plan* up in a dict keyed by what decides the contract and
 the route (dtypes, devices, the row length, the contract's integer parameters); then, on a plan that
-has kernels, it checks contiguity and 16-byte alignment of the inputs, allocates the outputs, and
-launches the kernel chosen for the row count by an integer compare. Nothing on that path opens a
+has kernels, it checks contiguity and 16-byte alignment of the inputs, allocates the outputs (or, with
+out=, checks the caller's: dtype, shape, device, layout, no overlap), and launches the kernel chosen
+for the row count by an integer compare. Nothing on that path opens a
 catalog, parses a key, hashes, reads a file or loads a module: all of that happens once, when the
 plan is made (the first call of a contract on a device, or netra.torch.prepare()).
 
@@ -366,7 +367,13 @@ _LAYOUT = "{} is not row-major contiguous; the kernel reads contiguous rows (cal
 _ALIGNED = "{} does not start on a 16-byte boundary; the kernel reads its rows with 16-byte loads"
 
 
-def _layout_route(p: Plan, tensors: tuple[tuple[str, torch.Tensor], ...]) -> Route:
+def _layout_route(
+    p: Plan, ins: tuple[tuple[str, torch.Tensor], ...], outs: tuple[torch.Tensor, ...] | None = None
+) -> Route:
+    """Why a planned kernel cannot take this call: the first input, then output, not contiguous or
+    not 16-byte aligned (outputs are written with 16-byte stores too)."""
+    op = p.contract.split("(", 1)[0]
+    tensors = ins + (() if outs is None else tuple(zip(contracts.OUT_NAMES[op], outs, strict=True)))
     for name, t in tensors:
         if not t.is_contiguous():
             return route(p.contract, "layout", _LAYOUT.format(name))
@@ -374,6 +381,54 @@ def _layout_route(p: Plan, tensors: tuple[tuple[str, torch.Tensor], ...]) -> Rou
         if t.data_ptr() % ALIGN:
             return route(p.contract, "alignment", _ALIGNED.format(name))
     raise AssertionError("internal: a layout fallback without a reason")  # pragma: no cover
+
+
+def _into(
+    a: Any,
+    da: torch.dtype,
+    sa: tuple[int, ...],
+    b: Any,
+    db: torch.dtype,
+    sb: tuple[int, ...],
+    x: Any,
+    xp: int,
+) -> tuple[int, int]:
+    """The data pointers of a caller's pair of outputs that the kernel can write as they are (dtypes
+    da, db, shapes sa, sb, on x's device, contiguous, 16-byte aligned), else (-1, -1): the slow path
+    then says why; (-2, -2) when they overlap x or each other (the caller raises, naming them). One
+    call with the checks inline: this is the hot path of out=."""
+    if (
+        isinstance(a, _Tensor)
+        and isinstance(b, _Tensor)
+        and a.dtype is da
+        and b.dtype is db
+        and a.is_contiguous()
+        and b.is_contiguous()
+        and a.shape == sa
+        and b.shape == sb
+    ):
+        dev = x.get_device()
+        if a.get_device() == dev and b.get_device() == dev:
+            ap, bp = a.data_ptr(), b.data_ptr()
+            if not (ap | bp) & 15:
+                ae, be, xe = ap + a.nbytes, bp + b.nbytes, xp + x.nbytes
+                if (ap < xe and xp < ae) or (bp < xe and xp < be) or (ap < be and bp < ae):
+                    return -2, -2
+                return ap, bp
+    return -1, -1
+
+
+def _pair(op: str, out: Any) -> tuple[Any, Any]:
+    if type(out) is tuple and len(out) == 2:
+        return out
+    return contracts.as_outs(op, out)  # type: ignore[return-value]  # from a list, or the ContractError
+
+
+def _check_outs(
+    op: str, s: contracts.Shape, first: torch.Tensor, outs: tuple[Any, ...], ins: tuple[tuple[str, Any], ...]
+) -> None:
+    contracts.outputs(op, s, first, outs)
+    contracts.disjoint(op, outs, ins)
 
 
 def _eps(eps: Any) -> float:
@@ -393,6 +448,7 @@ _silu: dict[Any, Plan] = {}
 _moe: dict[Any, Plan] = {}
 _TABLES = (_rms, _quant, _silu, _moe, _kernels)
 _MISS = (KeyError, IndexError, TypeError, AttributeError)
+_Tensor = torch.Tensor
 
 
 def _remember(table: dict[Any, Plan], key: Any, make: Callable[[], Plan]) -> Plan:
@@ -403,7 +459,9 @@ def _remember(table: dict[Any, Plan], key: Any, make: Callable[[], Plan]) -> Pla
     return p
 
 
-def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0) -> torch.Tensor:
+def rmsnorm(
+    x: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0, out: torch.Tensor | None = None
+) -> torch.Tensor:
     try:
         if type(weight_offset) is not int:
             raise TypeError
@@ -424,41 +482,71 @@ def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0
         if x.is_contiguous() and w.is_contiguous():
             xp, wp = x.data_ptr(), w.data_ptr()
             if not (xp | wp) & 15:
-                y = x.new_empty(shape)
-                rows = x.numel() // p.width
-                if rows:
-                    launch(rows, y.data_ptr(), xp, wp, rows, eps)
-                p.count += 1
-                return y
-        rt = _layout_route(p, (("x", x), ("w", w)))
+                if out is None:
+                    y = x.new_empty(shape)
+                    yp = y.data_ptr()
+                else:
+                    y, yp = out, -1
+                    if (
+                        isinstance(out, _Tensor)
+                        and out.dtype is BF16
+                        and out.is_contiguous()
+                        and out.shape == shape
+                        and out.get_device() == x.get_device()
+                    ):
+                        yp = out.data_ptr()
+                        ye = yp + out.nbytes
+                        if (yp < xp + x.nbytes and xp < ye) or (yp < wp + w.nbytes and wp < ye):
+                            contracts.disjoint("rmsnorm", (out,), (("x", x), ("w", w)))
+                        if yp & 15:
+                            yp = -1
+                if yp >= 0:
+                    rows = x.numel() // p.width
+                    if rows:
+                        launch(rows, yp, xp, wp, rows, eps)
+                    p.count += 1
+                    return y
+        rt = None
     else:
         rt = p.route
-    rt.take()
-    return composite.rmsnorm(x, w, composite.f32(eps), weight_offset)
+    ins = (("x", x), ("w", w))
+    if out is not None:
+        _check_outs("rmsnorm", contracts.rmsnorm(x, w, eps, weight_offset), x, (out,), ins)
+    (_layout_route(p, ins, None if out is None else (out,)) if rt is None else rt).take()  # (Route is falsy)
+    y = composite.rmsnorm(x, w, composite.f32(eps), weight_offset)
+    return y if out is None else out.copy_(y)
 
 
-def _quant_op(
+def _pair_op(
     table: dict[Any, Plan],
     op: str,
+    arg: str,
+    dtypes: tuple[torch.dtype, torch.dtype],
     check: Callable[[Any, Any], contracts.Shape],
     run: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]],
+    default: int | None,
 ) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
-    """The eager implementation of one of the two quantizing families (same arguments and outputs)."""
+    """The eager implementation of a family with one tensor `arg`, one integer (the schema's
+    `default` when the dispatcher leaves it out) and two outputs of `dtypes` (the two quantizers:
+    codes and scales; the router: ids and weights)."""
+    da, db = dtypes
 
     def make(s: contracts.Shape, x: torch.Tensor) -> Plan:
-        p = _plan(op, s, (("x", x),))
-        p.extra = s.out[1][-1], s.out[0][-1]  # groups per row, codes per row
+        p = _plan(op, s, ((arg, x),))
+        p.extra = s.out[0][-1], s.out[1][-1]  # each output's row length
         return p
 
-    def impl(x: torch.Tensor, group: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    def impl(
+        x: torch.Tensor, n: Any = default, out: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         try:
-            if type(group) is not int:
+            if type(n) is not int:
                 raise TypeError
             shape = x.shape
-            p = table[(x.dtype, x.device, shape[-1], group)]
+            p = table[(x.dtype, x.device, shape[-1], n)]
         except _MISS:
-            s = check(x, group)
-            p = _remember(table, (x.dtype, x.device, x.shape[-1], group), lambda: make(s, x))
+            s = check(x, n)
+            p = _remember(table, (x.dtype, x.device, x.shape[-1], n), lambda: make(s, x))
             shape = x.shape
         launch = p.launch
         if launch is not None:
@@ -466,62 +554,57 @@ def _quant_op(
                 xp = x.data_ptr()
                 if not xp & 15:
                     lead = shape[:-1]
-                    groups, n = p.extra
-                    q = x.new_empty((*lead, n), dtype=FP8)
-                    sc = x.new_empty((*lead, groups), dtype=F32)
-                    rows = x.numel() // p.width
-                    if rows:
-                        launch(rows, q.data_ptr(), sc.data_ptr(), xp, rows)
-                    p.count += 1
-                    return q, sc
-            rt = _layout_route(p, (("x", x),))
+                    na, nb = p.extra
+                    if out is None:
+                        a = x.new_empty((*lead, na), dtype=da)
+                        b = x.new_empty((*lead, nb), dtype=db)
+                        ap, bp = a.data_ptr(), b.data_ptr()
+                    else:
+                        a, b = out if type(out) is tuple and len(out) == 2 else _pair(op, out)
+                        ap, bp = _into(a, da, (*lead, na), b, db, (*lead, nb), x, xp)
+                        if ap == -2:
+                            contracts.disjoint(op, (a, b), ((arg, x),))
+                    if ap >= 0:
+                        rows = x.numel() // p.width
+                        if rows:
+                            launch(rows, ap, bp, xp, rows)
+                        p.count += 1
+                        return a, b
+            rt = None
         else:
             rt = p.route
-        rt.take()
-        return run(x, group)
+        outs = None if out is None else _pair(op, out)
+        if outs is not None:
+            _check_outs(op, check(x, n), x, outs, ((arg, x),))
+        (_layout_route(p, ((arg, x),), outs) if rt is None else rt).take()
+        a, b = run(x, n)
+        return (a, b) if outs is None else (outs[0].copy_(a), outs[1].copy_(b))
 
     impl.__name__ = impl.__qualname__ = op
     return impl
 
 
-fp8_group_quant = _quant_op(_quant, "fp8_group_quant", contracts.fp8_group_quant, composite.fp8_group_quant)
-silu_mul_fp8_quant = _quant_op(
-    _silu, "silu_mul_fp8_quant", contracts.silu_mul_fp8_quant, composite.silu_mul_fp8_quant
+fp8_group_quant = _pair_op(
+    _quant, "fp8_group_quant", "x", (FP8, F32), contracts.fp8_group_quant, composite.fp8_group_quant, 128
 )
-
-
-def moe_topk_softmax(logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
-    try:
-        if type(topk) is not int:
-            raise TypeError
-        shape = logits.shape
-        p = _moe[(logits.dtype, logits.device, shape[-1], topk)]
-    except _MISS:
-        s = contracts.moe_topk_softmax(logits, topk)
-        p = _remember(
-            _moe,
-            (logits.dtype, logits.device, logits.shape[-1], topk),
-            lambda: _plan("moe_topk_softmax", s, (("logits", logits),)),
-        )
-        shape = logits.shape
-    launch = p.launch
-    if launch is not None:
-        if logits.is_contiguous():
-            lp = logits.data_ptr()
-            if not lp & 15:
-                out = (*shape[:-1], topk)
-                ids = logits.new_empty(out, dtype=I32)
-                wts = logits.new_empty(out, dtype=F32)
-                rows = logits.numel() // p.width
-                if rows:
-                    launch(rows, ids.data_ptr(), wts.data_ptr(), lp, rows)
-                p.count += 1
-                return ids, wts
-        rt = _layout_route(p, (("logits", logits),))
-    else:
-        rt = p.route
-    rt.take()
-    return composite.moe_topk_softmax(logits, topk)
+silu_mul_fp8_quant = _pair_op(
+    _silu,
+    "silu_mul_fp8_quant",
+    "x",
+    (FP8, F32),
+    contracts.silu_mul_fp8_quant,
+    composite.silu_mul_fp8_quant,
+    128,
+)
+moe_topk_softmax = _pair_op(
+    _moe,
+    "moe_topk_softmax",
+    "logits",
+    (I32, F32),
+    contracts.moe_topk_softmax,
+    composite.moe_topk_softmax,
+    None,
+)
 
 
 # ---------------------------------------------------------------------------------------------------

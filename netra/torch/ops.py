@@ -4,6 +4,7 @@
     torch.ops.netra.fp8_group_quant(Tensor x, int group=128) -> (Tensor q, Tensor scales)
     torch.ops.netra.silu_mul_fp8_quant(Tensor x, int group=128) -> (Tensor q, Tensor scales)
     torch.ops.netra.moe_topk_softmax(Tensor logits, int topk) -> (Tensor ids, Tensor weights)
+    torch.ops.netra.<op>_out(<outputs>(a!), <the same arguments>) -> ()   (out= writes caller-owned tensors)
 
 Each is defined in the `netra` namespace with one CompositeExplicitAutograd kernel (netra.torch.dispatch:
 the certified kernel or the composite, on any device) and a fake implementation that checks the call
@@ -25,10 +26,13 @@ development machine, which compiled graphs (inductor calls the operator) would p
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from netra.torch import contracts, dispatch
 
+_Pair = tuple[torch.Tensor, torch.Tensor]
 _lib = torch.library.Library("netra", "DEF")
 _TAGS = (torch.Tag.pt2_compliant_tag,)
 _SCHEMAS = {
@@ -37,9 +41,46 @@ _SCHEMAS = {
     "silu_mul_fp8_quant": "silu_mul_fp8_quant(Tensor x, int group=128) -> (Tensor, Tensor)",
     "moe_topk_softmax": "moe_topk_softmax(Tensor logits, int topk) -> (Tensor, Tensor)",
 }
+_OUT_SCHEMAS = {  # the caller owns the outputs (first, like vLLM's ops); they return nothing, so that
+    # torch.compile functionalizes them (auto_functionalized) and inductor writes the buffers in place
+    "rmsnorm_out": "rmsnorm_out(Tensor(a!) y, Tensor x, Tensor w, float eps, int weight_offset=0) -> ()",
+    "fp8_group_quant_out": "fp8_group_quant_out(Tensor(a!) q, Tensor(b!) scales, Tensor x, int group=128) -> ()",
+    "silu_mul_fp8_quant_out": (
+        "silu_mul_fp8_quant_out(Tensor(a!) q, Tensor(b!) scales, Tensor x, int group=128) -> ()"
+    ),
+    "moe_topk_softmax_out": (
+        "moe_topk_softmax_out(Tensor(a!) ids, Tensor(b!) weights, Tensor logits, int topk) -> ()"
+    ),
+}
+
+
+def _rmsnorm_out_impl(
+    y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0
+) -> None:
+    dispatch.rmsnorm(x, w, eps, weight_offset, y)
+
+
+def _pair_out_impl(name: str) -> Any:
+    impl = getattr(dispatch, name)
+
+    def run(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, n: int = 128) -> None:
+        impl(x, n, (a, b))
+
+    return run
+
+
+_OUT_IMPLS = {
+    "rmsnorm_out": _rmsnorm_out_impl,
+    "fp8_group_quant_out": _pair_out_impl("fp8_group_quant"),
+    "silu_mul_fp8_quant_out": _pair_out_impl("silu_mul_fp8_quant"),
+    "moe_topk_softmax_out": _pair_out_impl("moe_topk_softmax"),
+}
 for _name, _schema in _SCHEMAS.items():
     _lib.define(_schema, tags=_TAGS)
     _lib.impl(_name, getattr(dispatch, _name), "CompositeExplicitAutograd")
+for _name, _schema in _OUT_SCHEMAS.items():
+    _lib.define(_schema, tags=_TAGS)
+    _lib.impl(_name, _OUT_IMPLS[_name], "CompositeExplicitAutograd")
 
 _register_fake = getattr(torch.library, "register_fake", None) or torch.library.impl_abstract
 
@@ -70,6 +111,32 @@ def _moe_topk_softmax_fake(logits: torch.Tensor, topk: int) -> tuple[torch.Tenso
     return logits.new_empty(s.out[0], dtype=torch.int32), logits.new_empty(s.out[1], dtype=torch.float32)
 
 
+def _outs_fake(op: str, s: contracts.Shape, first: torch.Tensor, outs: tuple[torch.Tensor, ...]) -> None:
+    contracts.outputs(op, s, first, outs)  # (overlap needs data pointers: checked when it runs)
+
+
+@_register_fake("netra::rmsnorm_out", lib=_lib)
+def _rmsnorm_out_fake(
+    y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0
+) -> None:
+    _outs_fake("rmsnorm", contracts.rmsnorm(x, w, eps, weight_offset), x, (y,))
+
+
+@_register_fake("netra::fp8_group_quant_out", lib=_lib)
+def _fp8_group_quant_out_fake(q: torch.Tensor, s: torch.Tensor, x: torch.Tensor, group: int = 128) -> None:
+    _outs_fake("fp8_group_quant", contracts.fp8_group_quant(x, group), x, (q, s))
+
+
+@_register_fake("netra::silu_mul_fp8_quant_out", lib=_lib)
+def _silu_mul_fp8_quant_out_fake(q: torch.Tensor, s: torch.Tensor, x: torch.Tensor, group: int = 128) -> None:
+    _outs_fake("silu_mul_fp8_quant", contracts.silu_mul_fp8_quant(x, group), x, (q, s))
+
+
+@_register_fake("netra::moe_topk_softmax_out", lib=_lib)
+def _moe_topk_softmax_out_fake(ids: torch.Tensor, w: torch.Tensor, logits: torch.Tensor, topk: int) -> None:
+    _outs_fake("moe_topk_softmax", contracts.moe_topk_softmax(logits, topk), logits, (ids, w))
+
+
 # ---------------------------------------------------------------------------------------------------
 # The Python entry points
 
@@ -77,6 +144,10 @@ _rmsnorm_op = torch.ops.netra.rmsnorm.default
 _fp8_group_quant_op = torch.ops.netra.fp8_group_quant.default
 _silu_mul_fp8_quant_op = torch.ops.netra.silu_mul_fp8_quant.default
 _moe_topk_softmax_op = torch.ops.netra.moe_topk_softmax.default
+_rmsnorm_out_op = torch.ops.netra.rmsnorm_out.default
+_fp8_group_quant_out_op = torch.ops.netra.fp8_group_quant_out.default
+_silu_mul_fp8_quant_out_op = torch.ops.netra.silu_mul_fp8_quant_out.default
+_moe_topk_softmax_out_op = torch.ops.netra.moe_topk_softmax_out.default
 
 _rmsnorm = dispatch.rmsnorm
 _fp8_group_quant = dispatch.fp8_group_quant
@@ -110,17 +181,21 @@ def _eager() -> bool:
     )
 
 
-def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0) -> torch.Tensor:
+def rmsnorm(
+    x: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """y = x * rsqrt(mean(x^2, -1) + eps) * (w + weight_offset), rounded once to x's dtype (bf16).
 
-    x [..., hidden], w [hidden]; weight_offset 1 is Gemma's x * (1 + w). docs/ops/rmsnorm.md."""
+    x [..., hidden], w [hidden]; weight_offset 1 is Gemma's x * (1 + w). With out=y (x's shape and
+    dtype, overlapping neither input) y is written and returned. docs/ops/rmsnorm.md."""
     if (
         _eager()
         and (type(x) is _Tensor or type(x) is _Parameter)
         and (type(w) is _Tensor or type(w) is _Parameter)
         and not ((x.requires_grad or w.requires_grad) and _grad())
+        and (out is None or type(out) is _Tensor)
     ):
-        return _rmsnorm(x, w, eps, weight_offset)
+        return _rmsnorm(x, w, eps, weight_offset, out)
     if (
         not (isinstance(x, _Tensor) and isinstance(w, _Tensor))
         or isinstance(eps, bool)
@@ -128,35 +203,69 @@ def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0
         or type(weight_offset) is not int
     ):
         contracts.rmsnorm(x, w, eps, weight_offset)  # the one-line ContractError, not the dispatcher's
-    return _rmsnorm_op(x, w, eps, weight_offset)
+    if out is None:
+        return _rmsnorm_op(x, w, eps, weight_offset)
+    if not isinstance(out, _Tensor):
+        contracts.outputs("rmsnorm", contracts.rmsnorm(x, w, eps, weight_offset), x, (out,))
+    _rmsnorm_out_op(out, x, w, eps, weight_offset)
+    return out
 
 
-def fp8_group_quant(x: torch.Tensor, group: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+def fp8_group_quant(x: torch.Tensor, group: int = 128, *, out: _Pair | None = None) -> _Pair:
     """(q, scales): FP8 E4M3FN codes [..., hidden] (torch.float8_e4m3fn) and fp32 scales
-    [..., hidden / group], s = max(amax, 1e-10) / 448 per group. docs/ops/fp8_group_quant.md."""
-    if _eager() and type(x) is _Tensor and not (x.requires_grad and _grad()):
-        return _fp8_group_quant(x, group)
+    [..., hidden / group], s = max(amax, 1e-10) / 448 per group; out=(q, scales) writes those.
+    docs/ops/fp8_group_quant.md."""
+    if _eager() and type(x) is _Tensor and not (x.requires_grad and _grad()) and (out is None or _plain(out)):
+        return _fp8_group_quant(x, group, out)
     if not isinstance(x, _Tensor) or type(group) is not int:
         contracts.fp8_group_quant(x, group)
-    return _fp8_group_quant_op(x, group)
+    if out is None:
+        return _fp8_group_quant_op(x, group)
+    return _into(_fp8_group_quant_out_op, "fp8_group_quant", contracts.fp8_group_quant, x, group, out)
 
 
-def silu_mul_fp8_quant(x: torch.Tensor, group: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+def silu_mul_fp8_quant(x: torch.Tensor, group: int = 128, *, out: _Pair | None = None) -> _Pair:
     """(q, scales) of h = silu(gate) * up for x = [gate | up] [..., 2 * inter]: q [..., inter] FP8
-    E4M3FN, scales [..., inter / group] fp32; h is never rounded to bf16. docs/ops/silu_mul_fp8_quant.md."""
-    if _eager() and type(x) is _Tensor and not (x.requires_grad and _grad()):
-        return _silu_mul_fp8_quant(x, group)
+    E4M3FN, scales [..., inter / group] fp32; h is never rounded to bf16; out=(q, scales) writes those.
+    docs/ops/silu_mul_fp8_quant.md."""
+    if _eager() and type(x) is _Tensor and not (x.requires_grad and _grad()) and (out is None or _plain(out)):
+        return _silu_mul_fp8_quant(x, group, out)
     if not isinstance(x, _Tensor) or type(group) is not int:
         contracts.silu_mul_fp8_quant(x, group)
-    return _silu_mul_fp8_quant_op(x, group)
+    if out is None:
+        return _silu_mul_fp8_quant_op(x, group)
+    return _into(
+        _silu_mul_fp8_quant_out_op, "silu_mul_fp8_quant", contracts.silu_mul_fp8_quant, x, group, out
+    )
 
 
-def moe_topk_softmax(logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
+def moe_topk_softmax(logits: torch.Tensor, topk: int, *, out: _Pair | None = None) -> _Pair:
     """(ids, weights): the top-k experts of softmax(logits) [..., experts], most probable first, equal
     logits to the lower id (int32 [..., topk]), and their probabilities renormalized over the k (fp32
-    [..., topk]). docs/ops/moe_topk_softmax.md."""
-    if _eager() and type(logits) is _Tensor and not (logits.requires_grad and _grad()):
-        return _moe_topk_softmax(logits, topk)
+    [..., topk]); out=(ids, weights) writes those. docs/ops/moe_topk_softmax.md."""
+    if (
+        _eager()
+        and type(logits) is _Tensor
+        and not (logits.requires_grad and _grad())
+        and (out is None or _plain(out))
+    ):
+        return _moe_topk_softmax(logits, topk, out)
     if not isinstance(logits, _Tensor) or type(topk) is not int:
         contracts.moe_topk_softmax(logits, topk)
-    return _moe_topk_softmax_op(logits, topk)
+    if out is None:
+        return _moe_topk_softmax_op(logits, topk)
+    return _into(_moe_topk_softmax_out_op, "moe_topk_softmax", contracts.moe_topk_softmax, logits, topk, out)
+
+
+def _plain(out: Any) -> bool:
+    """A pair of plain tensors: the direct call is what the dispatcher would do."""
+    return type(out) is tuple and len(out) == 2 and type(out[0]) is _Tensor and type(out[1]) is _Tensor
+
+
+def _into(op: Any, name: str, check: Any, x: torch.Tensor, n: int, out: Any) -> _Pair:
+    """Call an out= operator (a, b, x, n) and return the caller's pair."""
+    a, b = contracts.as_outs(name, out)
+    if not (isinstance(a, _Tensor) and isinstance(b, _Tensor)):
+        contracts.outputs(name, check(x, n), x, (a, b))  # the one-line ContractError
+    op(a, b, x, n)
+    return a, b
