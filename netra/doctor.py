@@ -33,20 +33,25 @@ class Item:
     """One file to check: where it is, what it is, and what the lock (or build.json) expects of it."""
 
     path: Path
-    name: str  # as the report names it: relative to the install root
+    name: str  # as the report names it: relative to the install root (path is root / name)
     kind: str  # lock, build_record, table, manifest, source, code_object
     sha256: str | None  # whole-file sha256 expected
     expected_from: str  # "lock", "build.json"
     artifact: LockedArtifact | None = None  # for code objects: what the lock says of it
 
+    @property
+    def root(self) -> Path:
+        return self.path.parents[len(Path(self.name).parts) - 1]
+
 
 def _check(item: Item) -> tuple[int, dict[str, Any] | None]:
-    """(bytes read, None when intact or the problem as report data). Reads the file once."""
+    """(bytes read, None when intact or the problem as report data). Reads the file once, following
+    no link below the install's root (files.read_below)."""
     from netra import files
     from netra.errors import MissingFileError
 
     try:
-        data = files.read_path(item.path, limit=files.CODE_OBJECT_LIMIT, what=item.name)
+        data = files.read_below(item.root, item.path, limit=files.CODE_OBJECT_LIMIT, what=item.name)
     except MissingFileError:
         return 0, {"path": item.name, "kind": item.kind, "problem": "missing", "expected": _expected(item)}
     except NetraError as e:
@@ -75,6 +80,13 @@ def _check(item: Item) -> tuple[int, dict[str, Any] | None]:
     if not out:
         return len(data), None
     return len(data), {"path": item.name, "kind": item.kind, "problem": "altered", "checks": out}
+
+
+def _absent(e: NetraError) -> str:
+    """A file that could not be read: missing, or there but unreadable (a link, a FIFO, a folder...)."""
+    from netra.errors import MissingFileError
+
+    return "missing" if isinstance(e, MissingFileError) else "unreadable"
 
 
 def _expected(item: Item) -> dict[str, str]:
@@ -134,8 +146,13 @@ def _package_files(record: list[RecordEntry] | None) -> dict[str, Any]:
         if e.sha256 is None or e.path.startswith(layout.PACKAGE_DATA + "/"):
             continue
         out["checked"] += 1
+        parts = Path(e.path).parts
         try:
-            data = files.read_path(e.file, limit=files.CODE_OBJECT_LIMIT, what=e.path)
+            if len(parts) > 1 and parts[0] == "netra" and ".." not in parts:  # no link below netra/
+                package = e.file.parents[len(parts) - 2]
+                data = files.read_below(package, e.file, limit=files.CODE_OBJECT_LIMIT, what=e.path)
+            else:  # the metadata and the console script, as they lie
+                data = files.read_path(e.file, limit=files.CODE_OBJECT_LIMIT, what=e.path)
         except NetraError:
             out["missing" if not os.path.lexists(e.file) else "altered"].append(e.path)
             continue
@@ -197,10 +214,13 @@ class _Report:
         want = self.digest.get(rel)
         if want is None:
             return True
-        try:
-            return hashlib.sha256((self.inst.root / rel).read_bytes()).hexdigest() == want
-        except OSError:
+        from netra import files
+
+        try:  # a link in its place is not what the wheel installed, whatever it points to
+            data = files.read_below(self.inst.root, self.inst.root / rel, limit=files.CODE_OBJECT_LIMIT, what=rel)
+        except NetraError:
             return False
+        return hashlib.sha256(data).hexdigest() == want
 
 
 def _not_gated(inst: Install) -> tuple[str, str]:
@@ -253,10 +273,10 @@ def verify(inst: Install) -> dict[str, Any]:
     lock_info: dict[str, Any] = {"path": str(inst.lock_file), "sha256": None}
     lock_name = _name(inst, inst.lock_file)
     try:
-        lock_raw = files.read_path(inst.lock_file, limit=files.LOCK_LIMIT, what=lock_name)
+        lock_raw = files.read_below(inst.root, inst.lock_file, limit=files.LOCK_LIMIT, what=lock_name)
     except NetraError as e:
         rep.fail(
-            {"path": lock_name, "kind": "lock", "problem": "missing", "expected": {}, "detail": e.message}
+            {"path": lock_name, "kind": "lock", "problem": _absent(e), "expected": {}, "detail": e.message}
         )
         rep.problem(
             f"{inst.lock_file}: the release lock is missing or unreadable ({e.message})",
@@ -393,13 +413,13 @@ def _check_build_record(
     path = inst.build_record
     assert path is not None
     try:
-        raw = files.read_path(path, limit=files.LOCK_LIMIT, what=layout.BUILD_RECORD)
+        raw = files.read_below(inst.root, path, limit=files.LOCK_LIMIT, what=layout.BUILD_RECORD)
     except NetraError as e:
         rep.fail(
             {
                 "path": layout.BUILD_RECORD,
                 "kind": "build_record",
-                "problem": "missing",
+                "problem": _absent(e),
                 "expected": {},
                 "detail": e.message,
             }
@@ -418,7 +438,14 @@ def _check_build_record(
         who = "manifest.lock" if bound else layout.BUILD_RECORD
         rep.fail({"path": who, "kind": "lock" if bound else "build_record", "problem": "altered",
                   "checks": {"build_record": e.message}})  # fmt: skip
-    if record is not None and lock is not None and lock_mod.to_dict(record.lock) != lock_mod.to_dict(lock):
+    # field-by-field equality first (fast, and it implies the canonical forms agree); to_dict, which
+    # sorts, decides only when they differ
+    if (
+        record is not None
+        and lock is not None
+        and record.lock != lock
+        and lock_mod.to_dict(record.lock) != lock_mod.to_dict(lock)
+    ):
         rep.fail({"path": "manifest.lock", "kind": "lock", "problem": "altered",
                   "checks": {"content": "differs from build.json's bound copy of the lock"}})  # fmt: skip
     digest = rep.digest

@@ -7,7 +7,8 @@ non-blocking so a FIFO is refused instead of hanging; only regular files are rea
 a limit. Writes go through `atomic_write`, so a reader never sees half a file.
 
 Paths given by the user on the command line (`read_path`) are the user's choice: symlinks in them are
-followed, and the file they resolve to must be a regular file within the limit.
+followed, and the file they resolve to must be a regular file within the limit. An install's own
+files (`read_below`) are read like the tree's: no link below the install's root is followed.
 """
 
 from __future__ import annotations
@@ -113,6 +114,20 @@ def read_path(path: Path, *, limit: int, what: str) -> bytes:
         return _read_fd(fd, shown, limit)
     finally:
         os.close(fd)
+
+
+def read_below(root: Path, path: Path, *, limit: int, what: str) -> bytes:
+    """A file of an install (netra/_data, or a checkout): below `root` no link is followed, as in
+    the tree the gate reads (pip never installs links, so one there was put by someone else), and
+    only regular files within `limit` are read. `root` itself may be reached through links (a
+    symlinked venv or home). A path outside `root` is read like a user-given one (read_path)."""
+    try:
+        rel = Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).as_posix()
+    except ValueError:
+        return read_path(path, limit=limit, what=what)
+    if not os.path.isdir(root):  # no root at all: read_path says what is missing, in its words
+        return read_path(path, limit=limit, what=what)
+    return read_bytes(root, rel, limit=limit, where=f"{what} in {root}" if what != rel else f"in {root}")
 
 
 def walk(root: Path, base: str, *, where: str) -> list[str]:

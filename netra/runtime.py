@@ -21,7 +21,7 @@ import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from netra import installed, tables
 from netra.errors import (
@@ -38,6 +38,9 @@ from netra.layout import CodeRecord
 from netra.lock import Lock
 from netra.ops import FAMILIES, contract_key
 from netra.tables import MATURITIES, Candidate, Table, TableError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 DEFAULT_POLICY = "accepted"
 POLICIES = ("experiment", "verified", "accepted")  # the minimum maturity a caller accepts; never "rejected"
@@ -172,13 +175,15 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _read(path: Any, what: str, hint: str) -> bytes | None:
+def _read(path: Any, what: str, hint: str, root: Path) -> bytes | None:
     """A packaged file's bytes, None when absent; anything that is not a readable regular file is an
-    AlteredFileError naming it (a FIFO or a folder in an install must not hang or crash a server)."""
+    AlteredFileError naming it (a FIFO or a folder in an install must not hang or crash a server,
+    and a link below the install's root is not followed: files.read_below)."""
     from netra import files
 
-    try:  # read_path names the path itself: `what` without it, so the message says it once
-        return files.read_path(path, limit=files.CODE_OBJECT_LIMIT, what=what.removeprefix(f"{path}: "))
+    try:  # the reader names the path itself: `what` without it, so the message says it once
+        what = what.removeprefix(f"{path}: ")
+        return files.read_below(root, path, limit=files.CODE_OBJECT_LIMIT, what=what)
     except MissingFileError:
         return None
     except NetraError as e:
@@ -361,7 +366,7 @@ class Catalog:
         what = f"{path}: code object {c.artifact} of GPU class {self.gpu_class}"
         locked = self.lock.artifact(c.artifact)
         assert locked is not None  # _cross_check proved every candidate is locked
-        data = _read(path, what, inst.rebuild)
+        data = _read(path, what, inst.rebuild, inst.root)
         if data is None:
             want = f"sha256 {self._built[c.file].sha256}" if self._built is not None else f".text sha256 {c.text_sha256}"
             raise MissingFileError(f"{what} is missing (expected {want})", inst.rebuild)
@@ -415,7 +420,7 @@ def _load_lock(inst: Install) -> tuple[Lock, dict[str, CodeRecord] | None]:
     from netra import layout
     from netra import lock as lock_mod
 
-    raw = _read(inst.lock_file, f"{inst.lock_file}: the release lock", inst.reinstall)
+    raw = _read(inst.lock_file, f"{inst.lock_file}: the release lock", inst.reinstall, inst.root)
     if raw is None:
         raise MissingFileError(f"{inst.lock_file}: the release lock of this netra install is missing", inst.reinstall)
     if inst.build_record is None:
@@ -423,7 +428,7 @@ def _load_lock(inst: Install) -> tuple[Lock, dict[str, CodeRecord] | None]:
             return lock_mod.loads(raw, str(inst.lock_file)), None
         except NetraError as e:
             raise AlteredFileError(f"{inst.lock_file}: not a readable lock ({e.message})", inst.reinstall) from e
-    rec_raw = _read(inst.build_record, f"{inst.build_record}: the build record", inst.reinstall)
+    rec_raw = _read(inst.build_record, f"{inst.build_record}: the build record", inst.reinstall, inst.root)
     if rec_raw is None:
         raise MissingFileError(f"{inst.build_record}: the build record of this netra install is missing", inst.reinstall)
     record = layout.read_record(rec_raw, raw, str(inst.build_record), str(inst.lock_file), inst.reinstall)
@@ -474,7 +479,7 @@ def _open(inst: Install, gpu_class: str) -> Catalog:
     locked = lock.file(lock_path)
     assert locked is not None
     path = inst.tracked(lock_path)
-    raw = _read(path, f"{path}: the certified table of GPU class {gpu_class}", inst.reinstall)
+    raw = _read(path, f"{path}: the certified table of GPU class {gpu_class}", inst.reinstall, inst.root)
     if raw is None:
         raise MissingFileError(
             f"{path}: the certified table of GPU class {gpu_class} is missing "

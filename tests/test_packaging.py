@@ -326,6 +326,19 @@ def test_every_fix_of_a_damaged_wheel_install_makes_doctor_pass(
     rc, rep = _doctor(py)
     assert rc == 0 and rep["ok"], rep["problems"]
 
+    # A link in place of a file, to a byte-identical copy outside the install: not what pip installed.
+    copy = tmp_path / "outside.json"
+    shutil.copyfile(table, copy)
+    table.unlink()
+    table.symlink_to(copy)
+    rc, rep = _doctor(py)
+    assert rc == 1 and "is a symlink" in "\n".join(rep["problems"]), rep["problems"]
+    hint = venv.run("python", "-c", RUNTIME_HINT).stdout.strip()
+    assert rep["fixes"] == [hint], (hint, rep["fixes"])
+    _follow(rep)
+    rc, rep = _doctor(py)
+    assert rc == 0 and not table.is_symlink(), rep["problems"]
+
     # The wheel it was installed from is gone: the fix is this version from the index instead (here a
     # find-links folder stands in for the index).
     wheel.unlink()

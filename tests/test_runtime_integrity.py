@@ -215,6 +215,47 @@ def test_import_netra_works_without_the_data_and_the_runtime_names_what_is_missi
     assert rc == 1 and report["files"]["missing"][0]["path"] == "manifest.lock"
 
 
+@pytest.mark.parametrize(
+    "rel", ["_data/tables/gfx950.json", "_data/manifest.lock", "_data/build.json", "code object", "cli.py"]
+)
+def test_a_symlink_in_the_install_is_refused_even_to_identical_content(
+    venv: tuple[str, Path], rel: str, built_wheel: Path, tmp_path: Path
+) -> None:
+    """pip installs no links: one in the package (here to a byte-identical copy outside it) is damage.
+    doctor names it and its fix (a reinstall) puts the file back; the runtime refuses to read it."""
+    py, pkg = venv
+    if rel == "code object":
+        rel = "_data/" + sorted(p.relative_to(pkg / "_data").as_posix() for p in (pkg / "_data").rglob("*.hsaco"))[0]
+    path = pkg / rel
+    name = rel.removeprefix("_data/")
+    copy = tmp_path / path.name
+    shutil.copyfile(path, copy)
+    original = path.read_bytes()
+    path.unlink()
+    path.symlink_to(copy)
+    try:
+        rc, report, text = _doctor(py)
+        picks = [(key, cand["tactic"]) for key, cand in _two_candidates(pkg)]
+        if rel.endswith(".hsaco"):  # the kernel whose code object is linked
+            entry = next(e for e in _table(pkg)["entries"] for c in e["candidates"] if c["file"] == name)
+            picks = [(entry["key"], next(c["tactic"] for c in entry["candidates"] if c["file"] == name))]
+        rt = _runtime(py, picks)
+    finally:
+        if path.is_symlink():
+            path.unlink()
+            path.write_bytes(original)
+    assert rc == 1 and not report["ok"] and "result: FAILED" in text
+    if rel == "cli.py":
+        assert report["package_files"]["altered"] == ["netra/cli.py"], report["package_files"]
+        return
+    altered = {a["path"]: a for a in report["files"]["altered"]}
+    assert name in altered and "is a symlink" in altered[name].get("detail", ""), report["files"]
+    # the runtime: opening the catalog (lock, build.json, table) or serving the kernel reads it
+    (err,) = [v for v in rt.values() if v[0] != "served"] or [None]
+    assert err is not None and err[0] == "AlteredFileError" and "is a symlink" in err[1], rt
+    assert _reinstalls_the_wheel(err[2], built_wheel), err[2]
+
+
 def test_restored_install_passes_doctor_again(venv: tuple[str, Path]) -> None:
     """Runs last: every damage above was undone exactly, and doctor's verdict follows the files."""
     py, pkg = venv
