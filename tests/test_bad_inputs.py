@@ -14,8 +14,6 @@ and one venv. Classes that can be checked by calling the reader are parametrized
 
 from __future__ import annotations
 
-import base64
-import csv
 import dataclasses
 import hashlib
 import io
@@ -36,6 +34,7 @@ from typing import Any
 import pytest
 from conftest import Venv, clean_env, copy_repo, log, run_build
 from elftools.elf.elffile import ELFFile  # the test's own ELF reader, independent of netra's
+from wheeltools import rewrite
 
 from netra import build, catalog, layout
 from netra import lock as lock_mod
@@ -671,34 +670,20 @@ def _sha(b: bytes) -> str:
 def reseal(wheel: Path, dest: Path, edit: Callable[[dict[str, bytes]], None]) -> Path:
     """A copy of `wheel` with members edited, then build.json (code-object hashes, lock binding, lock
     copy, record_sha256) and RECORD recomputed: what someone who knows the formats can produce."""
-    with zipfile.ZipFile(wheel) as z:
-        infos = z.infolist()
-        members = {i.filename: z.read(i) for i in infos}
-    edit(members)
-    rec = json.loads(members[DATA + layout.BUILD_RECORD])
-    for path, entry in rec["code_objects"].items():
-        entry["sha256"] = _sha(members[DATA + path])
-    lock_bytes = members[DATA + "manifest.lock"]
-    rec["lock_sha256"] = _sha(lock_bytes)
-    rec["lock"] = lock_mod.to_dict(lock_mod.loads(lock_bytes, "manifest.lock"))
-    body = {k: v for k, v in rec.items() if k != "record_sha256"}
-    rec["record_sha256"] = _sha(layout.canonical(body))
-    members[DATA + layout.BUILD_RECORD] = (json.dumps(rec, indent=1, sort_keys=True) + "\n").encode()
-    record = next(n for n in members if n.endswith(".dist-info/RECORD"))
-    out = io.StringIO()
-    w = csv.writer(out, lineterminator="\n")
-    for name, blob in members.items():
-        if name != record:
-            digest = base64.urlsafe_b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
-            w.writerow([name, f"sha256={digest}", len(blob)])
-    w.writerow([record, "", ""])
-    members[record] = out.getvalue().encode()
-    dest.mkdir(parents=True, exist_ok=True)
-    path = dest / wheel.name
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-        for i in infos:
-            z.writestr(i, members[i.filename])
-    return path
+
+    def edit_and_record(members: dict[str, bytes]) -> None:
+        edit(members)
+        rec = json.loads(members[DATA + layout.BUILD_RECORD])
+        for path, entry in rec["code_objects"].items():
+            entry["sha256"] = _sha(members[DATA + path])
+        lock_bytes = members[DATA + "manifest.lock"]
+        rec["lock_sha256"] = _sha(lock_bytes)
+        rec["lock"] = lock_mod.to_dict(lock_mod.loads(lock_bytes, "manifest.lock"))
+        body = {k: v for k, v in rec.items() if k != "record_sha256"}
+        rec["record_sha256"] = _sha(layout.canonical(body))
+        members[DATA + layout.BUILD_RECORD] = (json.dumps(rec, indent=1, sort_keys=True) + "\n").encode()
+
+    return rewrite(wheel, dest / wheel.name, edit_and_record, reseal=True)
 
 
 def _edit_table(change: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, bytes]], None]:

@@ -8,10 +8,7 @@ tree), the repository's tree for the author commands, real bash for completion.
 
 from __future__ import annotations
 
-import base64
-import csv
 import hashlib
-import io
 import json
 import os
 import signal
@@ -23,6 +20,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO, TIMEOUT, Venv, clean_env, log
+from wheeltools import rewrite
 
 from netra import layout
 
@@ -199,21 +197,12 @@ def test_catalog_refuses_a_damaged_install_naming_the_file_and_the_fix(
 
 def _without_data(wheel: Path, dest: Path) -> Path:
     """The wheel with every netra/_data member dropped and RECORD rewritten: what HATCH_BUILD_NO_HOOKS makes."""
-    with zipfile.ZipFile(wheel) as z:
-        members = {i.filename: z.read(i) for i in z.infolist() if not i.filename.startswith(DATA)}
-    record = next(n for n in members if n.endswith(".dist-info/RECORD"))
-    out = io.StringIO()
-    w = csv.writer(out, lineterminator="\n")
-    for name, blob in members.items():
-        if name != record:
-            w.writerow([name, "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(blob).digest()).decode().rstrip("="), len(blob)])
-    w.writerow([record, "", ""])
-    members[record] = out.getvalue().encode()
-    dest.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(dest / wheel.name, "w") as z:
-        for name, blob in members.items():
-            z.writestr(name, blob)
-    return dest / wheel.name
+
+    def drop(members: dict[str, bytes]) -> None:
+        for name in [n for n in members if n.startswith(DATA)]:
+            del members[name]
+
+    return rewrite(wheel, dest / wheel.name, drop, reseal=True)
 
 
 def test_many_problems_are_listed_one_per_line(built_wheel: Path, tmp_path: Path) -> None:

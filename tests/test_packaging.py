@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import ast
 import base64
-import csv
 import email.parser
 import hashlib
-import io
 import json
 import os
 import re
@@ -31,6 +29,7 @@ from conftest import REPO, TIMEOUT, Venv, clean_env, log
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from venvtools import package_dir
+from wheeltools import rewrite
 
 from netra import _toml, cli
 
@@ -384,24 +383,7 @@ def test_a_uv_install_is_repaired_through_uv_and_its_cache(built_wheel: Path, tm
 
 def _reseal(wheel: Path, dest: Path, edit: Callable[[dict[str, bytes]], None]) -> Path:
     """A copy of a wheel with members edited and a fresh RECORD: the kind of wheel the gate refuses."""
-    with zipfile.ZipFile(wheel) as z:
-        infos = z.infolist()
-        members = {i.filename: z.read(i) for i in infos}
-    edit(members)
-    record = next(n for n in members if n.endswith(".dist-info/RECORD"))
-    out = io.StringIO()
-    w = csv.writer(out, lineterminator="\n")
-    for name, blob in members.items():
-        if name != record:
-            digest = base64.urlsafe_b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
-            w.writerow([name, f"sha256={digest}", len(blob)])
-    w.writerow([record, "", ""])
-    members[record] = out.getvalue().encode()
-    dest.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(dest / wheel.name, "w", zipfile.ZIP_DEFLATED) as z:
-        for name, blob in members.items():
-            z.writestr(name, blob)
-    return dest / wheel.name
+    return rewrite(wheel, dest / wheel.name, edit, reseal=True)
 
 
 def test_a_wheel_that_never_passed_the_gate_is_not_fixed_by_reinstalling_it(

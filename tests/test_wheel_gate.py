@@ -7,7 +7,6 @@ three things: a non-zero exit, one error line that names the file at fault, and 
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import subprocess
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Build, Venv, clean_env, log, run_build
+from wheeltools import rewrite
 
 from netra import layout, targets, wheelgate
 from netra.hashing import sha256_bytes
@@ -251,24 +251,6 @@ def test_sdist_missing_a_locked_file_is_refused(
 
 
 # -- a wheel someone hands you: `netra verify-wheel` -------------------------------------------------
-
-
-def rewrite(src: Path, dest: Path, edit: Callable[[dict[str, bytes]], None], reseal: bool = False) -> None:
-    """Copy a wheel, editing its members; reseal=True also rewrites RECORD to match (a careful forger)."""
-    with zipfile.ZipFile(src) as z:
-        members = {n: z.read(n) for n in z.namelist()}
-    edit(members)
-    if reseal:
-        record = next(n for n in members if n.endswith(".dist-info/RECORD"))
-        rows = []
-        for n, b in members.items():
-            if n != record:
-                digest = base64.urlsafe_b64encode(hashlib.sha256(b).digest()).decode().rstrip("=")
-                rows.append(f"{n},sha256={digest},{len(b)}")
-        members[record] = ("\n".join([*rows, f"{record},,"]) + "\n").encode()
-    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as z:
-        for n, b in members.items():
-            z.writestr(n, b)
 
 
 def test_verify_wheel_accepts_the_built_wheel(
