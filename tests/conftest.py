@@ -67,6 +67,15 @@ def within(seconds: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) ->
     return box["value"]
 
 
+def alive(pid: int) -> bool:
+    """Running (a zombie nobody reaped yet, e.g. in a container without an init, counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
 def repo_files(repo: Path = REPO) -> list[str]:
     """The files a clean clone would have: tracked plus untracked-not-ignored, minus build outputs."""
     names: list[str]

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import alive
 
 from netra import interrupts, proc
 from netra.errors import ToolInterruptedError
@@ -60,14 +61,6 @@ def wait_for(path: Path, seconds: float = 30, *, line: bool = False) -> None:
     while not (path.exists() and (not line or path.read_text().endswith("\n"))):
         assert time.monotonic() < deadline, f"{path.name} never appeared"
         time.sleep(0.02)
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 def start(mode: str, state: Path) -> subprocess.Popen[str]:

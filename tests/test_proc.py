@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import within
+from conftest import alive, within
 
 from netra import proc
 from netra.errors import ToolCrashError, ToolError, ToolInterruptedError, ToolOutputError, ToolTimeoutError
@@ -21,15 +21,6 @@ from netra.errors import ToolCrashError, ToolError, ToolInterruptedError, ToolOu
 REPO = Path(__file__).resolve().parents[1]
 LLVM_BIN = Path("/usr/lib/llvm-22/bin")
 NVCC = Path("/usr/local/bin/nvcc")
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie nobody reaped yet, e.g. in a container without an init, counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 def gone(pids: list[int], seconds: float = 10) -> bool:
