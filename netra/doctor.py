@@ -136,6 +136,9 @@ def _record_digest(inst: Install, record: list[RecordEntry] | None) -> dict[str,
     return {e.path[len(prefix) :]: e.sha256 for e in record if e.path.startswith(prefix) and e.sha256}
 
 
+_PACKAGE = layout.PACKAGE_DATA.split("/")[0]  # the Python package, "netra"
+
+
 def _package_files(record: list[RecordEntry] | None) -> dict[str, Any]:
     """Every other file RECORD lists with a hash (the Python package, its metadata, the console script),
     held to RECORD: the code that reads the release data is as installed too."""
@@ -148,7 +151,7 @@ def _package_files(record: list[RecordEntry] | None) -> dict[str, Any]:
         out["checked"] += 1
         parts = Path(e.path).parts
         try:
-            if len(parts) > 1 and parts[0] == "netra" and ".." not in parts:  # no link below netra/
+            if len(parts) > 1 and parts[0] == _PACKAGE and ".." not in parts:  # no link below netra/
                 package = e.file.parents[len(parts) - 2]
                 data = files.read_below(package, e.file, limit=files.CODE_OBJECT_LIMIT, what=e.path)
             else:  # the metadata and the console script, as they lie

@@ -139,13 +139,16 @@ OUT_NAMES = {
 }
 
 
+PAIR_DTYPES = {  # the two outputs' dtypes of the families that return a pair
+    "fp8_group_quant": (torch.float8_e4m3fn, torch.float32),
+    "silu_mul_fp8_quant": (torch.float8_e4m3fn, torch.float32),
+    "moe_topk_softmax": (torch.int32, torch.float32),
+}
+
+
 def out_dtypes(op: str, first: torch.Tensor) -> tuple[torch.dtype, ...]:
     """The dtypes a call's outputs have (rmsnorm's follows its input, the others are fixed)."""
-    if op == "rmsnorm":
-        return (first.dtype,)
-    if op == "moe_topk_softmax":
-        return (torch.int32, torch.float32)
-    return (torch.float8_e4m3fn, torch.float32)
+    return (first.dtype,) if op == "rmsnorm" else PAIR_DTYPES[op]
 
 
 def as_outs(op: str, out: Any) -> tuple[Any, ...]:

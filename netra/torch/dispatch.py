@@ -40,9 +40,6 @@ from netra.torch.launcher import launcher
 log = logging.getLogger("netra.torch")
 
 BF16 = torch.bfloat16
-FP8 = torch.float8_e4m3fn
-F32 = torch.float32
-I32 = torch.int32
 ALIGN = 16  # the kernels read their inputs with 16-byte vector loads
 NAMES = {
     "rmsnorm": ("y", "x", "w", "rows", "eps"),
@@ -521,15 +518,14 @@ def _pair_op(
     table: dict[Any, Plan],
     op: str,
     arg: str,
-    dtypes: tuple[torch.dtype, torch.dtype],
     check: Callable[[Any, Any], contracts.Shape],
     run: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]],
     default: int | None,
 ) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     """The eager implementation of a family with one tensor `arg`, one integer (the schema's
-    `default` when the dispatcher leaves it out) and two outputs of `dtypes` (the two quantizers:
-    codes and scales; the router: ids and weights)."""
-    da, db = dtypes
+    `default` when the dispatcher leaves it out) and two outputs (contracts.PAIR_DTYPES: the two
+    quantizers' codes and scales, the router's ids and weights)."""
+    da, db = contracts.PAIR_DTYPES[op]
 
     def make(s: contracts.Shape, x: torch.Tensor) -> Plan:
         p = _plan(op, s, ((arg, x),))
@@ -585,13 +581,12 @@ def _pair_op(
 
 
 fp8_group_quant = _pair_op(
-    _quant, "fp8_group_quant", "x", (FP8, F32), contracts.fp8_group_quant, composite.fp8_group_quant, 128
+    _quant, "fp8_group_quant", "x", contracts.fp8_group_quant, composite.fp8_group_quant, 128
 )
 silu_mul_fp8_quant = _pair_op(
     _silu,
     "silu_mul_fp8_quant",
     "x",
-    (FP8, F32),
     contracts.silu_mul_fp8_quant,
     composite.silu_mul_fp8_quant,
     128,
@@ -600,7 +595,6 @@ moe_topk_softmax = _pair_op(
     _moe,
     "moe_topk_softmax",
     "logits",
-    (I32, F32),
     contracts.moe_topk_softmax,
     composite.moe_topk_softmax,
     None,

@@ -63,8 +63,8 @@ def _rmsnorm_out_impl(
 def _pair_out_impl(name: str) -> Any:
     impl = getattr(dispatch, name)
 
-    def run(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, n: int = 128) -> None:
-        impl(x, n, (a, b))
+    def run(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, *n: int) -> None:
+        impl(x, *n, out=(a, b))  # the family's own default when the dispatcher leaves n out
 
     return run
 
@@ -221,7 +221,7 @@ def fp8_group_quant(x: torch.Tensor, group: int = 128, *, out: _Pair | None = No
         contracts.fp8_group_quant(x, group)
     if out is None:
         return _fp8_group_quant_op(x, group)
-    return _into(_fp8_group_quant_out_op, "fp8_group_quant", contracts.fp8_group_quant, x, group, out)
+    return _call_out(_fp8_group_quant_out_op, "fp8_group_quant", contracts.fp8_group_quant, x, group, out)
 
 
 def silu_mul_fp8_quant(x: torch.Tensor, group: int = 128, *, out: _Pair | None = None) -> _Pair:
@@ -234,7 +234,7 @@ def silu_mul_fp8_quant(x: torch.Tensor, group: int = 128, *, out: _Pair | None =
         contracts.silu_mul_fp8_quant(x, group)
     if out is None:
         return _silu_mul_fp8_quant_op(x, group)
-    return _into(
+    return _call_out(
         _silu_mul_fp8_quant_out_op, "silu_mul_fp8_quant", contracts.silu_mul_fp8_quant, x, group, out
     )
 
@@ -254,7 +254,9 @@ def moe_topk_softmax(logits: torch.Tensor, topk: int, *, out: _Pair | None = Non
         contracts.moe_topk_softmax(logits, topk)
     if out is None:
         return _moe_topk_softmax_op(logits, topk)
-    return _into(_moe_topk_softmax_out_op, "moe_topk_softmax", contracts.moe_topk_softmax, logits, topk, out)
+    return _call_out(
+        _moe_topk_softmax_out_op, "moe_topk_softmax", contracts.moe_topk_softmax, logits, topk, out
+    )
 
 
 def _plain(out: Any) -> bool:
@@ -262,7 +264,7 @@ def _plain(out: Any) -> bool:
     return type(out) is tuple and len(out) == 2 and type(out[0]) is _Tensor and type(out[1]) is _Tensor
 
 
-def _into(op: Any, name: str, check: Any, x: torch.Tensor, n: int, out: Any) -> _Pair:
+def _call_out(op: Any, name: str, check: Any, x: torch.Tensor, n: int, out: Any) -> _Pair:
     """Call an out= operator (a, b, x, n) and return the caller's pair."""
     a, b = contracts.as_outs(name, out)
     if not (isinstance(a, _Tensor) and isinstance(b, _Tensor)):
