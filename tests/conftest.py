@@ -76,6 +76,18 @@ def alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
+@pytest.fixture
+def torch_state() -> Any:
+    """netra.torch with strict mode off and no counts before the test, and as it was after it."""
+    import netra.torch as nt
+
+    prev = nt.set_strict(False)
+    nt.reset_stats()
+    yield
+    nt.set_strict(prev)
+    nt.reset_stats()
+
+
 def repo_files(repo: Path = REPO) -> list[str]:
     """The files a clean clone would have: tracked plus untracked-not-ignored, minus build outputs."""
     names: list[str]

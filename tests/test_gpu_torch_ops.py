@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("torch_state")]
 
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
@@ -42,17 +42,6 @@ SERVED = [  # docs/ops/README.md; the installed table must serve exactly these (
     "silu_mul_fp8_quant(inter=768,group=128)",
 ]
 DEV = "cuda:0"
-
-
-@pytest.fixture(autouse=True)
-def _clean() -> Any:
-    import netra.torch as nt
-
-    prev = nt.set_strict(False)
-    nt.reset_stats()
-    yield
-    nt.set_strict(prev)
-    nt.reset_stats()
 
 
 def _contract(key: str) -> tuple[str, dict[str, int]]:

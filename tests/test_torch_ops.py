@@ -18,6 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
+pytestmark = pytest.mark.usefixtures("torch_state")
 
 import netra.torch as nt  # noqa: E402
 from netra import conformance as cf  # noqa: E402
@@ -28,15 +29,6 @@ from netra.torch import composite, dispatch, launcher, ops  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 LOG = "netra.torch"
-
-
-@pytest.fixture(autouse=True)
-def _clean() -> Any:
-    prev = nt.set_strict(False)
-    nt.reset_stats()
-    yield
-    nt.set_strict(prev)
-    nt.reset_stats()
 
 
 # -- conversions between the reference's bit patterns and torch ------------------------------------------
