@@ -110,6 +110,28 @@ def test_build_requirements_agree_and_are_hash_locked() -> None:
             assert "--hash=sha256:" in block, f"no hash for {block.splitlines()[0]}"
 
 
+def test_publish_workflow_uploads_what_tools_release_built_by_trusted_publishing() -> None:
+    """.github/workflows/publish.yml and docs/release.md's upload procedure name the same things."""
+    flow = (REPO / ".github/workflows/publish.yml").read_text()
+    docs = (REPO / "docs/release.md").read_text()
+    assert re.search(r"^ +run: tools/release$", flow, re.M) and "container: debian:12" in flow
+    assert re.findall(r"^ +id-token: write$", flow, re.M) == ["      id-token: write"] * 2, (
+        "only the upload jobs"
+    )
+    assert re.search(r"^permissions: \{\}$", flow, re.M), "no job gets a permission it does not name"
+    for env in ("pypi", "testpypi"):
+        assert re.search(rf"^ +name: {env}$", flow, re.M) and f"`{env}`" in docs, env
+    assert (
+        flow.count("uses: pypa/gh-action-pypi-publish@") == 2
+        and "repository-url: https://test.pypi.org/legacy/" in flow
+    )
+    assert (
+        "`publish.yml`" in docs
+        and "twine upload --repository testpypi" in docs
+        and "--extra-index-url" in docs
+    )
+
+
 def test_tools_are_executable_and_strict() -> None:
     for tool in ("tools/release", "tools/lock-requirements", "tools/supported-pythons"):
         path = REPO / tool
