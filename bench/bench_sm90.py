@@ -7,7 +7,9 @@ Run on the GPU machine with a python that has torch and the netra wheel installe
 In one run, per contract of the installed sm_90 table and per row count (1, 16, 256, 8192, 32768):
 
 - copy: the copy limit, the best of several copy kernels over 2 GiB (16-byte vector copies with 4 and 8
-  accesses in flight, a streaming-hint copy, a grid-stride copy, and torch's own elementwise kernel,
+  accesses in flight per thread in 256-thread blocks, a streaming-hint copy, torch's elementwise shape
+  of one or two 16-byte vectors per thread in 128-thread blocks with plain, read-only-path and
+  streaming loads, a grid-stride copy, and torch's own elementwise kernel,
   `torch.mul(src, 1, out=dst)`), and the same copy kernels moving the op's own byte count (half read,
   half written), the fairest yardstick for a short kernel, which pays the same fixed start as a short copy;
 - netra: the kernel the runtime serves (`select(key, rows=rows)`: the certified dispatch), launched
@@ -59,9 +61,32 @@ COPY_SOURCE = r"""
   }
 __device__ __forceinline__ uint4 ld_plain(const uint4* p) { return *p; }
 __device__ __forceinline__ void st_plain(uint4* p, uint4 v) { *p = v; }
+__device__ __forceinline__ uint4 ld_nc(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint4 ld_weak(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
 COPY(netra_bench_copy_v16x4, 4, ld_plain, st_plain)
 COPY(netra_bench_copy_v16x8, 8, ld_plain, st_plain)
 COPY(netra_bench_copy_v16x4_cs, 4, __ldcs, __stcs)
+// torch's elementwise shape: 128-thread blocks, one 16-byte vector per thread (X1) or two (X2)
+#define COPY128(NAME, N, LD, ST)                                                                  \
+  extern "C" __global__ void __launch_bounds__(128) NAME(uint4* dst, const uint4* src,            \
+                                                         unsigned long long n16) {                \
+    const unsigned long long base = (blockIdx.x * 128ull) * N + threadIdx.x;                      \
+    uint4 v[N];                                                                                   \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) if (base + 128ull * k < n16) v[k] = LD(src + base + 128ull * k); \
+    _Pragma("unroll") for (int k = 0; k < N; ++k) if (base + 128ull * k < n16) ST(dst + base + 128ull * k, v[k]);  \
+  }
+COPY128(netra_bench_copy_v16x1, 1, ld_weak, st_plain)
+COPY128(netra_bench_copy_v16x1_nc, 1, ld_nc, st_plain)
+COPY128(netra_bench_copy_v16x1_cs, 1, __ldcs, __stcs)
+COPY128(netra_bench_copy_v16x2, 2, ld_weak, st_plain)
 // grid-stride: a fixed grid of resident blocks walks the whole buffer, 4 words in flight per thread
 extern "C" __global__ void __launch_bounds__(256) netra_bench_copy_v16_gs(uint4* __restrict__ dst,
                                                                           const uint4* __restrict__ src,
@@ -76,11 +101,15 @@ extern "C" __global__ void __launch_bounds__(256) netra_bench_copy_v16_gs(uint4*
   }
 }
 """
-COPY_KERNELS = {  # symbol -> 16-byte words per block (None: grid-stride, 8 blocks per SM)
-    "netra_bench_copy_v16x4": 1024,
-    "netra_bench_copy_v16x8": 2048,
-    "netra_bench_copy_v16x4_cs": 1024,
-    "netra_bench_copy_v16_gs": None,
+COPY_KERNELS = {  # symbol -> (16-byte words per block (None: grid-stride, 8 blocks per SM), threads)
+    "netra_bench_copy_v16x4": (1024, 256),
+    "netra_bench_copy_v16x8": (2048, 256),
+    "netra_bench_copy_v16x4_cs": (1024, 256),
+    "netra_bench_copy_v16x1": (128, 128),
+    "netra_bench_copy_v16x1_nc": (128, 128),
+    "netra_bench_copy_v16x1_cs": (128, 128),
+    "netra_bench_copy_v16x2": (256, 128),
+    "netra_bench_copy_v16_gs": (None, 256),
 }
 
 
@@ -155,14 +184,14 @@ class Copies:
     def launcher(self, name: str, dst: Any, src: Any, n16: int) -> Callable[[int], None]:
         args = [ctypes.c_uint64(dst.data_ptr()), ctypes.c_uint64(src.data_ptr()), ctypes.c_uint64(n16)]
         ptrs = (ctypes.c_void_p * 3)(*[ctypes.addressof(a) for a in args])
-        words = COPY_KERNELS[name]
+        words, threads = COPY_KERNELS[name]
         grid = self.sms * 8 if words is None else max(1, math.ceil(n16 / words))
         fn, cu, torch = self.fns[name], self.cu, self.torch
 
         def launch(_: int) -> None:
             keep = (args, ptrs)  # noqa: F841  (the argument buffers live as long as the launcher)
             stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream or None)
-            cu.check(cu.lib.cuLaunchKernel(fn, grid, 1, 1, 256, 1, 1, 0, stream, ptrs, None), name)
+            cu.check(cu.lib.cuLaunchKernel(fn, grid, 1, 1, threads, 1, 1, 0, stream, ptrs, None), name)
 
         return launch
 
@@ -273,6 +302,7 @@ class Bench:
         self.l2 = torch.cuda.get_device_properties(0).L2_cache_size
         self.copies = Copies(torch, self.cu)
         self.copy_cache: dict[int, dict[str, float]] = {}
+        self.table = json.loads(Path(args.table).read_text()) if args.table else None
 
     def inputs(self, op: str, p: dict[str, int], rows: int, sets: int) -> list[list[Any]]:
         torch = self.torch
@@ -315,6 +345,22 @@ class Bench:
         del keep
         return k.tactic, us
 
+    def certified_winner(self, key: str, rows: int) -> str | None:
+        """With --table: the passing candidate of a certify output that was fastest at the certified row
+        count nearest `rows` (what a table certified from that run would serve); else None."""
+        if self.table is None:
+            return None
+        entry = next((e for e in self.table["entries"] if e["key"] == key), None)
+        best: tuple[float, str] | None = None
+        for c in entry["candidates"] if entry else []:
+            hw = (c.get("evidence") or {}).get("hardware")
+            if not hw or not hw["passed"] or not hw["timings"]:
+                continue
+            near = min(hw["timings"], key=lambda t: abs(math.log(t["rows"] / rows)))
+            if best is None or near["median_us"] < best[0]:
+                best = (near["median_us"], c["tactic"])
+        return best[1] if best else None
+
     def peer_us(self, fn: Callable[..., Any], op: str, p: dict[str, int], rows: int, nbytes: int) -> float:
         sets = sets_for(self.footprint(op, p, rows), rows, self.l2)
         ins = self.inputs(op, p, rows, sets)
@@ -337,7 +383,7 @@ class Bench:
         out = []
         for rows in self.args.rows:
             nbytes = conformance.bytes_moved(op, p, rows)
-            tactic, us = self.netra_us(key, entry, rows, None)
+            tactic, us = self.netra_us(key, entry, rows, self.certified_winner(key, rows))
             copies = self.copy_us(nbytes, rows)
             row: dict[str, Any] = {
                 "rows": rows, "bytes": nbytes, "tactic": tactic, "netra_us": round(us, 3),
@@ -405,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="only contracts whose key matches this regular expression")
     ap.add_argument("--policy", default="accepted", help="the policy Netra's kernels are selected with (default: %(default)s)")
     ap.add_argument("--all-tactics", action="store_true", help="also time every candidate of each entry")
+    ap.add_argument("--table", help="serve each row count with the fastest passing candidate of this `netra certify` "
+                                    "output (an uncertified install cannot serve by policy)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
     ap.add_argument("--no-eager", action="store_true", help="skip the torch eager baselines")
     ap.add_argument("--no-liger", action="store_true", help="skip Liger-kernel even when it is installed")

@@ -50,7 +50,7 @@ WANT = {
     "l2_hit_pct": "lts__t_sector_hit_rate.pct",
     "issue_active_pct": "sm__inst_issued.avg.pct_of_peak_sustained_active",
 }
-PROFILED_COPIES = ("netra_bench_copy_v16x4", "netra_bench_copy_v16_gs")
+PROFILED_COPIES = ("netra_bench_copy_v16x1_cs", "netra_bench_copy_v16x4")  # torch-shaped and 4-in-flight
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio")
 
 

@@ -6,25 +6,28 @@
 //
 // Kernel arguments (in order, 28 bytes): q u8*, scales f32*, x bf16*, rows u32.
 // Contract constants: HIDDEN (multiple of 128 in [128, 65536]), GROUP (128 only).
-// Tactic constants: BATCH (units per thread whose loads are in flight together: 1, 2 or 4) and
-// PREFETCH (1: the x loads carry the L2::256B prefetch-size hint, so the first half of a group's
-// 256 bytes to miss brings both halves into L2). A tactic is otherwise its launch shape
-// (NETRA_BLOCK threads, NETRA_ROWS_PER_BLOCK rows per block, NETRA_GRID_Y column slices per row);
-// grid.x = ceil(rows / ROWS_PER_BLOCK).
+// Tactic constants: BATCH (units per thread whose loads are in flight together: 1, 2 or 4),
+// LANES_PER_GROUP (LPG: 8, a unit is 16 values of a group in two 16-byte loads; 16, a unit is 8
+// values in one 16-byte load), CACHE (0: x by ld.global.nc.L1::no_allocate, stores st.global; 1:
+// plain ld.global / st.global; 2: ld.global.cs / st.global.cs) and PREFETCH (1, CACHE 0 only: the x
+// loads carry the L2::256B prefetch-size hint). A tactic is otherwise its launch shape (NETRA_BLOCK
+// threads, NETRA_ROWS_PER_BLOCK rows per block, NETRA_GRID_Y column slices per row); grid.x =
+// ceil(rows / ROWS_PER_BLOCK).
 //
-// Thread mapping (include/netra_quant_sm90.cuh): 8 consecutive lanes per group; lane j of a
-// group loads x[8j .. 8j+7] and x[64+8j .. 64+8j+7] of it (two 16-byte
-// ld.global.nc.L1::no_allocate.v4, .L2::256B with PREFETCH) and stores their 16 codes as two 8-byte st.global.v2; lane 0
-// of the group stores the scale (4 bytes; the 4 groups of a warp instruction are contiguous).
-// Per thread ceil(ROWS_PER_BLOCK * ceil(groups / GRID_Y) * 8 / BLOCK) units, in batches of BATCH
+// Thread mapping (include/netra_quant_sm90.cuh): LPG consecutive lanes per group; LPG = 8: lane j of
+// a group loads x[8j .. 8j+7] and x[64+8j .. 64+8j+7] of it and stores their 16 codes as two 8-byte
+// stores; LPG = 16: lane j loads x[8j .. 8j+7] and stores 8 codes (one 8-byte store). Lane 0 of the
+// group stores the scale (4 bytes; the groups of a warp instruction are contiguous).
+// Per thread ceil(ROWS_PER_BLOCK * ceil(groups / GRID_Y) * LPG / BLOCK) units, in batches of BATCH
 // with all loads of a batch in flight before the first use (a row of more than 2 batches runs
-// them as a loop with a compile-time trip count).
+// them as a loop with a compile-time trip count). No tactic constant changes a value: every tactic
+// gives the same bits.
 //
 // Numerics (u = 2^-24), per group (include/netra_sm90.cuh has the helpers):
 //   step               instruction / intrinsic                      deviation
 //   x -> fp32          shift / and                                  exact
-//   amax               fmaxf of fabsf over the lane's 16 values,    exact
-//                      then shfl.sync.bfly 4, 2, 1 with fmaxf
+//   amax               fmaxf of fabsf over the lane's 16 (8) values, exact
+//                      then shfl.sync.bfly (8,) 4, 2, 1 with fmaxf
 //   a = max(amax, f)   fmaxf with f = 1e-10f = 0x2edbe6ff           exact; f is 1e-10 (1 + 1.3e-8)
 //   s = a / 448        q0 = RN(a * c), c = RN(1/448) = 0x3b124925;   correctly rounded: RN(a/448) for
 //                      s = fma(fma(-q0, 448, a), c, q0)             every fp32 a in the normal range
@@ -51,9 +54,12 @@
 //
 // Bytes per row: 2*HIDDEN read; HIDDEN + 4*HIDDEN/128 written. Every byte is read or written
 // once. No shared memory, no local memory.
-// Measured on an H200 (bench/results/sm90-kernel-check.json): every served instantiation passes
-// all netra.conformance cases, 0.0017% of codes one step off at exact midpoints; at 8192 rows
-// 3.36 .. 3.74 TB/s (r1, r2); 1.3 to 1.4 us per call at 1 and 16 rows (s8).
+// Measured on an H200 (docs/gpu-runs/kernels-explore/README.md, graph replay, us per call): every
+// tactic passes all netra.conformance cases (dequant deviation 0.0357, the format's half step; codes
+// off by one only at exact midpoints), and all tactics give the same bits; at 32768 rows 52.8 us
+// (H = 2048, r1s), 89.8 (3584), 99.0 (4096), 189.8 (8192) = 90 / 93 / 96 / 100% of the copy limit
+// (4.28 TB/s); 1.08 to 1.24 us at 1 and 16 rows (s8). CACHE 2 gained 3-9% at prefill over CACHE 0;
+// one 8-value unit per thread (LANES_PER_GROUP 16) lost 3-7% there (the per-group work is fixed).
 
 #include "include/netra_quant_sm90.cuh"
 
@@ -64,11 +70,8 @@
 #if !defined(HIDDEN) || !defined(GROUP)
 #error "fp8_group_quant: contract constants HIDDEN and GROUP must be defined"
 #endif
-#if !defined(PREFETCH)
-#error "fp8_group_quant: tactic constant PREFETCH (0, or 1 for the L2::256B prefetch-size hint on x loads) must be defined"
-#endif
-#if !defined(BATCH)
-#error "fp8_group_quant: tactic constant BATCH (units per thread in flight: 1, 2 or 4) must be defined"
+#if !defined(PREFETCH) || !defined(BATCH) || !defined(LANES_PER_GROUP) || !defined(CACHE)
+#error "fp8_group_quant: tactic constants BATCH (1, 2, 4), LANES_PER_GROUP (8, 16), CACHE (0, 1, 2) and PREFETCH (0, 1) must be defined"
 #endif
 
 namespace fp8_group_quant_sm90 {
@@ -81,39 +84,52 @@ static_assert(NETRA_BLOCK % 32 == 0 && NETRA_BLOCK <= 1024,
 static_assert(NETRA_GRID_Y >= 1 && NETRA_GRID_Y <= 64,
               "fp8_group_quant: NETRA_GRID_Y must be in [1, 64] (slices past the row end are idle)");
 static_assert(BATCH == 1 || BATCH == 2 || BATCH == 4, "fp8_group_quant: BATCH must be 1, 2 or 4");
-static_assert(PREFETCH == 0 || PREFETCH == 1, "fp8_group_quant: PREFETCH must be 0 or 1");
-using Split = netra::QuantSplit<kH, NETRA_ROWS_PER_BLOCK, NETRA_GRID_Y, NETRA_BLOCK, BATCH>;
-// registers: 64 per thread (BATCH <= 2) or 80 (BATCH = 4: 4 units of raw bf16 in flight)
-constexpr int kMinBlocks = (BATCH <= 2 ? 1024 : 768) / NETRA_BLOCK;
-}  // namespace fp8_group_quant_sm90
+static_assert(LANES_PER_GROUP == 8 || LANES_PER_GROUP == 16, "fp8_group_quant: LANES_PER_GROUP must be 8 or 16");
+static_assert(CACHE == 0 || CACHE == 1 || CACHE == 2, "fp8_group_quant: CACHE must be 0, 1 or 2");
+static_assert(PREFETCH == 0 || (PREFETCH == 1 && CACHE == 0),
+              "fp8_group_quant: PREFETCH must be 0, or 1 with CACHE = 0");
+using Split = netra::QuantSplit<kH, NETRA_ROWS_PER_BLOCK, NETRA_GRID_Y, NETRA_BLOCK, BATCH, LANES_PER_GROUP>;
+constexpr int kNv = Split::kUnitElems;
+constexpr int kLoads = kNv / 8;  // 16-byte loads of x per unit
+// registers: 64 per thread (BATCH * loads per unit <= 4), else 80 (BATCH = 4 at LPG 8: 4 units of
+// raw bf16 in flight); one 16-byte load per thread (LPG 16, BATCH 1): 32, for full occupancy
+constexpr int kMinBlocksRaw = (BATCH * kLoads == 1 ? 2048 : (BATCH * kLoads <= 4 ? 1024 : 768)) / NETRA_BLOCK;
+constexpr int kMinBlocks = kMinBlocksRaw < 1 ? 1 : kMinBlocksRaw;
 
-namespace fp8_group_quant_sm90 {
-// Units it = b .. b + NB - 1 of this thread: all 2*NB loads first, then quantize and store.
+__device__ __forceinline__ uint4 load(const uint16_t* p) {
+  if constexpr (PREFETCH != 0) {
+    return netra::ld_stream16_pf(p);
+  } else {
+    return netra::ld_x16<CACHE>(p);
+  }
+}
+
+// Units it = b .. b + NB - 1 of this thread: all loads first, then quantize and store.
 template <int NB>
 __device__ __forceinline__ void batch(int b, uint8_t* __restrict__ q, float* __restrict__ scales,
                                       const uint16_t* __restrict__ x, uint32_t rows) {
   constexpr int kGroups = kH / 128;
-  uint4 lo[NB], hi[NB];
+  uint4 raw[NB][kLoads];
 #pragma unroll
   for (int k = 0; k < NB; ++k) {
     const Split::Pos p = Split::pos(b + k, rows);
-    const uint16_t* src = x + (size_t)p.row * kH + p.group * 128 + 8 * p.j;
-    lo[k] = p.valid ? netra::ld_stream16_t<PREFETCH != 0>(src) : make_uint4(0u, 0u, 0u, 0u);
-    hi[k] = p.valid ? netra::ld_stream16_t<PREFETCH != 0>(src + 64) : make_uint4(0u, 0u, 0u, 0u);
+    const uint16_t* src = x + (size_t)p.row * kH + Split::col(p);
+#pragma unroll
+    for (int h = 0; h < kLoads; ++h) raw[k][h] = p.valid ? load(src + 64 * h) : make_uint4(0u, 0u, 0u, 0u);
   }
 #pragma unroll
   for (int k = 0; k < NB; ++k) {
-    float v[16];
-    netra::unpack8(lo[k], v);
-    netra::unpack8(hi[k], v + 8);
-    uint2 clo, chi;
-    const float s = netra::quant_unit(v, clo, chi);
+    float v[kNv];
+#pragma unroll
+    for (int h = 0; h < kLoads; ++h) netra::unpack8(raw[k][h], v + 8 * h);
+    uint2 codes[2];
+    const float s = netra::quant_unit<kNv, LANES_PER_GROUP>(v, codes[0], codes[1]);
     const Split::Pos p = Split::pos(b + k, rows);  // recomputed: fewer live registers
     if (p.valid) {
-      uint8_t* dst = q + (size_t)p.row * kH + p.group * 128 + 8 * p.j;
-      netra::st8(dst, clo);
-      netra::st8(dst + 64, chi);
-      if (p.j == 0) netra::st4(scales + (size_t)p.row * kGroups + p.group, __float_as_uint(s));
+      uint8_t* dst = q + (size_t)p.row * kH + Split::col(p);
+#pragma unroll
+      for (int h = 0; h < kLoads; ++h) netra::st_x8<CACHE>(dst + 64 * h, codes[h]);
+      if (p.j == 0) netra::st_x4<CACHE>(scales + (size_t)p.row * kGroups + p.group, __float_as_uint(s));
     }
   }
 }

@@ -7,16 +7,19 @@
 //
 // Kernel arguments (in order, 28 bytes): q u8*, scales f32*, x bf16*, rows u32.
 // Contract constants: INTER (multiple of 128 in [128, 32768]), GROUP (128 only).
-// Tactic constants: BATCH (units per thread whose loads are in flight together: 1 or 2) and
-// PREFETCH (1: the loads carry the L2::256B prefetch-size hint). A tactic is otherwise its launch
-// shape (NETRA_BLOCK threads, NETRA_ROWS_PER_BLOCK rows, NETRA_GRID_Y column slices);
-// grid.x = ceil(rows / ROWS_PER_BLOCK).
+// Tactic constants: BATCH (units per thread whose loads are in flight together: 1 or 2),
+// LANES_PER_GROUP (LPG: 8, a unit is 16 outputs; 16, a unit is 8 outputs), CACHE (0: loads
+// ld.global.nc.L1::no_allocate, stores st.global; 1: plain ld.global / st.global; 2: ld.global.cs /
+// st.global.cs) and PREFETCH (1, CACHE 0 only: the loads carry the L2::256B prefetch-size hint). A
+// tactic is otherwise its launch shape (NETRA_BLOCK threads, NETRA_ROWS_PER_BLOCK rows, NETRA_GRID_Y
+// column slices); grid.x = ceil(rows / ROWS_PER_BLOCK).
 //
-// Thread mapping (include/netra_quant_sm90.cuh): 8 consecutive lanes per group of 128 outputs;
-// lane j of a group owns outputs 8j .. 8j+7 and 64+8j .. 64+8j+7 of it: four 16-byte
-// ld.global.nc.L1::no_allocate.v4 (gate low/high half, up low/high half, the up loads INTER
-// elements further into the row), two 8-byte st.global.v2 of codes; lane 0 of the group stores
-// the scale. Gate and up are each read once.
+// Thread mapping (include/netra_quant_sm90.cuh): LPG consecutive lanes per group of 128 outputs;
+// LPG = 8: lane j of a group owns outputs 8j .. 8j+7 and 64+8j .. 64+8j+7 of it: four 16-byte loads
+// (gate low/high half, up low/high half, the up loads INTER elements further into the row), two
+// 8-byte stores of codes; LPG = 16: lane j owns outputs 8j .. 8j+7: two 16-byte loads (gate, up),
+// one 8-byte store. Lane 0 of the group stores the scale. Gate and up are each read once. No
+// tactic constant changes a value: every tactic gives the same bits.
 //
 // Numerics (u = 2^-24), per element, then per group as in fp8_group_quant.cu:
 //   step               instruction / intrinsic                      deviation
@@ -44,9 +47,10 @@
 //
 // Bytes per row: 4*INTER read (g and u); INTER + 4*INTER/128 written. No shared memory, no local
 // memory.
-// Measured on an H200 (bench/results/sm90-kernel-check.json): every served instantiation passes
-// all netra.conformance cases; at 8192 rows 3.14 TB/s (I = 768, r4), 3.46 (1536, r4), 3.84
-// (14336, s8); 1.3 to 1.7 us per call at 1 and 16 rows.
+// Measured on an H200 (docs/gpu-runs/kernels-explore/README.md, graph replay, us per call): every
+// tactic passes the netra.conformance cases, all tactics give the same bits; at 32768 rows 33.0 us
+// (I = 768, u192), 64.3 (1536, u192), 550.0 (14336, r4s) = 90 / 92 / 100% of the copy limit (4.28
+// TB/s); 1.12 to 1.46 us at 1 and 16 rows (s16, u192). CACHE 2 gained 6-7% at I = 14336.
 
 #include "include/netra_quant_sm90.cuh"
 
@@ -57,11 +61,8 @@
 #if !defined(INTER) || !defined(GROUP)
 #error "silu_mul_fp8_quant: contract constants INTER and GROUP must be defined"
 #endif
-#if !defined(PREFETCH)
-#error "silu_mul_fp8_quant: tactic constant PREFETCH (0, or 1 for the L2::256B prefetch-size hint on x loads) must be defined"
-#endif
-#if !defined(BATCH)
-#error "silu_mul_fp8_quant: tactic constant BATCH (units per thread in flight: 1 or 2) must be defined"
+#if !defined(PREFETCH) || !defined(BATCH) || !defined(LANES_PER_GROUP) || !defined(CACHE)
+#error "silu_mul_fp8_quant: tactic constants BATCH (1, 2), LANES_PER_GROUP (8, 16), CACHE (0, 1, 2) and PREFETCH (0, 1) must be defined"
 #endif
 
 namespace silu_mul_fp8_quant_sm90 {
@@ -74,9 +75,25 @@ static_assert(NETRA_BLOCK % 32 == 0 && NETRA_BLOCK <= 1024,
 static_assert(NETRA_GRID_Y >= 1 && NETRA_GRID_Y <= 64,
               "silu_mul_fp8_quant: NETRA_GRID_Y must be in [1, 64] (slices past the row end are idle)");
 static_assert(BATCH == 1 || BATCH == 2, "silu_mul_fp8_quant: BATCH must be 1 or 2");
-static_assert(PREFETCH == 0 || PREFETCH == 1, "silu_mul_fp8_quant: PREFETCH must be 0 or 1");
-using Split = netra::QuantSplit<kI, NETRA_ROWS_PER_BLOCK, NETRA_GRID_Y, NETRA_BLOCK, BATCH>;
-constexpr int kMinBlocks = (BATCH == 1 ? 1024 : 768) / NETRA_BLOCK;
+static_assert(LANES_PER_GROUP == 8 || LANES_PER_GROUP == 16,
+              "silu_mul_fp8_quant: LANES_PER_GROUP must be 8 or 16");
+static_assert(CACHE == 0 || CACHE == 1 || CACHE == 2, "silu_mul_fp8_quant: CACHE must be 0, 1 or 2");
+static_assert(PREFETCH == 0 || (PREFETCH == 1 && CACHE == 0),
+              "silu_mul_fp8_quant: PREFETCH must be 0, or 1 with CACHE = 0");
+using Split = netra::QuantSplit<kI, NETRA_ROWS_PER_BLOCK, NETRA_GRID_Y, NETRA_BLOCK, BATCH, LANES_PER_GROUP>;
+constexpr int kNv = Split::kUnitElems;
+constexpr int kHalves = kNv / 8;  // 8-output halves per unit: 16-byte loads of gate (and of up)
+// registers: 64 (BATCH * halves <= 2) or 80 (4: two units of gate and up, 32 registers, in flight)
+constexpr int kMinBlocksRaw = (BATCH * kHalves <= 2 ? 1024 : 768) / NETRA_BLOCK;
+constexpr int kMinBlocks = kMinBlocksRaw < 1 ? 1 : kMinBlocksRaw;
+
+__device__ __forceinline__ uint4 load(const uint16_t* p) {
+  if constexpr (PREFETCH != 0) {
+    return netra::ld_stream16_pf(p);
+  } else {
+    return netra::ld_x16<CACHE>(p);
+  }
+}
 
 __device__ __forceinline__ float ex2_approx(float t) {
   float e;
@@ -96,38 +113,37 @@ __device__ __forceinline__ void silu_mul8(const uint4& gv, const uint4& uv, floa
     h[i] = __fmul_rn(silu, u[i]);
   }
 }
-}  // namespace silu_mul_fp8_quant_sm90
 
-namespace silu_mul_fp8_quant_sm90 {
-// Units it = b .. b + NB - 1 of this thread: all 4*NB loads first, then h, quantize and store.
+// Units it = b .. b + NB - 1 of this thread: all loads first, then h, quantize and store.
 template <int NB>
 __device__ __forceinline__ void batch(int b, uint8_t* __restrict__ q, float* __restrict__ scales,
                                       const uint16_t* __restrict__ x, uint32_t rows) {
   constexpr int kGroups = kI / 128;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-  uint4 glo[NB], ghi[NB], ulo[NB], uhi[NB];
+  uint4 gr[NB][kHalves], ur[NB][kHalves];
 #pragma unroll
   for (int k = 0; k < NB; ++k) {
     const Split::Pos p = Split::pos(b + k, rows);
-    const uint16_t* src = x + (size_t)p.row * (2 * kI) + p.group * 128 + 8 * p.j;
-    glo[k] = p.valid ? netra::ld_stream16_t<PREFETCH != 0>(src) : zero;
-    ghi[k] = p.valid ? netra::ld_stream16_t<PREFETCH != 0>(src + 64) : zero;
-    ulo[k] = p.valid ? netra::ld_stream16_t<PREFETCH != 0>(src + kI) : zero;
-    uhi[k] = p.valid ? netra::ld_stream16_t<PREFETCH != 0>(src + kI + 64) : zero;
+    const uint16_t* src = x + (size_t)p.row * (2 * kI) + Split::col(p);
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+      gr[k][h] = p.valid ? load(src + 64 * h) : zero;
+      ur[k][h] = p.valid ? load(src + kI + 64 * h) : zero;
+    }
   }
 #pragma unroll
   for (int k = 0; k < NB; ++k) {
-    float h[16];
-    silu_mul8(glo[k], ulo[k], h);
-    silu_mul8(ghi[k], uhi[k], h + 8);
-    uint2 clo, chi;
-    const float s = netra::quant_unit(h, clo, chi);
+    float hv[kNv];
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) silu_mul8(gr[k][h], ur[k][h], hv + 8 * h);
+    uint2 codes[2];
+    const float s = netra::quant_unit<kNv, LANES_PER_GROUP>(hv, codes[0], codes[1]);
     const Split::Pos p = Split::pos(b + k, rows);  // recomputed: fewer live registers
     if (p.valid) {
-      uint8_t* dst = q + (size_t)p.row * kI + p.group * 128 + 8 * p.j;
-      netra::st8(dst, clo);
-      netra::st8(dst + 64, chi);
-      if (p.j == 0) netra::st4(scales + (size_t)p.row * kGroups + p.group, __float_as_uint(s));
+      uint8_t* dst = q + (size_t)p.row * kI + Split::col(p);
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) netra::st_x8<CACHE>(dst + 64 * h, codes[h]);
+      if (p.j == 0) netra::st_x4<CACHE>(scales + (size_t)p.row * kGroups + p.group, __float_as_uint(s));
     }
   }
 }

@@ -12,8 +12,15 @@
 //                           .L2::256B (prefetch-size hint) where a tactic sets PREFETCH = 1
 //                           ld.global.nc.v4.u32 (re-read by every row: rmsnorm's w, kept in L1)
 //   stores                  st.global.v4.u32 / .v2.u32 / .u32, no cache hint
-//   group amax              max over the 8 lanes of a quantization group: 3 shfl.sync.bfly steps
-//                           of fmaxf (exact: max is not rounded)
+//   cache modes (ld_x / st_x, a tactic's CACHE constant; the data and rounding never change):
+//     0 streamed   ld.global.nc.L1::no_allocate (read-only path, no L1 line); st.global
+//     1 plain      ld.global (weak, L1-allocating); st.global: what torch's elementwise kernels and
+//                  Liger's Triton kernels emit
+//     2 streaming  ld.global.cs / st.global.cs (cache-streaming, evict first: __ldcs / __stcs)
+//   ld_rw is the load of a tensor the same kernel may also write (fused add: residual_out may be
+//   residual): never .nc, which is only defined for memory that is read-only for the whole kernel.
+//   group amax              max over the 8 (or 16) lanes of a quantization group: 3 (or 4)
+//                           shfl.sync.bfly steps of fmaxf (exact: max is not rounded)
 //   fp8 scale               a = max(amax, 1e-10f); q0 = RN(a * c) with c = RN(1/448) = 0x3b124925;
 //                           s = fma(fma(-q0, 448, a), c, q0): the inner fma is exact, and s equals
 //                           RN(a / 448) for every fp32 a in the normal range (checked here against
@@ -105,6 +112,82 @@ __device__ __forceinline__ void st4(void* p, uint32_t v) {
   asm volatile("st.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// ---- cache modes (see the header) ----
+
+template <int CM>
+__device__ __forceinline__ uint4 ld_x16(const void* p) {
+  static_assert(CM >= 0 && CM <= 2, "netra: CACHE must be 0, 1 or 2");
+  uint4 v;
+  if constexpr (CM == 0) {
+    v = ld_stream16(p);
+  } else if constexpr (CM == 1) {
+    asm("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  } else {
+    asm("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  }
+  return v;
+}
+
+template <int CM>
+__device__ __forceinline__ uint2 ld_x8(const void* p) {
+  uint2 v;
+  if constexpr (CM == 0) {
+    v = ld_stream8(p);
+  } else if constexpr (CM == 1) {
+    asm("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  } else {
+    asm("ld.global.cs.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  }
+  return v;
+}
+
+// A tensor the kernel may also write (fused add's residual): mode 0 is ld.global.L1::no_allocate
+// (coherent, no L1 line), never .nc.
+template <int CM>
+__device__ __forceinline__ uint4 ld_rw16(const void* p) {
+  uint4 v;
+  if constexpr (CM == 0) {
+    asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  } else if constexpr (CM == 1) {
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  } else {
+    asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  }
+  return v;
+}
+
+template <int CM>
+__device__ __forceinline__ void st_x16(void* p, uint4 v) {
+  if constexpr (CM == 2) {
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+                 "r"(v.w)
+                 : "memory");
+  } else {
+    st16(p, v);
+  }
+}
+
+template <int CM>
+__device__ __forceinline__ void st_x8(void* p, uint2 v) {
+  if constexpr (CM == 2) {
+    asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
+  } else {
+    st8(p, v);
+  }
+}
+
+template <int CM>
+__device__ __forceinline__ void st_x4(void* p, uint32_t v) {
+  if constexpr (CM == 2) {
+    asm volatile("st.global.cs.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+  } else {
+    st4(p, v);
+  }
+}
+
 // ---- bf16 ----
 
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
@@ -153,6 +236,15 @@ __device__ __forceinline__ float group8_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return v;
+}
+
+// Max over the LPG (8 or 16) consecutive lanes of a quantization group; every lane of the warp
+// must execute it (full-mask butterfly; the offsets stay inside the aligned group of LPG lanes).
+template <int LPG>
+__device__ __forceinline__ float group_max(float v) {
+  static_assert(LPG == 8 || LPG == 16, "netra: a quantization group spans 8 or 16 lanes");
+  if constexpr (LPG == 16) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
+  return group8_max(v);
 }
 
 // The group's scale from its amax: s = RN(max(amax, 1e-10f) / 448), see the header.
