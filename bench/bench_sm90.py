@@ -94,7 +94,9 @@ def copy_limit(torch: Any, cu: Any) -> dict[str, Any]:
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "copy.cu").write_text(COPY_SOURCE)
-        subprocess.run([nvcc, "-cubin", "-arch=sm_90a", "-O3", "-o", "copy.cubin", "copy.cu"], cwd=tmp, check=True)
+        subprocess.run(
+            [nvcc, "-cubin", "-arch=sm_90a", "-O3", "-o", "copy.cubin", "copy.cu"], cwd=tmp, check=True
+        )
         image = (Path(tmp) / "copy.cubin").read_bytes()
     cu.context()
     module, fn = ctypes.c_void_p(), ctypes.c_void_p()
@@ -110,13 +112,20 @@ def copy_limit(torch: Any, cu: Any) -> dict[str, Any]:
 
     def launch(_: int) -> None:
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream or None)
-        cu.check(cu.lib.cuLaunchKernel(fn, grid, 1, 1, 256, 1, 1, 0, stream, ptrs, None), "cuLaunchKernel(copy)")
+        cu.check(
+            cu.lib.cuLaunchKernel(fn, grid, 1, 1, 256, 1, 1, 0, stream, ptrs, None), "cuLaunchKernel(copy)"
+        )
 
     us = graph_us(torch, launch, 4)
     ok = bool(torch.equal(dst, src))
     del src, dst
     torch.cuda.empty_cache()
-    return {"bytes": 2 * nbytes, "us": round(us, 2), "tb_per_s": round(2 * nbytes / us / 1e6, 3), "copied": ok}
+    return {
+        "bytes": 2 * nbytes,
+        "us": round(us, 2),
+        "tb_per_s": round(2 * nbytes / us / 1e6, 3),
+        "copied": ok,
+    }
 
 
 def composite(torch: Any, op: str, p: dict[str, int]) -> tuple[Any, Any]:
@@ -158,7 +167,9 @@ def composite(torch: Any, op: str, p: dict[str, int]) -> tuple[Any, Any]:
     return fm, (lambda rows: (rnd(rows, e),))
 
 
-def netra_us(torch: Any, cu: Any, cat: Any, key: str, entry: Any, rows: int, l2: int) -> tuple[str, float, int]:
+def netra_us(
+    torch: Any, cu: Any, cat: Any, key: str, entry: Any, rows: int, l2: int
+) -> tuple[str, float, int]:
     """The served kernel at `rows`: its tactic, device time per call and the bytes it must move."""
     from netra import conformance
 
@@ -197,7 +208,9 @@ def netra_us(torch: Any, cu: Any, cat: Any, key: str, entry: Any, rows: int, l2:
 def baseline_us(torch: Any, fn: Any, make: Any, rows: int, nbytes: int, l2: int) -> float:
     sets = rotation(nbytes, rows, l2)
     inputs = [make(rows) for _ in range(sets)]
-    return graph_us(torch, lambda i: fn(*inputs[i % sets]), calls_per_graph(nbytes, sets) if rows >= 512 else 50)
+    return graph_us(
+        torch, lambda i: fn(*inputs[i % sets]), calls_per_graph(nbytes, sets) if rows >= 512 else 50
+    )
 
 
 def main() -> int:
@@ -239,7 +252,8 @@ def main() -> int:
             rows_out.append(row)
             extra = "".join(
                 f", {name} {row[name + '_us']:.2f} us ({row[name + '_us'] / us:.2f}x)"
-                for name in ("eager", "compile") if name + "_us" in row
+                for name in ("eager", "compile")
+                if name + "_us" in row
             )
             print(f"{key} rows {rows}: {tactic} {us:.2f} us, {row['netra_tb_per_s']:.2f} TB/s"
                   f" ({row['netra_tb_per_s'] / limit:.0%} of copy){extra}", flush=True)  # fmt: skip
@@ -255,7 +269,9 @@ def main() -> int:
 
 def summary(result: dict[str, Any]) -> str:
     limit = result["copy"]["tb_per_s"]
-    lines = [f"{'contract':44} {'8192 rows':>10} {'TB/s':>6} {'%copy':>6} {'vs eager':>9} {'vs compile':>10} {'1 row':>7} {'16 rows':>8}"]
+    lines = [
+        f"{'contract':44} {'8192 rows':>10} {'TB/s':>6} {'%copy':>6} {'vs eager':>9} {'vs compile':>10} {'1 row':>7} {'16 rows':>8}"
+    ]
     for key, rows in result["contracts"].items():
         by = {r["rows"]: r for r in rows}
         p = by[8192]

@@ -170,7 +170,11 @@ def lock_of(d: Derived, table_toolchains: dict[str, Toolchain] | None = None) ->
 
 
 def make_lock(
-    root: Path, *, jobs: int | None = None, progress: Progress | None = None, tools: dict[str, Tools] | None = None
+    root: Path,
+    *,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    tools: dict[str, Tools] | None = None,
 ) -> Fresh:
     """What `netra lock` writes: the lock and tables the sources make now."""
     root = Path(root)
@@ -205,11 +209,15 @@ def committing(what: str) -> Iterator[None]:
 def _replaceable(path: Path) -> None:
     """What is about to be replaced by a file must be one, or absent: checked before anything is written."""
     if path.is_dir():
-        raise PathError(f"{path}: is a folder where netra writes a file", "move it away, then run the command again")
+        raise PathError(
+            f"{path}: is a folder where netra writes a file", "move it away, then run the command again"
+        )
     for parent in path.parents:
         if parent.exists() or parent.is_symlink():
             if not parent.is_dir():
-                raise PathError(f"{parent}: exists and is not a folder", "remove it or pick another output folder")
+                raise PathError(
+                    f"{parent}: exists and is not a folder", "remove it or pick another output folder"
+                )
             break
 
 
@@ -266,7 +274,11 @@ def verify_tracked(root: Path, locked: Lock) -> None:
 
 
 def check_lock(
-    root: Path, *, jobs: int | None = None, progress: Progress | None = None, tools: dict[str, Tools] | None = None
+    root: Path,
+    *,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    tools: dict[str, Tools] | None = None,
 ) -> list[str]:
     """`netra lock --check`: the differences, empty when the lock is up to date."""
     root = Path(root).resolve()
@@ -327,7 +339,11 @@ def build(
 
 
 def _toolchain_hint(d: Derived, locked: Lock) -> str:
-    other = [f"{t} with {tc}" for t, tc in sorted(locked.toolchains.items()) if t in d.tools and d.tools[t].identity != tc]
+    other = [
+        f"{t} with {tc}"
+        for t, tc in sorted(locked.toolchains.items())
+        if t in d.tools and d.tools[t].identity != tc
+    ]
     return f"; if only the toolchain differs, build {', '.join(other)}" if other else ""
 
 
@@ -342,7 +358,9 @@ def _first_differences(d: Derived, locked: Lock, reference: Path) -> list[str]:
         if theirs is None:
             out.append(f"{e.spec.name}: {reference} has no {e.spec.file}")
         else:
-            out.append(f"{e.spec.name}: {tgt.first_difference(d.tools[e.spec.target], e.path, theirs, e.spec)}")
+            out.append(
+                f"{e.spec.name}: {tgt.first_difference(d.tools[e.spec.target], e.path, theirs, e.spec)}"
+            )
     return out
 
 
@@ -359,7 +377,9 @@ def _reference_bytes(reference: Path, spec_file: str) -> bytes | None:
         except KeyError:
             return None
         except (OSError, zipfile.BadZipFile) as e:
-            raise NetraError(f"{reference}: not a readable wheel ({e})", "pass a wheel or a build folder") from None
+            raise NetraError(
+                f"{reference}: not a readable wheel ({e})", "pass a wheel or a build folder"
+            ) from None
     raise NetraError(
         f"{reference}: not a build folder or a .whl", "pass a previous `netra build` output or a wheel"
     )
@@ -367,7 +387,9 @@ def _reference_bytes(reference: Path, spec_file: str) -> bytes | None:
 
 def _check_out_dir(out: Path) -> None:
     if out.exists() and not out.is_dir():
-        raise NetraError(f"{out}: exists and is not a folder", "pass a folder (or a path that does not exist yet)")
+        raise NetraError(
+            f"{out}: exists and is not a folder", "pass a folder (or a path that does not exist yet)"
+        )
 
 
 def publish(src: Path, dest: Path, names: list[str]) -> None:
@@ -380,7 +402,9 @@ def publish(src: Path, dest: Path, names: list[str]) -> None:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
-            raise NetraError(f"{target.parent}: exists and is not a folder", "remove it or pick another output folder") from None
+            raise NetraError(
+                f"{target.parent}: exists and is not a folder", "remove it or pick another output folder"
+            ) from None
         except OSError as e:
             raise _unwritable(e) from None
         try:

@@ -223,7 +223,9 @@ _TACTICS = s.Table(
                     "grid_y": s.opt(s.Int(min=1, max=65535), 1),
                     "maturity": s.Str(choices=MATURITIES),
                     "why": s.Str(max_len=500),
-                    "constants": s.opt(s.MapOf(s.Str(pattern=_UPPER, max_len=64), s.Int(min=0, max=2**20)), {}),
+                    "constants": s.opt(
+                        s.MapOf(s.Str(pattern=_UPPER, max_len=64), s.Int(min=0, max=2**20)), {}
+                    ),
                 },
                 label="name",
             ),
@@ -241,7 +243,11 @@ _MODEL = s.Table(
         "fallbacks": s.opt(
             s.ListOf(
                 s.Table(
-                    {"op": s.Str(max_len=64), "use": s.opt(s.Str(max_len=300), ""), "reason": s.Str(max_len=500)},
+                    {
+                        "op": s.Str(max_len=64),
+                        "use": s.opt(s.Str(max_len=300), ""),
+                        "reason": s.Str(max_len=500),
+                    },
                     label="op",
                 ),
                 max_len=1000,
@@ -278,11 +284,15 @@ def _template(root: Path, rel: str, target: str, present: set[str]) -> Template:
     raw = _read_toml(root, rel, s.Reader(_template_schema(tgt.budget), ManifestError, HINT))
     stem = rel.rsplit("/", 1)[1][: -len(".toml")]
     if raw["template"] != stem:
-        raise ManifestError(f"{rel}: template {raw['template']!r} must match its file name {stem!r}", "rename one")
+        raise ManifestError(
+            f"{rel}: template {raw['template']!r} must match its file name {stem!r}", "rename one"
+        )
     op = raw["op"]
     source = f"{rel.rsplit('/', 1)[0]}/{raw['source']}"
     if source not in present:
-        raise ManifestError(f"{rel}: its source {source} is missing", "restore the template source (git checkout)")
+        raise ManifestError(
+            f"{rel}: its source {source} is missing", "restore the template source (git checkout)"
+        )
     constants = {k: _range(v, f"{rel}: constants.{k}") for k, v in raw["constants"].items()}
     expected = {p.upper() for p in FAMILIES[op].params}
     if set(constants) != expected:
@@ -302,7 +312,9 @@ def _template(root: Path, rel: str, target: str, present: set[str]) -> Template:
         offset = (offset + size - 1) // size * size  # natural alignment, as the HIP and CUDA ABIs lay them
         args.append(Arg(a["name"], offset, size, kind, a["type"], a["address_space"], a["access"]))
         offset += size
-    tactic_constants = {k: _range(v, f"{rel}: tactic_constants.{k}") for k, v in raw["tactic_constants"].items()}
+    tactic_constants = {
+        k: _range(v, f"{rel}: tactic_constants.{k}") for k, v in raw["tactic_constants"].items()
+    }
     budget = {k: raw[k] for k in tgt.budget}
     return Template(raw["template"], target, op, source, constants, tuple(args), budget, tactic_constants)
 
@@ -388,7 +400,9 @@ def load(root: str | Path) -> Catalog:
         and p.split("/")[1] not in certification
     )  # fmt: skip
     if stray:
-        raise ManifestError(f"{stray[0]}: no kernels/ folder for its GPU class", "remove it or add the templates")
+        raise ManifestError(
+            f"{stray[0]}: no kernels/ folder for its GPU class", "remove it or add the templates"
+        )
 
     uses: dict[tuple[str, tuple[tuple[str, int], ...]], list[str]] = {}
     fallbacks: list[Fallback] = []
@@ -396,7 +410,9 @@ def load(root: str | Path) -> Catalog:
     model_files = sorted(p for p in present if p.startswith("manifests/models/"))
     for rel in model_files:
         if not rel.endswith(".toml") or rel.count("/") != 2:
-            raise ManifestError(f"{rel}: manifests/models/ holds <model>.toml files only", "move or remove it")
+            raise ManifestError(
+                f"{rel}: manifests/models/ holds <model>.toml files only", "move or remove it"
+            )
         raw = _read_toml(root, rel, s.Reader(_MODEL, ManifestError, HINT))
         model = raw["model"]
         if model in models.values():

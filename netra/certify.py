@@ -116,7 +116,11 @@ class _Buffers:
 
 
 def _correctness(
-    dev: Any, kernel: Any, entry: tables.Entry, cases: list[Any], expected: dict[tuple[str, int], Any] | None = None
+    dev: Any,
+    kernel: Any,
+    entry: tables.Entry,
+    cases: list[Any],
+    expected: dict[tuple[str, int], Any] | None = None,
 ) -> tuple[bool, str, float | None, float, dict[str, int]]:
     """Run every case on the device and judge it; `expected` caches the float64 reference across tactics."""
     import os
@@ -179,7 +183,13 @@ def _timing_bytes(like: Any, rows: int, seed: int) -> dict[str, bytes]:
 
 
 def _time(
-    dev: Any, kernel: Any, entry: tables.Entry, like: Any, rows: int, l2_bytes: int, inputs: dict[str, bytes],
+    dev: Any,
+    kernel: Any,
+    entry: tables.Entry,
+    like: Any,
+    rows: int,
+    l2_bytes: int,
+    inputs: dict[str, bytes],
     replays: int,
 ) -> dict[str, Any]:
     import numpy as np

@@ -278,7 +278,9 @@ def _render_explain(d: dict[str, Any]) -> str:
         out.append(f"  default policy ({m['default_policy']}) serves: {served}")
         if m["dispatch"]:
             rules = ", ".join(
-                f"rows <= {r['max_rows']}: {r['tactic']}" if r["max_rows"] is not None else f"more: {r['tactic']}"
+                f"rows <= {r['max_rows']}: {r['tactic']}"
+                if r["max_rows"] is not None
+                else f"more: {r['tactic']}"
                 for r in m["dispatch"]
             )
             out.append(f"  dispatch by rows: {rules}")
@@ -307,7 +309,9 @@ def _candidate_lines(k: dict[str, Any]) -> list[str]:
         if times:
             lines.append(f"timings (median): {times}")
     ln = k["launch"]
-    grid = ", ".join(f"ceil(rows/{a['rows_per_block']})" if isinstance(a, dict) else str(a) for a in ln["grid"])
+    grid = ", ".join(
+        f"ceil(rows/{a['rows_per_block']})" if isinstance(a, dict) else str(a) for a in ln["grid"]
+    )
     lines.append(f"launch: block {'x'.join(map(str, ln['block']))}, grid ({grid}); LDS {k['lds_bytes']} static + "
                  f"{ln['dynamic_lds_bytes']} dynamic bytes; workspace {k['workspace_bytes']} bytes; "
                  f"max {k['max_threads']} threads")  # fmt: skip
@@ -472,19 +476,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"netra {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def root(sp: argparse.ArgumentParser, what: str = "source tree (default: found from the current directory)") -> None:
+    def root(
+        sp: argparse.ArgumentParser, what: str = "source tree (default: found from the current directory)"
+    ) -> None:
         sp.add_argument("--root", help=what).complete = _DIR  # type: ignore[attr-defined]
 
     def common(sp: argparse.ArgumentParser) -> None:
         root(sp)
-        sp.add_argument("-j", "--jobs", type=int, default=None, help="parallel assemblies (default: all cores)")
+        sp.add_argument(
+            "-j", "--jobs", type=int, default=None, help="parallel assemblies (default: all cores)"
+        )
         quiet(sp)
 
     def quiet(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
     def as_json(sp: argparse.ArgumentParser, schema: str) -> None:
-        sp.add_argument("--json", action="store_true", help=f"the report as JSON (netra/schemas/{schema}.schema.json)")
+        sp.add_argument(
+            "--json", action="store_true", help=f"the report as JSON (netra/schemas/{schema}.schema.json)"
+        )
 
     # A serving host's commands first: they read the installed package.
     d = sub.add_parser("doctor", help="verify this install file by file; report GPUs and runtime libraries")
@@ -495,7 +505,9 @@ def parser() -> argparse.ArgumentParser:
     ).complete = _DIR  # type: ignore[attr-defined]
     d.set_defaults(func=cmd_doctor)
 
-    c = sub.add_parser("catalog", help="list the installed artifacts: class, contract, tactic, maturity, users")
+    c = sub.add_parser(
+        "catalog", help="list the installed artifacts: class, contract, tactic, maturity, users"
+    )
     root(c, "describe this source tree's release/ instead of the installed package")
     c.add_argument("--gpu-class", help="only this GPU class")
     c.add_argument("--model", help="only the contracts this model's manifest needs")
@@ -524,7 +536,9 @@ def parser() -> argparse.ArgumentParser:
     as_json(vw, "verify-wheel")
     vw.set_defaults(func=cmd_verify_wheel)
 
-    ce = sub.add_parser("certify", help="run, judge and time every candidate on this host's GPU; write the table")
+    ce = sub.add_parser(
+        "certify", help="run, judge and time every candidate on this host's GPU; write the table"
+    )
     ce.add_argument("--gpu-class", required=True, help="the class to certify (this host's GPU must be of it)")
     ce.add_argument(
         "--out", help="where to write the certified table (default: ./<class>.json)"
@@ -537,11 +551,15 @@ def parser() -> argparse.ArgumentParser:
     # Kernel authors' commands: they work on a source tree.
     lk = sub.add_parser("lock", help="(source tree) assemble the catalog and write release/manifest.lock")
     common(lk)
-    lk.add_argument("--check", action="store_true", help="exit 1, naming each difference, if the lock is stale")
+    lk.add_argument(
+        "--check", action="store_true", help="exit 1, naming each difference, if the lock is stale"
+    )
     as_json(lk, "lock")
     lk.set_defaults(func=cmd_lock)
 
-    b = sub.add_parser("build", help="(source tree) assemble every locked artifact and gate it against the lock")
+    b = sub.add_parser(
+        "build", help="(source tree) assemble every locked artifact and gate it against the lock"
+    )
     common(b)
     b.add_argument(
         "out", help="output folder for the code objects (<out>/<class>/<artifact>.<suffix>)"

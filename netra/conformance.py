@@ -32,7 +32,8 @@ try:
     import numpy.typing as npt
 except ModuleNotFoundError as _e:  # numpy is the certify extra's, not a dependency of netra-kernel
     raise ModuleNotFoundError(
-        "netra.conformance needs numpy, which is not installed: pip install 'netra-kernel[certify]'", name=_e.name
+        "netra.conformance needs numpy, which is not installed: pip install 'netra-kernel[certify]'",
+        name=_e.name,
     ) from None
 
 from netra import reference as ref

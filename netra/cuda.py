@@ -147,7 +147,11 @@ class Cuda(DeviceOps):
                 )
             fn.argtypes = argtypes
             fn.restype = ctypes.c_int
-        self._bind_ops(lambda n: RuntimeUnavailableError(f"{self.library} has no {n}: the driver is too old", CUDA_INSTALL_HINT))
+        self._bind_ops(
+            lambda n: RuntimeUnavailableError(
+                f"{self.library} has no {n}: the driver is too old", CUDA_INSTALL_HINT
+            )
+        )
         self._mutex = threading.Lock()
         self._functions: dict[tuple[int, str], tuple[int, int, bytes]] = {}
         self._prepared: dict[tuple[int, str], _Prepared] = {}

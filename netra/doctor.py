@@ -220,7 +220,9 @@ class _Report:
         from netra import files
 
         try:  # a link in its place is not what the wheel installed, whatever it points to
-            data = files.read_below(self.inst.root, self.inst.root / rel, limit=files.CODE_OBJECT_LIMIT, what=rel)
+            data = files.read_below(
+                self.inst.root, self.inst.root / rel, limit=files.CODE_OBJECT_LIMIT, what=rel
+            )
         except NetraError:
             return False
         return hashlib.sha256(data).hexdigest() == want
@@ -233,8 +235,10 @@ def _not_gated(inst: Install) -> tuple[str, str]:
 
     spec = f"{installed.DISTRIBUTION}=={inst.version}"
     d = inst.distribution
-    cmd = d.reinstall(spec) if d is not None else (
-        f"{shlex.quote(sys.executable)} -m pip install --force-reinstall --no-deps {spec}"
+    cmd = (
+        d.reinstall(spec)
+        if d is not None
+        else (f"{shlex.quote(sys.executable)} -m pip install --force-reinstall --no-deps {spec}")
     )
     where = f" ({d.describe()})" if d is not None else ""
     return cmd, (
@@ -595,8 +599,14 @@ def _install_lines(r: dict[str, Any]) -> list[str]:
     d, hidden = i.get("distribution"), i.get("shadowed")
     lines = [f"netra-kernel {r['netra_version']} ({i.get('description', i['kind'])}, data in {i['root']})"]
     if d:
-        note = f"; reinstalling takes this version from the index: {d['reinstall_note']}" if d["reinstall_note"] else ""
-        lines.append(f"distribution: {d['name']} {d['version']} at {d['dist_info']}, {d['description']}{note}")
+        note = (
+            f"; reinstalling takes this version from the index: {d['reinstall_note']}"
+            if d["reinstall_note"]
+            else ""
+        )
+        lines.append(
+            f"distribution: {d['name']} {d['version']} at {d['dist_info']}, {d['description']}{note}"
+        )
     if i["kind"] == "wheel" and not d:
         lines.append(
             f"note: no installed {installed.DISTRIBUTION} distribution records this package ({i['package']}): its "
@@ -612,7 +622,9 @@ def _install_lines(r: dict[str, Any]) -> list[str]:
                 f"`netra doctor` from outside {root}, without {root} on PYTHONPATH"
             )
         else:
-            lines.append(f"note: no installed {installed.DISTRIBUTION} distribution records this package ({i['package']})")
+            lines.append(
+                f"note: no installed {installed.DISTRIBUTION} distribution records this package ({i['package']})"
+            )
     if i["kind"] != "wheel" and any(m["kind"] == "code_object" for m in r["files"]["missing"]):
         lines.append(
             f"note: a source checkout serves the code objects of `netra build {installed.EDITABLE_BUILD}` "
@@ -673,8 +685,14 @@ def render(r: dict[str, Any]) -> str:
     pf = r.get("package_files") or {}
     if pf.get("checked"):
         bad = len(pf["missing"]) + len(pf["altered"])
-        lines.append(f"package: {pf['checked']} files held to the wheel RECORD: " + (
-            "all as installed" if not bad else f"{len(pf['missing'])} missing, {len(pf['altered'])} altered"))
+        lines.append(
+            f"package: {pf['checked']} files held to the wheel RECORD: "
+            + (
+                "all as installed"
+                if not bad
+                else f"{len(pf['missing'])} missing, {len(pf['altered'])} altered"
+            )
+        )
     for p in r["problems"]:
         lines.append(f"problem: {p}")
     if r.get("fixes"):

@@ -103,7 +103,9 @@ class Hip(DeviceOps):
         L.hipDriverGetVersion.argtypes = [ctypes.POINTER(ctypes.c_int)]
         for f in (L.hipModuleLaunchKernel, L.hipGetDevice, L.hipDeviceGetName, L.hipDriverGetVersion):
             f.restype = ctypes.c_int
-        self._bind_ops(lambda n: RuntimeUnavailableError(f"{self.library} has no {n}: ROCm is too old", HIP_INSTALL_HINT))
+        self._bind_ops(
+            lambda n: RuntimeUnavailableError(f"{self.library} has no {n}: ROCm is too old", HIP_INSTALL_HINT)
+        )
         self._functions: dict[tuple[int, str], tuple[int, int, bytes]] = {}
         self._mutex = threading.Lock()
 

@@ -100,7 +100,9 @@ class Distribution:
         if self.installer == "uv":
             # uv hard-links installed files to its cache: a damaged file is damaged in the cache too, and
             # a reinstall from it would link the same bytes back. Drop netra-kernel's cache entries first.
-            return f"uv cache clean {DISTRIBUTION} && uv pip install --python {py} --reinstall --no-deps {what}"
+            return (
+                f"uv cache clean {DISTRIBUTION} && uv pip install --python {py} --reinstall --no-deps {what}"
+            )
         return f"{py} -m pip install --force-reinstall --no-deps {what}"
 
 
@@ -170,7 +172,10 @@ class Install:
                 f"or, if the change is intended, run `netra lock` in {self.root}",
             )
         py = shlex.quote(sys.executable)
-        return f"cd {shlex.quote(str(self.root))} && {py} -m netra lock", "regenerates the lock and tables from the sources"
+        return (
+            f"cd {shlex.quote(str(self.root))} && {py} -m netra lock",
+            "regenerates the lock and tables from the sources",
+        )
 
     @property
     def rebuild(self) -> str:
@@ -248,7 +253,9 @@ def _record(dist: object, info: str) -> Distribution:
     if isinstance(direct.get("dir_info"), dict):
         kind = "editable" if direct["dir_info"].get("editable") else "directory"
         return Distribution(version, info, installer, kind, url, subdirectory=sub)
-    return Distribution(version, info, installer, "file" if url.startswith("file:") else "url", url, subdirectory=sub)
+    return Distribution(
+        version, info, installer, "file" if url.startswith("file:") else "url", url, subdirectory=sub
+    )
 
 
 def _owns(dist: object, pkg: Path) -> bool:

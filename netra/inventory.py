@@ -98,11 +98,16 @@ def _model(inst: Install, lock: Lock, lock_path: str) -> tuple[str, list[str], l
         raw = s.Reader(catalog._MODEL, ManifestError, catalog.HINT).read(_toml.loads(data.decode()), where)
         needs = []
         for i, op in enumerate(raw["ops"]):
-            params = contract_params(op["op"], {k: v for k, v in op.items() if k not in ("op", "use")}, f"{where}: ops[{i}]")
+            params = contract_params(
+                op["op"], {k: v for k, v in op.items() if k not in ("op", "use")}, f"{where}: ops[{i}]"
+            )
             needs.append(contract_key(op["op"], params))
     except (UnicodeDecodeError, _toml.TOMLDecodeError) as e:
         raise ManifestError(f"{where}: not a readable model manifest ({e})", inst.reinstall) from None
-    fb = [{"model": raw["model"], "op": x["op"], "use": x["use"], "reason": x["reason"]} for x in raw["fallbacks"]]
+    fb = [
+        {"model": raw["model"], "op": x["op"], "use": x["use"], "reason": x["reason"]}
+        for x in raw["fallbacks"]
+    ]
     return raw["model"], needs, fb
 
 
@@ -165,7 +170,8 @@ def explain(inv: Inventory, query: str, *, gpu_class: str | None = None) -> dict
         kind = "artifact"
         if gpu_class is not None and art.target != gpu_class:
             raise ContractError(
-                f"artifact {query} is of GPU class {art.target}, not {gpu_class}", f"drop --gpu-class {gpu_class}"
+                f"artifact {query} is of GPU class {art.target}, not {gpu_class}",
+                f"drop --gpu-class {gpu_class}",
             )
         for key, e in inv.tables[art.target].entries.items():
             if any(c.artifact == query for c in e.candidates):
@@ -196,7 +202,11 @@ def _unknown(inv: Inventory, query: str, gpu_class: str | None) -> NetraError:
     close = difflib.get_close_matches(query, names, n=3, cutoff=0.6)
     op = query.partition("(")[0].strip()
     documented = sorted({f"{f['model']}: {f['reason']}" for f in inv.fallbacks if f["op"] == op})
-    where = f"GPU class {gpu_class}" if gpu_class else "any certified class (" + ", ".join(sorted(inv.tables)) + ")"
+    where = (
+        f"GPU class {gpu_class}"
+        if gpu_class
+        else "any certified class (" + ", ".join(sorted(inv.tables)) + ")"
+    )
     msg = f"{query!r} is neither an artifact nor a contract that this install serves on {where}"
     if documented:
         msg += f"; the model manifests document op {op} as a fallback"

@@ -72,7 +72,9 @@ def canonical(data: Any) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-def build_record(lock_bytes: bytes, lock: Lock, examined: list[Examined], built_with: dict[str, Toolchain]) -> str:
+def build_record(
+    lock_bytes: bytes, lock: Lock, examined: list[Examined], built_with: dict[str, Toolchain]
+) -> str:
     """build.json for a wheel whose code objects are `examined`, gated against `lock`."""
     entries = {
         e.spec.file: {
@@ -86,7 +88,9 @@ def build_record(lock_bytes: bytes, lock: Lock, examined: list[Examined], built_
     record: dict[str, Any] = {
         "schema": RECORD_SCHEMA,
         "lock_sha256": hashlib.sha256(lock_bytes).hexdigest(),
-        "toolchains": {t: {"flavour": tc.flavour, "version": tc.version} for t, tc in sorted(built_with.items())},
+        "toolchains": {
+            t: {"flavour": tc.flavour, "version": tc.version} for t, tc in sorted(built_with.items())
+        },
         "code_objects": entries,
         "lock": to_dict(lock),
     }
@@ -122,7 +126,9 @@ _RECORD = s.Table(
         ),
         "code_objects": s.MapOf(
             s.Str(pattern=re.compile(r"[a-z0-9_]+/netra_[a-z0-9_]+\.[a-z]+"), max_len=160),
-            s.Table({"artifact": s.Str(max_len=128), "sha256": _SHA, "text_sha256": _SHA, "launch_sha256": _SHA}),
+            s.Table(
+                {"artifact": s.Str(max_len=128), "sha256": _SHA, "text_sha256": _SHA, "launch_sha256": _SHA}
+            ),
             max_len=100_000,
         ),
         "lock": s.Table({}, extra=True),  # read by the lock's own schema below

@@ -106,7 +106,9 @@ class Lock:
 
 _SHA = s.sha256()
 _SYMBOL = s.Str(pattern=re.compile(r"[A-Za-z_][A-Za-z0-9_.]*"), max_len=128)
-_INTS = s.MapOf(s.Str(pattern=re.compile(r"[a-z_][a-z0-9_]*"), max_len=64), s.Int(min=0, max=2**31 - 1), max_len=16)
+_INTS = s.MapOf(
+    s.Str(pattern=re.compile(r"[a-z_][a-z0-9_]*"), max_len=64), s.Int(min=0, max=2**31 - 1), max_len=16
+)
 _SCHEMA = s.Table(
     {
         "schema": s.Const(SCHEMA),
@@ -129,7 +131,9 @@ _SCHEMA = s.Table(
                     "op": s.Str(pattern=s.NAME, max_len=64),
                     "tactic": s.Str(pattern=re.compile(r"[a-z0-9]+"), max_len=16),
                     "contract": _INTS,
-                    "definitions": s.MapOf(s.Str(pattern=_UPPER, max_len=64), s.Int(min=0, max=2**31 - 1), max_len=32),
+                    "definitions": s.MapOf(
+                        s.Str(pattern=_UPPER, max_len=64), s.Int(min=0, max=2**31 - 1), max_len=32
+                    ),
                     "symbols": s.ListOf(_SYMBOL, min_len=1, max_len=64, unique=lambda v: v),
                     "text_sha256": _SHA,
                     "launch_sha256": _SHA,
@@ -137,7 +141,9 @@ _SCHEMA = s.Table(
                     "kernarg_bytes": s.Int(min=0, max=4096),
                     "lds_bytes": s.Int(min=0, max=1 << 20),
                     "max_threads": s.Int(min=1, max=1024),
-                    "facts": s.MapOf(s.Str(pattern=_FACT, max_len=64), s.Int(min=0, max=2**31 - 1), max_len=16),
+                    "facts": s.MapOf(
+                        s.Str(pattern=_FACT, max_len=64), s.Int(min=0, max=2**31 - 1), max_len=16
+                    ),
                 },
                 label="name",
             ),
@@ -203,9 +209,7 @@ def from_dict(data: Any, where: str = LOCK_PATH) -> Lock:
     return Lock(
         toolchains={k: Toolchain(**v) for k, v in d["toolchains"].items()},
         files=tuple(TrackedFile(**f) for f in d["files"]),
-        artifacts=tuple(
-            LockedArtifact(**{**a, "symbols": tuple(a["symbols"])}) for a in d["artifacts"]
-        ),
+        artifacts=tuple(LockedArtifact(**{**a, "symbols": tuple(a["symbols"])}) for a in d["artifacts"]),
     )
 
 

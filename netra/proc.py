@@ -133,9 +133,7 @@ def run(
     if p.returncode < 0:
         hint = _TOOL_HINT
         if memory_bytes is not None:
-            hint += (
-                f"; it ran under a {_size(memory_bytes)} address-space limit (running out of it aborts a tool)"
-            )
+            hint += f"; it ran under a {_size(memory_bytes)} address-space limit (running out of it aborts a tool)"
         raise ToolCrashError(f"{what}: {tool} crashed ({_signame(-p.returncode)}){tail}", hint)
     return subprocess.CompletedProcess(argv, p.returncode, _text(out), stderr)
 

@@ -19,7 +19,8 @@ try:
     import numpy.typing as npt
 except ModuleNotFoundError as _e:  # numpy is the certify extra's, not a dependency of netra-kernel
     raise ModuleNotFoundError(
-        "netra.reference needs numpy, which is not installed: pip install 'netra-kernel[certify]'", name=_e.name
+        "netra.reference needs numpy, which is not installed: pip install 'netra-kernel[certify]'",
+        name=_e.name,
     ) from None
 
 __all__ = [

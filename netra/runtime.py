@@ -276,7 +276,9 @@ class Catalog:
     def _dispatch(self, contract: Contract | str | Mapping[str, Any], policy: str, rows: int) -> str | None:
         """The tactic the entry's certified dispatch names for `rows`, if it meets the policy."""
         if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
-            raise ContractError(f"rows must be a non-negative integer, got {rows!r}", "pass the call's row count")
+            raise ContractError(
+                f"rows must be a non-negative integer, got {rows!r}", "pass the call's row count"
+            )
         entry = self.table.entries.get(contract) if isinstance(contract, str) else None
         if entry is None:
             entry = self.table.entries.get(as_contract(contract).key)
@@ -368,7 +370,11 @@ class Catalog:
         assert locked is not None  # _cross_check proved every candidate is locked
         data = _read(path, what, inst.rebuild, inst.root)
         if data is None:
-            want = f"sha256 {self._built[c.file].sha256}" if self._built is not None else f".text sha256 {c.text_sha256}"
+            want = (
+                f"sha256 {self._built[c.file].sha256}"
+                if self._built is not None
+                else f".text sha256 {c.text_sha256}"
+            )
             raise MissingFileError(f"{what} is missing (expected {want})", inst.rebuild)
         got = _sha256(data)
         if self._built is not None:
@@ -390,9 +396,13 @@ class Catalog:
             text = tgt.text_sha256(data, c.symbol, str(path))
             launch = tgt.launch_digest(data, c.symbol, str(path)) if text == c.text_sha256 else ""
         except NetraError as e:
-            raise AlteredFileError(f"{what} is not a readable code object ({e.message})", inst.rebuild) from None
+            raise AlteredFileError(
+                f"{what} is not a readable code object ({e.message})", inst.rebuild
+            ) from None
         if text != c.text_sha256:
-            raise AlteredFileError(f"{what} differs from the lock: .text sha256 {text}, locked {c.text_sha256}", inst.rebuild)
+            raise AlteredFileError(
+                f"{what} differs from the lock: .text sha256 {text}, locked {c.text_sha256}", inst.rebuild
+            )
         if launch != locked.launch_sha256:
             raise AlteredFileError(
                 f"{what} differs from the lock: what it launches with (descriptor and metadata) hashes to "
@@ -422,15 +432,21 @@ def _load_lock(inst: Install) -> tuple[Lock, dict[str, CodeRecord] | None]:
 
     raw = _read(inst.lock_file, f"{inst.lock_file}: the release lock", inst.reinstall, inst.root)
     if raw is None:
-        raise MissingFileError(f"{inst.lock_file}: the release lock of this netra install is missing", inst.reinstall)
+        raise MissingFileError(
+            f"{inst.lock_file}: the release lock of this netra install is missing", inst.reinstall
+        )
     if inst.build_record is None:
         try:
             return lock_mod.loads(raw, str(inst.lock_file)), None
         except NetraError as e:
-            raise AlteredFileError(f"{inst.lock_file}: not a readable lock ({e.message})", inst.reinstall) from e
+            raise AlteredFileError(
+                f"{inst.lock_file}: not a readable lock ({e.message})", inst.reinstall
+            ) from e
     rec_raw = _read(inst.build_record, f"{inst.build_record}: the build record", inst.reinstall, inst.root)
     if rec_raw is None:
-        raise MissingFileError(f"{inst.build_record}: the build record of this netra install is missing", inst.reinstall)
+        raise MissingFileError(
+            f"{inst.build_record}: the build record of this netra install is missing", inst.reinstall
+        )
     record = layout.read_record(rec_raw, raw, str(inst.build_record), str(inst.lock_file), inst.reinstall)
     return record.lock, record.code_objects
 

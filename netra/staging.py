@@ -33,7 +33,9 @@ def stage(
     report = build.build(root, work / "code", jobs=jobs, progress=progress)
     lock, lock_bytes = report.lock, report.lock_bytes
     wanted = layout.members(lock)
-    code = {m.data_path: (work / "code" / m.data_path).read_bytes() for m in wanted if m.kind == "code_object"}
+    code = {
+        m.data_path: (work / "code" / m.data_path).read_bytes() for m in wanted if m.kind == "code_object"
+    }
     built_with = {t: tools.identity for t, tools in report.tools.items()}
     record = layout.build_record(lock_bytes, lock, report.examined, built_with).encode()
     staged: dict[str, Path] = {}

@@ -250,7 +250,12 @@ _CANDIDATE = s.Table(
         "evidence": s.Table(
             {
                 "static": s.Nullable(
-                    s.Table({"checks": s.ListOf(s.Str(pattern=_NAME, max_len=32), max_len=64), "toolchain": _TOOLCHAIN})
+                    s.Table(
+                        {
+                            "checks": s.ListOf(s.Str(pattern=_NAME, max_len=32), max_len=64),
+                            "toolchain": _TOOLCHAIN,
+                        }
+                    )
                 ),
                 "hardware": s.Nullable(_HARDWARE),
             }
@@ -314,7 +319,12 @@ _TABLE = s.Table(
                     "candidates": s.ListOf(_CANDIDATE, min_len=1, max_len=64, unique="tactic"),
                     "dispatch": s.Nullable(
                         s.ListOf(
-                            s.Table({"max_rows": s.Nullable(s.Int(min=1, max=1 << 31)), "tactic": s.Str(max_len=16)}),
+                            s.Table(
+                                {
+                                    "max_rows": s.Nullable(s.Int(min=1, max=1 << 31)),
+                                    "tactic": s.Str(max_len=16),
+                                }
+                            ),
                             min_len=1,
                             max_len=16,
                         )
@@ -353,7 +363,9 @@ def _kernarg_layout(raw: dict[str, Any], at: str, p: s.Problems) -> KernargLayou
     return KernargLayout(size=raw["size"], args=tuple(args))
 
 
-def _candidate(raw: dict[str, Any], at: str, cls: str, kind: str, nruns: int, p: s.Problems) -> Candidate | None:
+def _candidate(
+    raw: dict[str, Any], at: str, cls: str, kind: str, nruns: int, p: s.Problems
+) -> Candidate | None:
     before = len(p.items)
     f = raw["file"]
     if not f.startswith(cls + "/"):
@@ -515,9 +527,13 @@ def against_lock(table: Table, lock: Lock) -> list[str]:
             }
             out += [f"{c.artifact}: {k} locked {x!r}, table {y!r}" for k, (x, y) in facts.items() if x != y]
             if c.symbol not in a.symbols:
-                out.append(f"{c.artifact}: symbol {c.symbol} is not among the locked symbols {list(a.symbols)}")
+                out.append(
+                    f"{c.artifact}: symbol {c.symbol} is not among the locked symbols {list(a.symbols)}"
+                )
             if c.launch.threads_per_block > a.max_threads:
-                out.append(f"{c.artifact}: block {c.launch.block} exceeds the locked max threads {a.max_threads}")
+                out.append(
+                    f"{c.artifact}: block {c.launch.block} exceeds the locked max threads {a.max_threads}"
+                )
     for name in sorted(locked.keys() - seen):
         out.append(f"{name}: locked but missing from the {table.gpu_class} table")
     return out

@@ -125,7 +125,11 @@ def _wheel_problems(z: zipfile.ZipFile, lock: Lock, lock_bytes: bytes | None) ->
     out: list[Problem] = []
     counts = Counter(names)
     out += [Problem("invalid", n, "stored more than once") for n in sorted(counts) if counts[n] > 1]
-    out += [Problem("invalid", i.filename, f"{i.file_size} bytes: too large") for i in infos if i.file_size > MEMBER_LIMIT]
+    out += [
+        Problem("invalid", i.filename, f"{i.file_size} bytes: too large")
+        for i in infos
+        if i.file_size > MEMBER_LIMIT
+    ]
     if any(p.kind == "invalid" for p in out):
         return out
     prefix = PACKAGE_DATA + "/"
@@ -148,11 +152,19 @@ def _wheel_problems(z: zipfile.ZipFile, lock: Lock, lock_bytes: bytes | None) ->
     record = None
     if record_raw is not None and packaged_lock is not None:
         try:
-            record = layout.read_record(record_raw, packaged_lock, prefix + BUILD_RECORD, prefix + "manifest.lock", "")
+            record = layout.read_record(
+                record_raw, packaged_lock, prefix + BUILD_RECORD, prefix + "manifest.lock", ""
+            )
             if lock_mod.to_dict(record.lock) != lock_mod.to_dict(lock):
-                out.append(Problem("altered", prefix + BUILD_RECORD, "its copy of the lock differs from the lock"))
+                out.append(
+                    Problem("altered", prefix + BUILD_RECORD, "its copy of the lock differs from the lock")
+                )
         except NetraError as e:
-            out.append(Problem("altered", prefix + BUILD_RECORD, e.message.removeprefix(prefix + BUILD_RECORD + ": ")))
+            out.append(
+                Problem(
+                    "altered", prefix + BUILD_RECORD, e.message.removeprefix(prefix + BUILD_RECORD + ": ")
+                )
+            )
     for name, m in sorted(expected.items()):
         if name not in present or m.kind in ("lock", "build_record"):
             continue
@@ -226,13 +238,29 @@ def _code_object_problems(
     except Exception as e:
         return [Problem("altered", name, f"not a readable code object ({type(e).__name__}: {e})")]
     if launch != a.launch_sha256:
-        return [Problem("altered", name, f"launch digest (descriptor and metadata) {_short(launch)}, locked {_short(a.launch_sha256)}")]
+        return [
+            Problem(
+                "altered",
+                name,
+                f"launch digest (descriptor and metadata) {_short(launch)}, locked {_short(a.launch_sha256)}",
+            )
+        ]
     whole = sha256_bytes(blob)
     rec = record.code_objects.get(m.data_path) if record else None
     if rec is not None and rec.sha256 != whole:
         return [Problem("altered", name, f"sha256 differs from {BUILD_RECORD}")]
-    if record is not None and record.toolchains.get(a.target) == lock.toolchains.get(a.target) and whole != a.code_sha256:
-        return [Problem("altered", name, f"sha256 {_short(whole)}, locked {_short(a.code_sha256)} for the same toolchain")]
+    if (
+        record is not None
+        and record.toolchains.get(a.target) == lock.toolchains.get(a.target)
+        and whole != a.code_sha256
+    ):
+        return [
+            Problem(
+                "altered",
+                name,
+                f"sha256 {_short(whole)}, locked {_short(a.code_sha256)} for the same toolchain",
+            )
+        ]
     return []
 
 

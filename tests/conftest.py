@@ -320,7 +320,9 @@ def pkg(py: str) -> Path:
 
 # -- the gpu marker ------------------------------------------------------------------------------------
 
-GPU_SKIP_REASON = "needs an NVIDIA H200 (sm_90): none on this machine (CI has no GPU; run on the device, docs/gpu.md)"
+GPU_SKIP_REASON = (
+    "needs an NVIDIA H200 (sm_90): none on this machine (CI has no GPU; run on the device, docs/gpu.md)"
+)
 
 
 def _sm90_visible() -> bool:

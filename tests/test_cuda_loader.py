@@ -54,7 +54,11 @@ def test_extra_array_uses_cuda_markers_and_the_packed_segment() -> None:
     k = _sm90_kernel()
     la = launch_args(k, 1000, {"y": 0x1000, "x": 0x2000, "w": 0x3000, "rows": 1000, "eps": 1e-6})
     ex = cuda.Extra(la.kernargs)
-    assert (ex.array[0], ex.array[2], ex.array[4]) == (0x01, 0x02, None)  # BUFFER_POINTER, BUFFER_SIZE, END (0)
+    assert (ex.array[0], ex.array[2], ex.array[4]) == (
+        0x01,
+        0x02,
+        None,
+    )  # BUFFER_POINTER, BUFFER_SIZE, END (0)
     assert ex.size.value == k.kernarg.size == 32
     raw = ctypes.string_at(ex.array[1], ex.size.value)
     assert raw == la.kernargs

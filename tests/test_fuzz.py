@@ -48,7 +48,11 @@ FUZZ = settings(
     deadline=None,
     database=None,  # nothing written into the tree
     derandomize=EXAMPLES <= 1000,  # the CI campaign is the same every run; the long one explores
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
 )
 
 
@@ -70,7 +74,9 @@ def guard() -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
-CALLS: dict[str, dict[str, int]] = {}  # test -> {"calls", "refused"}: reader calls made (the campaign's cases)
+CALLS: dict[
+    str, dict[str, int]
+] = {}  # test -> {"calls", "refused"}: reader calls made (the campaign's cases)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -118,7 +124,9 @@ def _record_for(lock_bytes: bytes, lock: lock_mod.Lock) -> bytes:
     record: dict[str, Any] = {
         "schema": layout.RECORD_SCHEMA,
         "lock_sha256": hashlib.sha256(lock_bytes).hexdigest(),
-        "toolchains": {t: {"flavour": tc.flavour, "version": tc.version} for t, tc in sorted(lock.toolchains.items())},
+        "toolchains": {
+            t: {"flavour": tc.flavour, "version": tc.version} for t, tc in sorted(lock.toolchains.items())
+        },
         "code_objects": {
             a.file: {
                 "artifact": a.name,
@@ -151,9 +159,7 @@ def inputs(repo_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Inputs:
         path = tgt.compile(spec, tgt.discover(), root, work / "src", work / "out")
         built[cls] = (path.read_bytes(), spec.symbol)
     manifests = {
-        rel: (root / rel).read_bytes()
-        for rel, role in catalog.tracked_files(root)
-        if rel.endswith(".toml")
+        rel: (root / rel).read_bytes() for rel, role in catalog.tracked_files(root) if rel.endswith(".toml")
     }
     return Inputs(
         root=root,
@@ -290,7 +296,9 @@ def test_lock_structure_mutations(inputs: Inputs) -> None:
 @given(GARBAGE)
 def test_lock_garbage(data: Any) -> None:
     parses_or_refuses(lambda: lock_mod.from_dict(data, "release/manifest.lock"))
-    parses_or_refuses(lambda: lock_mod.from_dict({"schema": 2, "toolchains": {}, "files": data, "artifacts": data}))
+    parses_or_refuses(
+        lambda: lock_mod.from_dict({"schema": 2, "toolchains": {}, "files": data, "artifacts": data})
+    )
 
 
 @FUZZ
@@ -317,7 +325,9 @@ def _readers() -> dict[str, s.Reader]:
     from netra.errors import ManifestError
 
     return {
-        "template gfx950": s.Reader(catalog._template_schema(targets.get("gfx950").budget), ManifestError, ""),
+        "template gfx950": s.Reader(
+            catalog._template_schema(targets.get("gfx950").budget), ManifestError, ""
+        ),
         "template sm_90": s.Reader(catalog._template_schema(targets.get("sm_90").budget), ManifestError, ""),
         "tactics": s.Reader(catalog._TACTICS, ManifestError, ""),
         "model": s.Reader(catalog._MODEL, ManifestError, ""),
@@ -336,7 +346,11 @@ def test_manifest_schemas_on_mutated_real_manifests(inputs: Inputs) -> None:
         return readers["template " + rel.split("/")[1]]
 
     @FUZZ
-    @given(st.sampled_from(sorted(parsed)).flatmap(lambda rel: st.tuples(st.just(rel), mutated_structure(parsed[rel]))))
+    @given(
+        st.sampled_from(sorted(parsed)).flatmap(
+            lambda rel: st.tuples(st.just(rel), mutated_structure(parsed[rel]))
+        )
+    )
     def check(case: tuple[str, Any]) -> None:
         rel, data = case
         parses_or_refuses(lambda: reader_of(rel).read(data, rel))
@@ -358,7 +372,11 @@ def test_catalog_load_on_mutated_manifest_files(inputs: Inputs, tmp_path: Path) 
     names = sorted(inputs.manifests)
 
     @FUZZ
-    @given(st.sampled_from(names).flatmap(lambda rel: st.tuples(st.just(rel), mutated_bytes(inputs.manifests[rel]))))
+    @given(
+        st.sampled_from(names).flatmap(
+            lambda rel: st.tuples(st.just(rel), mutated_bytes(inputs.manifests[rel]))
+        )
+    )
     def check(case: tuple[str, bytes]) -> None:
         rel, raw = case
         (tree / rel).write_bytes(raw)
@@ -375,7 +393,11 @@ def test_catalog_load_on_mutated_manifest_files(inputs: Inputs, tmp_path: Path) 
 
 def test_table_bytes_mutations(inputs: Inputs) -> None:
     @FUZZ
-    @given(st.sampled_from(sorted(inputs.tables)).flatmap(lambda c: st.tuples(st.just(c), mutated_bytes(inputs.tables[c]))))
+    @given(
+        st.sampled_from(sorted(inputs.tables)).flatmap(
+            lambda c: st.tuples(st.just(c), mutated_bytes(inputs.tables[c]))
+        )
+    )
     def check(case: tuple[str, bytes]) -> None:
         cls, raw = case
         parses_or_refuses(lambda: tables.loads(raw, tables.table_path(cls), cls))
@@ -388,7 +410,9 @@ def test_table_structure_mutations(inputs: Inputs) -> None:
     lock = lock_mod.loads(inputs.lock_bytes, "lock")
 
     @FUZZ
-    @given(st.sampled_from(sorted(parsed)).flatmap(lambda c: st.tuples(st.just(c), mutated_structure(parsed[c]))))
+    @given(
+        st.sampled_from(sorted(parsed)).flatmap(lambda c: st.tuples(st.just(c), mutated_structure(parsed[c])))
+    )
     def check(case: tuple[str, Any]) -> None:
         cls, data = case
         table = parses_or_refuses(lambda: tables.parse(data, tables.table_path(cls), cls))
@@ -411,7 +435,9 @@ def test_build_record_bytes_mutations(inputs: Inputs) -> None:
     @FUZZ
     @given(mutated_bytes(inputs.record))
     def check(raw: bytes) -> None:
-        parses_or_refuses(lambda: layout.read_record(raw, inputs.lock_bytes, "build.json", "manifest.lock", ""))
+        parses_or_refuses(
+            lambda: layout.read_record(raw, inputs.lock_bytes, "build.json", "manifest.lock", "")
+        )
 
     check()
 
@@ -432,7 +458,9 @@ def test_build_record_structure_mutations_resealed(inputs: Inputs) -> None:
             raw = json.dumps(data).encode()
         except (TypeError, ValueError):
             return
-        parses_or_refuses(lambda: layout.read_record(raw, inputs.lock_bytes, "build.json", "manifest.lock", ""))
+        parses_or_refuses(
+            lambda: layout.read_record(raw, inputs.lock_bytes, "build.json", "manifest.lock", "")
+        )
 
     check()
 

@@ -31,7 +31,9 @@ def test_the_installed_wheel_is_used() -> None:
     import netra
     from netra import installed
 
-    assert installed.locate().kind == "wheel", f"netra is imported from {netra.__file__}, not an installed wheel"
+    assert installed.locate().kind == "wheel", (
+        f"netra is imported from {netra.__file__}, not an installed wheel"
+    )
 
 
 def test_doctor_require_gpu_passes_and_reports_sm_90_accepted() -> None:
@@ -63,7 +65,9 @@ def test_every_accepted_kernel_matches_the_reference_through_the_public_api() ->
             assert k.maturity == "accepted"
             kernels[k.artifact] = k
         for k in kernels.values():
-            cases = conformance.cases(entry.op, entry.params, rows_per_block=k.candidate.launch.rows_per_block)
+            cases = conformance.cases(
+                entry.op, entry.params, rows_per_block=k.candidate.launch.rows_per_block
+            )
             ok, reason, dev, tol, _ = certify._correctness(cu, k, entry, cases)
             ran.append((k.artifact, ok, dev, tol))
             assert ok, f"{k.artifact}: {reason}"

@@ -119,7 +119,11 @@ def test_one_instruction_change_fails_naming_the_artifacts(tmp_path: Path) -> No
     err = r.stderr.strip().splitlines()
     assert err[0].startswith("netra: error: release/manifest.lock is not what the sources declare")
     changed = {ln.split(":")[0].split()[-1] for ln in err[1:] if "text_sha256 locked" in ln}
-    names = {a.name for a in catalog.load(root).artifacts if a.template.name == "moe_topk_softmax" and a.target == "gfx950"}
+    names = {
+        a.name
+        for a in catalog.load(root).artifacts
+        if a.template.name == "moe_topk_softmax" and a.target == "gfx950"
+    }
     assert names and changed == names  # exactly the artifacts the change affects
     assert any("file kernels/gfx950/moe_topk_softmax.s: sha256 locked" in ln for ln in err)
     assert not out.exists() or not any(out.rglob("*"))  # nothing published
@@ -153,7 +157,11 @@ def test_huge_dimension_is_refused_at_once(tmp_path: Path) -> None:
     root = copy_sources(tmp_path)
     model = root / "manifests" / "models" / "llama-3.1-8b.toml"
     for value in ("1099511627776", "1048576"):
-        model.write_text((REPO / "manifests/models/llama-3.1-8b.toml").read_text().replace("inter = 14336", f"inter = {value}"))
+        model.write_text(
+            (REPO / "manifests/models/llama-3.1-8b.toml")
+            .read_text()
+            .replace("inter = 14336", f"inter = {value}")
+        )
         r = netra("lock", "--root", str(root))
         assert r.returncode == 1 and "inter" in r.stderr and "[1/" not in r.stderr, r.stderr
 
@@ -180,9 +188,13 @@ def test_lock_check_names_each_difference(tmp_path: Path) -> None:
     r = netra("lock", "--check", "--root", str(root), "-q")
     assert r.returncode == 1
     assert "file manifests/models/llama-3.1-8b.toml: sha256 locked" in r.stdout
-    assert "artifact netra_silu_mul_fp8_quant_i12288_g128_b256: the sources declare it but the lock lacks it" in r.stdout
     assert (
-        "artifact netra_silu_mul_fp8_quant_i14336_g128_b256: locked but the sources no longer declare it" in r.stdout
+        "artifact netra_silu_mul_fp8_quant_i12288_g128_b256: the sources declare it but the lock lacks it"
+        in r.stdout
+    )
+    assert (
+        "artifact netra_silu_mul_fp8_quant_i14336_g128_b256: locked but the sources no longer declare it"
+        in r.stdout
     )
     assert "out of date" in r.stderr
 

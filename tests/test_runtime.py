@@ -266,7 +266,11 @@ def test_uncertified_gpu_class_is_refused_listing_the_certified_ones(py: str, tm
     )
     for cls in ("gfx942", "sm_100"):
         name, message, hint = out[cls]
-        assert name == "UncertifiedGPUClassError" and f"'{cls}'" in message and "certified: gfx950, sm_90" in message
+        assert (
+            name == "UncertifiedGPUClassError"
+            and f"'{cls}'" in message
+            and "certified: gfx950, sm_90" in message
+        )
         assert hint
     name, message, _ = out["None"]  # detected from sysfs: a gfx942 node
     assert "gfx942" in message and "certified: gfx950, sm_90" in message

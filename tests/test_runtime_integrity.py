@@ -139,7 +139,9 @@ def test_missing_or_altered_table_fails_doctor_and_the_runtime_names_it(
 
 
 @pytest.mark.parametrize("region", ["text", "descriptor", "metadata"])
-def test_flipped_byte_in_a_code_object_is_refused(venv: tuple[str, Path], region: str, built_wheel: Path) -> None:
+def test_flipped_byte_in_a_code_object_is_refused(
+    venv: tuple[str, Path], region: str, built_wheel: Path
+) -> None:
     py, pkg = venv
     (key, cand), (other_key, other) = _two_candidates(pkg)
     path = pkg / "_data" / cand["file"]
@@ -225,7 +227,10 @@ def test_a_symlink_in_the_install_is_refused_even_to_identical_content(
     doctor names it and its fix (a reinstall) puts the file back; the runtime refuses to read it."""
     py, pkg = venv
     if rel == "code object":
-        rel = "_data/" + sorted(p.relative_to(pkg / "_data").as_posix() for p in (pkg / "_data").rglob("*.hsaco"))[0]
+        rel = (
+            "_data/"
+            + sorted(p.relative_to(pkg / "_data").as_posix() for p in (pkg / "_data").rglob("*.hsaco"))[0]
+        )
     path = pkg / rel
     name = rel.removeprefix("_data/")
     copy = tmp_path / path.name

@@ -37,7 +37,9 @@ def spec_for(*, lds: int = 0, block: int = 256, kernarg: tuple[Arg, ...] = ARGS)
         args=kernarg,
         budget={"vgprs": 28, "sgprs": 16, "lds_bytes": lds, "rows_per_wave": 1},
     )
-    tac = Tactic(op="rmsnorm", name="b", template="probe", block=block, maturity="experiment", why="", target="gfx950")
+    tac = Tactic(
+        op="rmsnorm", name="b", template="probe", block=block, maturity="experiment", why="", target="gfx950"
+    )
     return ArtifactSpec(name="probe_kernel", target="gfx950", template=tpl, tactic=tac, contract={})
 
 

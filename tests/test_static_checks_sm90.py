@@ -33,7 +33,9 @@ def tools() -> Tools:
     return discover()
 
 
-def spec_for(*, block: int = 128, registers: int = 64, shared: int = 0, args: tuple[Arg, ...] = ARGS) -> ArtifactSpec:
+def spec_for(
+    *, block: int = 128, registers: int = 64, shared: int = 0, args: tuple[Arg, ...] = ARGS
+) -> ArtifactSpec:
     tpl = Template(
         name="probe", target="sm_90", op="rmsnorm", source="kernels/sm_90/probe.cu", constants={}, args=args,
         budget={"registers": registers, "shared_bytes": shared},
@@ -93,7 +95,9 @@ def test_registers_over_the_budget(tools: Tools, tmp_path: Path) -> None:
 
 
 def test_shared_memory_over_the_budget(tools: Tools, tmp_path: Path) -> None:
-    text = GOOD.replace("{\n", "{\n  __shared__ float t[128]; t[threadIdx.x] = x[threadIdx.x]; __syncthreads();\n", 1)
+    text = GOOD.replace(
+        "{\n", "{\n  __shared__ float t[128]; t[threadIdx.x] = x[threadIdx.x]; __syncthreads();\n", 1
+    )
     text = text.replace("y[i] = x[i] * 2.0f", "y[i] = t[127 - threadIdx.x]")
     got = failed(compile_cu(tools, tmp_path, text), spec_for(shared=256))
     assert list(got) == ["shared"] and "512 bytes" in got["shared"][0]
@@ -122,7 +126,9 @@ def test_launch_bounds_missing_or_other_than_the_block(tools: Tools, tmp_path: P
 def test_undefined_symbols_and_relocations(tools: Tools, tmp_path: Path) -> None:
     # Separate compilation: a call to a device function defined elsewhere leaves an undefined symbol
     # and a relocation against the kernel's .text.
-    text = GOOD.replace("#include <stdint.h>", '#include <stdint.h>\nextern "C" __device__ float helper(float);')
+    text = GOOD.replace(
+        "#include <stdint.h>", '#include <stdint.h>\nextern "C" __device__ float helper(float);'
+    )
     text = text.replace("x[i] * 2.0f", "helper(x[i])")
     got = failed(compile_cu(tools, tmp_path, text, "-rdc=true"), spec_for())
     assert "undefined" in got and "helper" in got["undefined"][0]

@@ -97,7 +97,7 @@ def check(co: CodeObject, spec: ArtifactSpec, disassembly: str) -> list[Problem]
         )
 
     meta_lds = m.get(".group_segment_fixed_size")
-    if d.group_segment_bytes != meta_lds or d.group_segment_bytes != tpl.budget['lds_bytes']:
+    if d.group_segment_bytes != meta_lds or d.group_segment_bytes != tpl.budget["lds_bytes"]:
         p.append(
             Problem(
                 "lds",

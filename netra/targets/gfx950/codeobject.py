@@ -29,7 +29,9 @@ def _elf(data: bytes, name: str) -> Any:
     try:
         return ELFFile(io.BytesIO(data))
     except Exception as e:  # ELFError, and whatever else a damaged header trips pyelftools into
-        raise ValidationError(f"{name}: not an ELF code object ({e})"[:400], "rebuild it with `netra build`") from None
+        raise ValidationError(
+            f"{name}: not an ELF code object ({e})"[:400], "rebuild it with `netra build`"
+        ) from None
 
 
 def text_bytes(data: bytes, name: str = "code object") -> bytes:
@@ -268,7 +270,8 @@ def launch_facts(co: CodeObject, symbol: str) -> dict[str, Any]:
     kd[_KD_ENTRY] = bytes(8)
     meta = {key: k.metadata[key] for key in LAUNCH_METADATA if key in k.metadata}
     meta[".args"] = [
-        {key: a[key] for key in LAUNCH_ARG_KEYS if key in a} for a in k.metadata.get(".args", [])
+        {key: a[key] for key in LAUNCH_ARG_KEYS if key in a}
+        for a in k.metadata.get(".args", [])
         if isinstance(a, dict)
     ]
     return {"descriptor": kd.hex(), "metadata": meta, "e_machine": co.e_machine}

@@ -45,12 +45,18 @@ class Sm90:
         if tactic.block % WARP or not WARP <= tactic.block <= 1024:
             return f"block {tactic.block} must be a multiple of {WARP} in [{WARP}, 1024]"
         if tactic.rows_per_block is None:
-            return "rows_per_block is required on sm_90 (the host launches ceil(rows / rows_per_block) blocks)"
+            return (
+                "rows_per_block is required on sm_90 (the host launches ceil(rows / rows_per_block) blocks)"
+            )
         return None
 
     def tactic_defines(self, tactic: Tactic) -> dict[str, int]:
         assert tactic.rows_per_block is not None
-        return {"NETRA_ROWS_PER_BLOCK": tactic.rows_per_block, "NETRA_GRID_Y": tactic.grid_y, **tactic.constants}
+        return {
+            "NETRA_ROWS_PER_BLOCK": tactic.rows_per_block,
+            "NETRA_GRID_Y": tactic.grid_y,
+            **tactic.constants,
+        }
 
     def instantiation(self, spec: ArtifactSpec) -> str:
         return compile.instantiation(spec)
@@ -73,7 +79,9 @@ class Sm90:
         ka, kb = a.kernels.get(spec.symbol), b.kernels.get(spec.symbol)
         if ka and kb and ka.registers != kb.registers:
             return f"registers: built {ka.registers}, reference {kb.registers}"
-        return "the .text differs (no SASS disassembler is required by the build; compare with cuobjdump -sass)"
+        return (
+            "the .text differs (no SASS disassembler is required by the build; compare with cuobjdump -sass)"
+        )
 
 
 def _examined(spec: ArtifactSpec, path: Path) -> Examined:

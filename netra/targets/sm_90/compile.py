@@ -39,7 +39,9 @@ def instantiation(spec: ArtifactSpec) -> str:
 def _fail(spec: ArtifactSpec, r: subprocess.CompletedProcess[str], work: Path) -> AssemblyError:
     text = (r.stderr or r.stdout).replace(str(work) + "/", "")
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    detail = next((ln for ln in lines if "error" in ln.lower()), lines[0] if lines else f"exit status {r.returncode}")
+    detail = next(
+        (ln for ln in lines if "error" in ln.lower()), lines[0] if lines else f"exit status {r.returncode}"
+    )
     return AssemblyError(
         f"{spec.name} ({spec.template.source}, {spec.key}): nvcc failed: {detail}"[:1000],
         "fix the template or the contract; `netra build --keep` keeps the instantiation file",

@@ -166,7 +166,11 @@ def _inspect(data: bytes, name: str) -> Cubin:
     info = by_name.get(".nv.info")
     if info is not None:
         for fmt, attr, value in attributes(info.data()):
-            if fmt == 4 and len(value) == 8 and attr in (REGCOUNT, FRAME_SIZE, MIN_STACK_SIZE, MAX_STACK_SIZE):
+            if (
+                fmt == 4
+                and len(value) == 8
+                and attr in (REGCOUNT, FRAME_SIZE, MIN_STACK_SIZE, MAX_STACK_SIZE)
+            ):
                 sym, v = struct.unpack("<II", value)
                 per_symbol.setdefault(sym, {})[attr] = struct.pack("<I", v)
     kernels: dict[str, Kernel] = {}
@@ -208,7 +212,10 @@ def _inspect(data: bytes, name: str) -> Cubin:
             info_raw=bytes(raw),
         )  # fmt: skip
         for sec in secs:
-            if isinstance(sec, RelocationSection) and sec.name in (f".rel.text.{kname}", f".rela.text.{kname}"):
+            if isinstance(sec, RelocationSection) and sec.name in (
+                f".rel.text.{kname}",
+                f".rela.text.{kname}",
+            ):
                 text_relocs += sec.num_relocations()
     compat = by_name.get(".nv.compat")
     compat_raw = bytes(compat.data()) if compat is not None else b""

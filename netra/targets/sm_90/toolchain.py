@@ -86,7 +86,10 @@ def _candidate(path: Path | str | None, origin: str) -> Tools | None:
     if proven is None:
         return None
     return Tools(
-        target="sm_90", identity=Toolchain(flavour="nvcc", version=proven[1]), paths={"nvcc": str(p)}, origin=origin
+        target="sm_90",
+        identity=Toolchain(flavour="nvcc", version=proven[1]),
+        paths={"nvcc": str(p)},
+        origin=origin,
     )
 
 
