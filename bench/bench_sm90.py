@@ -5,14 +5,14 @@ Run on the GPU machine with python3 that has torch and the netra wheel installed
     python bench/bench_sm90.py --json OUT.json --plot bandwidth.png
 
 Per contract of the installed sm_90 table, at each row count: the kernel the runtime serves
-(`open_catalog("sm_90").select(key, rows=rows)`: the certified dispatch), launched through netra.cuda;
+(`open_catalog("sm_90").select(key, rows=rows)`: the certified dispatch), launched through netra.loaders.cuda;
 the torch composite a user would write (F.rms_norm; amax/scale/clamp/to(float8); softmax + topk), in
 eager mode and compiled with torch.compile(dynamic=False); and the elementwise-copy limit measured in
 the same run (a bf16 copy kernel built here with nvcc, 16-byte accesses; not `copy_`, which a CUDA
 graph turns into a copy-engine memcpy). Every time is device time per call from CUDA-graph replay
 (warm-up, then the median of several replays), inputs rotating through enough buffers to exceed L2
 where one set would fit. Effective bandwidth = the bytes the op must move / time
-(netra.conformance.bytes_moved). Ratios are Netra's speed over the baseline's.
+(netra.certify.conformance.bytes_moved). Ratios are Netra's speed over the baseline's.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def netra_us(
     torch: Any, cu: Any, cat: Any, key: str, entry: Any, rows: int, l2: int
 ) -> tuple[str, float, int]:
     """The served kernel at `rows`: its tactic, device time per call and the bytes it must move."""
-    from netra import conformance
+    from netra.certify import conformance
 
     k = cat.select(key, rows=rows)
     assert k, f"{key}: {k}"
@@ -222,7 +222,7 @@ def main() -> int:
 
     import torch
 
-    from netra.cuda import Cuda
+    from netra.loaders.cuda import Cuda
     from netra.runtime import open_catalog
 
     cat = open_catalog("sm_90")

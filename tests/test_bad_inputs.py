@@ -36,9 +36,10 @@ from conftest import Venv, clean_env, copy_repo, log, run_build
 from elftools.elf.elffile import ELFFile  # the test's own ELF reader, independent of netra's
 from wheeltools import rewrite
 
-from netra import build, catalog, layout
-from netra import lock as lock_mod
 from netra.errors import LockError, NetraError
+from netra.release import build, manifests
+from netra.runtime import layout
+from netra.runtime import lockfile as lock_mod
 
 REPO = Path(__file__).resolve().parents[1]
 LOCK = lock_mod.LOCK_PATH
@@ -489,7 +490,7 @@ def test_manifests_are_read_through_their_schemas_naming_file_entry_and_field(
     path = root / rel
     path.write_bytes(damage(path.read_text()).encode("utf-8", "surrogateescape"))
     with pytest.raises(NetraError) as e:
-        catalog.load(root)
+        manifests.load(root)
     msg = str(e.value)
     assert "\n" not in msg
     for f in fragments:
@@ -554,7 +555,10 @@ def test_tracked_paths_are_never_followed_through_a_symlink(tree: Path, tmp_path
     root = sources(tree, tmp_path / "tree")
     (tmp_path / "outside").mkdir()
     shown = LINKS[case](root, tmp_path / "outside")
-    for check in (lambda: catalog.load(root), lambda: build.verify_tracked(root, lock_mod.read(root / LOCK))):
+    for check in (
+        lambda: manifests.load(root),
+        lambda: build.verify_tracked(root, lock_mod.read(root / LOCK)),
+    ):
         with pytest.raises(NetraError) as e:
             check()
         assert f"{shown} (" in str(e.value) and "is a symlink" in str(e.value), e.value
@@ -640,7 +644,8 @@ def test_a_crashing_tool_is_one_line_naming_the_artifact_and_the_tool(
 
 HUNG = r"""
 import sys
-from netra import cli, proc
+from netra import cli
+from netra.core import proc
 proc.TOOL_TIMEOUT_S = 5  # the real limit is 120 s; the behaviour at the limit is what is tested
 sys.exit(cli.main(sys.argv[1:]))
 """
@@ -668,7 +673,8 @@ def test_a_hanging_assembler_is_killed_at_its_time_limit_naming_the_artifact(
 
 CYCLE = r"""
 import sys
-from netra import cli, proc
+from netra import cli
+from netra.core import proc
 proc.TOOL_MEMORY_BYTES = 1 << 30  # the real limit is 4 GiB; a smaller one reaches it sooner
 sys.exit(cli.main(sys.argv[1:]))
 """

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from netra import certify, tables
+from netra import certify
+from netra.runtime import tables
 
 REPO = Path(__file__).resolve().parents[1]
 TABLE = "release/tables/sm_90.json"
@@ -123,7 +124,7 @@ def test_a_table_certified_with_other_machine_code_is_refused_everywhere(tree: P
 
 
 def test_a_table_whose_candidate_text_differs_from_the_lock_fails_against_lock(tree: Path) -> None:
-    from netra import lock
+    from netra.runtime import lockfile as lock
 
     locked = lock.read(tree / "release/manifest.lock")
     raw = json.loads((tree / TABLE).read_text())

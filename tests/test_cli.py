@@ -22,7 +22,8 @@ import pytest
 from conftest import REPO, TIMEOUT, Venv, clean_env, log
 from wheeltools import rewrite
 
-from netra import layout
+from netra.cli import schemas
+from netra.runtime import layout
 
 SCHEMAS = REPO / "netra" / "schemas"
 DATA = layout.PACKAGE_DATA + "/"
@@ -30,16 +31,19 @@ jsonschema = pytest.importorskip("jsonschema")
 
 
 def validator(command: str) -> Any:
-    """A validator for `netra <command> --json`, with every shipped schema in its registry ($ref by $id)."""
+    """A validator for `netra <command> --json`: every shipped schema, completed from the registry
+    (netra.cli.schemas), in its registry ($ref by $id); the open form of each file is a schema too."""
     from referencing import Registry, Resource
 
     registry = Registry()
-    for f in sorted(SCHEMAS.glob("*.schema.json")):
-        schema = json.loads(f.read_text())
+    for name in schemas.names():
+        jsonschema.Draft202012Validator.check_schema(
+            json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+        )
+        schema = schemas.load(name)
         jsonschema.Draft202012Validator.check_schema(schema)
         registry = registry.with_resource(schema["$id"], Resource.from_contents(schema))
-    schema = json.loads((SCHEMAS / f"{command}.schema.json").read_text())
-    return jsonschema.Draft202012Validator(schema, registry=registry)
+    return jsonschema.Draft202012Validator(schemas.load(command), registry=registry)
 
 
 def valid(command: str, out: str) -> dict[str, Any]:

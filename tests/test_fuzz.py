@@ -3,7 +3,7 @@
 Each reader gets real inputs mutated (bytes flipped, truncated, inserted, spliced; parsed structures
 with a leaf replaced, a key dropped or added) and structured garbage. The property is the same for all:
 the reader returns, or raises the project's own error type (NetraError), never another exception and
-never hangs (a SIGALRM guard fails a call that runs past CALL_LIMIT_S). netra.elf is the one
+never hangs (a SIGALRM guard fails a call that runs past CALL_LIMIT_S). netra.core.elf is the one
 exception: its documented contract is ValueError, which its callers (text_sha256) turn into a
 NetraError; both levels are tested.
 
@@ -34,10 +34,14 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from netra import _toml, catalog, elf, layout, tables, targets  # noqa: E402
-from netra import lock as lock_mod  # noqa: E402
-from netra import schema as s  # noqa: E402
+from netra import targets  # noqa: E402
+from netra.core import elf, models  # noqa: E402
+from netra.core import schema as s  # noqa: E402
+from netra.core import toml as _toml  # noqa: E402
 from netra.errors import NetraError  # noqa: E402
+from netra.release import manifests  # noqa: E402
+from netra.runtime import layout, tables  # noqa: E402
+from netra.runtime import lockfile as lock_mod  # noqa: E402
 from netra.targets.gfx950 import codeobject  # noqa: E402
 from netra.targets.sm_90 import cubin  # noqa: E402
 
@@ -149,7 +153,7 @@ def inputs(repo_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Inputs:
         shutil.copytree(repo_copy / d, root / d)
     raw = (root / lock_mod.LOCK_PATH).read_bytes()
     lock = lock_mod.loads(raw, "lock")
-    cat = catalog.load(root)
+    cat = manifests.load(root)
     work = tmp_path_factory.mktemp("fuzz-build")
     (work / "src").mkdir()
     built: dict[str, tuple[bytes, str]] = {}
@@ -158,8 +162,8 @@ def inputs(repo_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Inputs:
         tgt = targets.get(cls)
         path = tgt.compile(spec, tgt.discover(), root, work / "src", work / "out")
         built[cls] = (path.read_bytes(), spec.symbol)
-    manifests = {
-        rel: (root / rel).read_bytes() for rel, role in catalog.tracked_files(root) if rel.endswith(".toml")
+    manifest_bytes = {
+        rel: (root / rel).read_bytes() for rel, role in manifests.tracked_files(root) if rel.endswith(".toml")
     }
     return Inputs(
         root=root,
@@ -171,7 +175,7 @@ def inputs(repo_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Inputs:
         hsaco_symbol=built["gfx950"][1],
         cubin=built["sm_90"][0],
         cubin_symbol=built["sm_90"][1],
-        manifests=manifests,
+        manifests=manifest_bytes,
     )
 
 
@@ -185,7 +189,7 @@ def test_the_real_inputs_parse(inputs: Inputs) -> None:
     assert codeobject.launch_digest(inputs.hsaco, inputs.hsaco_symbol, "x")
     assert inputs.cubin_symbol in cubin.inspect(inputs.cubin).kernels
     assert cubin.launch_digest(inputs.cubin, inputs.cubin_symbol, "x")
-    assert lock.artifacts and catalog.load(inputs.root).artifacts
+    assert lock.artifacts and manifests.load(inputs.root).artifacts
 
 
 # -- strategies -------------------------------------------------------------------------------------
@@ -326,11 +330,13 @@ def _readers() -> dict[str, s.Reader]:
 
     return {
         "template gfx950": s.Reader(
-            catalog._template_schema(targets.get("gfx950").budget), ManifestError, ""
+            manifests._template_schema(targets.get("gfx950").budget), ManifestError, ""
         ),
-        "template sm_90": s.Reader(catalog._template_schema(targets.get("sm_90").budget), ManifestError, ""),
-        "tactics": s.Reader(catalog._TACTICS, ManifestError, ""),
-        "model": s.Reader(catalog._MODEL, ManifestError, ""),
+        "template sm_90": s.Reader(
+            manifests._template_schema(targets.get("sm_90").budget), ManifestError, ""
+        ),
+        "tactics": s.Reader(manifests._TACTICS, ManifestError, ""),
+        "model": s.Reader(models.SCHEMA, ManifestError, ""),
     }
 
 
@@ -381,7 +387,7 @@ def test_catalog_load_on_mutated_manifest_files(inputs: Inputs, tmp_path: Path) 
         rel, raw = case
         (tree / rel).write_bytes(raw)
         try:
-            parses_or_refuses(lambda: catalog.load(tree))
+            parses_or_refuses(lambda: manifests.load(tree))
         finally:
             (tree / rel).write_bytes(inputs.manifests[rel])
 
@@ -494,7 +500,7 @@ def test_sm_90_cubin_mutations(inputs: Inputs) -> None:
 
 
 def test_elf_reader_mutations(inputs: Inputs) -> None:
-    """netra.elf's contract is ValueError for anything it does not handle (its callers convert it)."""
+    """netra.core.elf's contract is ValueError for anything it does not handle (its callers convert it)."""
 
     @FUZZ
     @given(st.sampled_from(["hsaco", "cubin"]).flatmap(lambda k: mutated_bytes(getattr(inputs, k))))

@@ -31,7 +31,8 @@ from packaging.utils import canonicalize_name
 from venvtools import package_dir
 from wheeltools import rewrite
 
-from netra import _toml, cli
+from netra import cli
+from netra.core import toml as _toml
 
 PYPROJECT = _toml.load(REPO / "pyproject.toml")
 PROJECT = PYPROJECT["project"]
@@ -254,7 +255,7 @@ def test_author_and_certify_commands_without_their_extras_say_what_to_install(
         ("netra", "lock", "--root", root, "-q"): "netra-kernel[author]",
         ("netra", "certify", "--gpu-class", "sm_90", "--out", tmp_path / "t.json"): "netra-kernel[certify]",
         ("netra", "completion", "bash"): "netra-kernel[completion]",
-        ("python", "-c", "import netra.reference"): "netra-kernel[certify]",
+        ("python", "-c", "import netra.certify.reference"): "netra-kernel[certify]",
         ("python", "-c", "import netra.torch"): "netra-kernel[torch]",
     }
     for argv, extra in cases.items():
@@ -324,14 +325,14 @@ def test_every_fix_of_a_damaged_wheel_install_makes_doctor_pass(
     table.write_bytes(table.read_bytes() + b"\n")
     code = next((pkg / "_data" / "sm_90").glob("*.cubin"))
     code.unlink()
-    (pkg / "runtime.py").write_text((pkg / "runtime.py").read_text() + "\n# edited\n")
+    (pkg / "runtime" / "catalog.py").write_text((pkg / "runtime" / "catalog.py").read_text() + "\n# edited\n")
 
     rc, rep = _doctor(py)
     assert rc == 1
     text = "\n".join(rep["problems"])
     assert f"unexpected file gfx950/stale.hsaco (not in the lock); fix: rm -- {stray}" in text, text
     assert "altered table tables/gfx950.json" in text and f"missing code_object sm_90/{code.name}" in text
-    assert rep["package_files"]["altered"] == ["netra/runtime.py"]
+    assert rep["package_files"]["altered"] == ["netra/runtime/catalog.py"]
     assert len(rep["fixes"]) == 2, rep["fixes"]
 
     hint = venv.run("python", "-c", RUNTIME_HINT).stdout.strip()

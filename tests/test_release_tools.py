@@ -16,9 +16,11 @@ from pathlib import Path
 from conftest import REPO, Build, Venv, clean_env, log
 from packaging.requirements import Requirement
 
-from netra import _toml, layout, wheelgate
-from netra.hashing import sha256_bytes
-from netra.lock import LOCK_PATH
+from netra.core import toml as _toml
+from netra.core.hashing import sha256_bytes
+from netra.release import wheelgate
+from netra.runtime import layout
+from netra.runtime.lockfile import LOCK_PATH
 
 
 def run(*cmd: str | Path, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:

@@ -218,7 +218,8 @@ def test_import_netra_works_without_the_data_and_the_runtime_names_what_is_missi
 
 
 @pytest.mark.parametrize(
-    "rel", ["_data/tables/gfx950.json", "_data/manifest.lock", "_data/build.json", "code object", "cli.py"]
+    "rel",
+    ["_data/tables/gfx950.json", "_data/manifest.lock", "_data/build.json", "code object", "cli/commands.py"],
 )
 def test_a_symlink_in_the_install_is_refused_even_to_identical_content(
     venv: tuple[str, Path], rel: str, built_wheel: Path, tmp_path: Path
@@ -250,8 +251,8 @@ def test_a_symlink_in_the_install_is_refused_even_to_identical_content(
             path.unlink()
             path.write_bytes(original)
     assert rc == 1 and not report["ok"] and "result: FAILED" in text
-    if rel == "cli.py":
-        assert report["package_files"]["altered"] == ["netra/cli.py"], report["package_files"]
+    if rel == "cli/commands.py":
+        assert report["package_files"]["altered"] == ["netra/cli/commands.py"], report["package_files"]
         return
     altered = {a["path"]: a for a in report["files"]["altered"]}
     assert name in altered and "is a symlink" in altered[name].get("detail", ""), report["files"]

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from netra.catalog import Arg, ArtifactSpec, Tactic, Template
-from netra.targets import Tools
+from netra.core.types import Arg, ArtifactSpec, Tactic, Template
 from netra.targets.sm_90 import cubin
 from netra.targets.sm_90.checks import CHECKS, check
 from netra.targets.sm_90.toolchain import discover
+from netra.targets.target import Tools
 
 ARGS = (
     Arg("y", 0, 8, "global_buffer", "f32*", "global"),
@@ -42,7 +42,11 @@ def spec_for(
     )  # fmt: skip
     tac = Tactic(op="rmsnorm", name="p", template="probe", block=block, maturity="experiment", why="",
                  target="sm_90", rows_per_block=1)  # fmt: skip
-    return ArtifactSpec(name="probe", target="sm_90", template=tpl, tactic=tac, contract={})
+    return ArtifactSpec(
+        name="probe", target="sm_90", template=tpl, tactic=tac, contract={},
+        definitions={"NETRA_BLOCK": block, "NETRA_GRID_Y": 1, "NETRA_ROWS_PER_BLOCK": 1}, rows_per_block=1,
+        file="sm_90/probe.cubin",
+    )  # fmt: skip
 
 
 def compile_cu(tools: Tools, tmp: Path, text: str, *flags: str, arch: str = "sm_90a") -> Path:

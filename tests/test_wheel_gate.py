@@ -20,9 +20,11 @@ import pytest
 from conftest import Build, Venv, clean_env, log, run_build
 from wheeltools import rewrite
 
-from netra import layout, targets, wheelgate
-from netra.hashing import sha256_bytes
-from netra.lock import LOCK_PATH, Lock
+from netra import targets
+from netra.core.hashing import sha256_bytes
+from netra.release import wheelgate
+from netra.runtime import layout
+from netra.runtime.lockfile import LOCK_PATH, Lock
 
 DATA = layout.PACKAGE_DATA + "/"
 

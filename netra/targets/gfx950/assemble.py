@@ -11,13 +11,13 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from netra import proc
+from netra.core import proc
 from netra.errors import AssemblyError
-from netra.targets import Tools
 from netra.targets.gfx950.toolchain import TRIPLE
+from netra.targets.target import Tools
 
 if TYPE_CHECKING:
-    from netra.catalog import ArtifactSpec
+    from netra.core.types import ArtifactSpec
 
 CODE_OBJECT_VERSION = 5
 MCPU = {"gfx950": "gfx950"}

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from netra.targets import Problem
 from netra.targets.sm_90.cubin import EM_CUDA, SM_ARCH, Cubin
+from netra.targets.target import Problem
 
 if TYPE_CHECKING:
-    from netra.catalog import ArtifactSpec
+    from netra.core.types import ArtifactSpec
 
 LIMITS = {"registers": 255, "shared_bytes": 227 * 1024, "max_block": 1024}
 CHECKS = (

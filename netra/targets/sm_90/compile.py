@@ -12,12 +12,12 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from netra import proc
+from netra.core import proc
 from netra.errors import AssemblyError
-from netra.targets import Tools
+from netra.targets.target import Tools
 
 if TYPE_CHECKING:
-    from netra.catalog import ArtifactSpec
+    from netra.core.types import ArtifactSpec
 
 ARCH = "sm_90a"
 # Fixed: changing any of these changes every cubin (and so the lock).
