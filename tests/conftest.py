@@ -34,7 +34,7 @@ if str(REPO) not in sys.path and os.environ.get("NETRA_TEST_INSTALLED") != "1":
     sys.path.insert(0, str(REPO))
 # Never part of a clean clone's contents, even when git does not ignore them.
 SKIP_TOP = {".git", "dist", "build"}
-SKIP_ANY = {"__pycache__", ".pytest_cache", ".ruff_cache"}
+SKIP_ANY = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache"}
 # Variables that change what a build does; the tests set them explicitly when they mean to.
 BUILD_ENV_SWITCHES = (
     "SOURCE_DATE_EPOCH",
