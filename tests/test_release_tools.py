@@ -15,6 +15,7 @@ from pathlib import Path
 
 from conftest import REPO, Build, Venv, clean_env, log
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from netra.core import toml as _toml
 from netra.core.hashing import sha256_bytes
@@ -72,41 +73,69 @@ def test_pip_installs_the_wheel_into_a_fresh_venv_with_every_locked_file(
     assert r.returncode == 0, log(r)
 
 
-def _pins(lines: list[str]) -> dict[str, str]:
-    out = {}
+def _requirements(lines: list[str]) -> dict[str, list[Requirement]]:
+    """name -> its requirement lines (a universal lock may pin one name once per range of Pythons)."""
+    out: dict[str, list[Requirement]] = {}
     for line in lines:
         line = line.split("#", 1)[0].strip().rstrip("\\").strip()
         if line and not line.startswith("-"):
             req = Requirement(line)
-            out[req.name.lower()] = str(req.specifier)
+            out.setdefault(canonicalize_name(req.name), []).append(req)
     return out
 
 
 def test_build_requirements_agree_and_are_hash_locked() -> None:
-    """[build-system].requires (isolated path) == requirements/build.in == build.txt (release path)."""
-    requires = _toml.load(REPO / "pyproject.toml")["build-system"]["requires"]
-    system = {k: v for k, v in _pins(requires).items() if v.startswith("==")}
-    assert {"hatchling", "pyelftools", "msgpack"} <= system.keys(), requires
-    build_in = _pins((REPO / "requirements/build.in").read_text().splitlines())
+    """[build-system].requires (isolated path) == requirements/build.in, markers included; build.txt (release
+    path) pins each of them, every line with its hashes."""
+    requires = _requirements(_toml.load(REPO / "pyproject.toml")["build-system"]["requires"])
+    assert {"hatchling", "pyelftools", "msgpack", "tomli", "nvidia-cuda-nvcc"} <= requires.keys(), requires
+    build_in = _requirements((REPO / "requirements/build.in").read_text().splitlines())
     text = (REPO / "requirements/build.txt").read_text()
-    locked = _pins([ln for ln in text.splitlines() if re.match(r"^[A-Za-z0-9]", ln)])
-    for name, spec in system.items():
-        assert build_in.get(name) == spec, (
-            f"requirements/build.in pins {name}{build_in.get(name)}, pyproject {spec}"
+    locked = _requirements([ln for ln in text.splitlines() if re.match(r"^[A-Za-z0-9]", ln)])
+    for name, (req,) in requires.items():
+        (mine,) = build_in.get(name) or [None]
+        assert mine is not None and (mine.specifier, mine.marker) == (req.specifier, req.marker), (
+            f"requirements/build.in has {mine}, pyproject.toml's [build-system].requires {req}"
         )
-        assert locked.get(name) == spec, (
-            f"requirements/build.txt pins {name}{locked.get(name)}, pyproject {spec}"
+        pins = [next(iter(r.specifier)).version for r in locked.get(name, [])]
+        assert pins and all(req.specifier.contains(v) for v in pins), (
+            f"requirements/build.txt pins {name} {pins}, pyproject.toml wants {req}"
         )
     for name in ("build", "twine", "check-wheel-contents", "installer"):
-        assert locked.get(name, "").startswith("=="), f"{name} not pinned in requirements/build.txt"
+        assert name in locked and all(str(r.specifier).startswith("==") for r in locked[name]), name
+    for reqs in locked.values():
+        assert all(len(r.specifier) == 1 and next(iter(r.specifier)).operator == "==" for r in reqs), reqs
+    assert re.search(r"^--only-binary :all:$", text, re.M), "the lock installs wheels only"
     blocks = re.split(r"\n(?=[A-Za-z0-9])", text.split("\n", 1)[1])
     for block in blocks:
         if re.match(r"^[A-Za-z0-9]", block):
             assert "--hash=sha256:" in block, f"no hash for {block.splitlines()[0]}"
 
 
+def test_publish_workflow_uploads_what_tools_release_built_by_trusted_publishing() -> None:
+    """.github/workflows/publish.yml and docs/release.md's upload procedure name the same things."""
+    flow = (REPO / ".github/workflows/publish.yml").read_text()
+    docs = (REPO / "docs/release.md").read_text()
+    assert re.search(r"^ +run: tools/release$", flow, re.M) and "container: debian:12" in flow
+    assert re.findall(r"^ +id-token: write$", flow, re.M) == ["      id-token: write"] * 2, (
+        "only the upload jobs"
+    )
+    assert re.search(r"^permissions: \{\}$", flow, re.M), "no job gets a permission it does not name"
+    for env in ("pypi", "testpypi"):
+        assert re.search(rf"^ +name: {env}$", flow, re.M) and f"`{env}`" in docs, env
+    assert (
+        flow.count("uses: pypa/gh-action-pypi-publish@") == 2
+        and "repository-url: https://test.pypi.org/legacy/" in flow
+    )
+    assert (
+        "`publish.yml`" in docs
+        and "twine upload --repository testpypi" in docs
+        and "--extra-index-url" in docs
+    )
+
+
 def test_tools_are_executable_and_strict() -> None:
-    for tool in ("tools/release", "tools/lock-requirements"):
+    for tool in ("tools/release", "tools/lock-requirements", "tools/supported-pythons"):
         path = REPO / tool
         assert path.stat().st_mode & 0o111, f"{tool} must be executable"
         assert "set -euo pipefail" in path.read_text(), tool
