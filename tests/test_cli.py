@@ -93,7 +93,7 @@ def test_installed_reports_follow_their_schemas(installed_venv: Venv, built_whee
     r = installed_venv.run("netra", "explain", "rmsnorm(hidden=4096, weight_offset=0)", "--json")
     assert r.returncode == 0, log(r)
     doc = valid("explain", r.stdout)
-    assert doc["kind"] == "contract" and {m["gpu_class"] for m in doc["matches"]} == {"gfx950", "sm_90"}
+    assert doc["kind"] == "contract" and {m["gpu_class"] for m in doc["matches"]} >= {"gfx950", "sm_90"}
 
 
 def test_author_reports_follow_their_schemas_with_progress_unless_quiet(tmp_path: Path) -> None:
