@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from netra.toolchain import TRIPLE, discover  # noqa: E402
+from netra.targets.gfx950.toolchain import TRIPLE, discover  # noqa: E402
 
 
 def timed(argv: list[str], **kw: object) -> float:

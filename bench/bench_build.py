@@ -8,7 +8,7 @@ never touched), wall time of the whole subprocess as a user waits for it:
   netra    `python -m netra build OUT`: assembly and the .text/static gates alone
   plain    `python -m build --no-isolation --wheel` of the same package with plain hatchling: no backend
            wrapper, no hook, no kernels (the packaging floor)
-  check    netra.wheelgate.check_wheel on the finished wheel, in process (the hook's finalize step)
+  check    netra.release.wheelgate.check_wheel on the finished wheel, in process (the hook's finalize step)
 
 Usage: python bench/bench_build.py [--repeat 5] [--jobs N] [--json]
 Numbers and the exact command are recorded in docs/performance.md.
@@ -31,7 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from netra import _toml  # noqa: E402
+from netra.core import toml as _toml  # noqa: E402
 
 BUILD = [sys.executable, "-m", "build", "--no-isolation", "--skip-dependency-check"]
 _IGNORE = shutil.ignore_patterns(".git", "dist", "build", ".venv*", "__pycache__", ".*_cache", "*.pyc")
@@ -118,7 +118,7 @@ def main() -> int:
                     runs[k].append(v)
         artifacts = len(list((work / "out0" / "n").rglob("*.hsaco")))
         # The finalize step alone, in process: what checking a finished wheel against the lock costs.
-        from netra import wheelgate
+        from netra.release import wheelgate
 
         wheel = next((work / "out1" / "w").glob("*.whl"))
         raw, lock = wheelgate.read_lock(tree / "release/manifest.lock")

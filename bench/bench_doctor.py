@@ -1,9 +1,9 @@
 """What `netra doctor` verification costs against `sha256sum` over the same files.
 
-The files are every file the installed lock implies (netra.layout.members): the lock, build.json,
+The files are every file the installed lock implies (netra.runtime.layout.members): the lock, build.json,
 tables, manifests and code objects under netra/_data. Side by side, alternately, medians:
   - `sha256sum FILES` (one process hashing every file) and `sha256sum -c SUMS` (checking them),
-  - doctor's verification in-process (netra.doctor.verify: read the lock, bind build.json, hash every
+  - doctor's verification in-process (netra.cli.doctor.verify: read the lock, bind build.json, hash every
     file, parse each code object's ELF for .text and hash that too), imports already done,
   - the same with the lock already parsed (hashing and ELF work only),
   - `netra doctor` end to end as a command (interpreter start, imports, GPU and library probes).
@@ -33,8 +33,10 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=30)
     n = ap.parse_args().n
 
-    from netra import _toml, doctor, installed, layout
-    from netra import lock as lock_mod
+    from netra.cli import doctor
+    from netra.core import toml as _toml
+    from netra.runtime import installed, layout
+    from netra.runtime import lockfile as lock_mod
 
     inst = installed.locate()
     if inst.kind != "wheel":

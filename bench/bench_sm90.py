@@ -13,7 +13,7 @@ In one run, per contract of the installed sm_90 table and per row count (1, 16, 
   `torch.mul(src, 1, out=dst)`), and the same copy kernels moving the op's own byte count (half read,
   half written), the fairest yardstick for a short kernel, which pays the same fixed start as a short copy;
 - netra: the kernel the runtime serves (`select(key, rows=rows)`: the certified dispatch), launched
-  through netra.cuda; with --all-tactics every candidate of the entry (policy `experiment`);
+  through netra.loaders.cuda; with --all-tactics every candidate of the entry (policy `experiment`);
 - eager / compile: the torch composite a user would write, eagerly and through
   torch.compile(dynamic=False) (compiled once per row count; --compile-workers processes fill inductor's
   cache first, so that the measured process only loads what they built);
@@ -22,7 +22,7 @@ In one run, per contract of the installed sm_90 table and per row count (1, 16, 
 Every time is device time per call from CUDA-graph replay (warm-up, then the median of several replays),
 inputs rotating through enough buffer sets that one replay streams well past L2 from 256 rows up (the
 activations of a decode step are in L2 anyway, so small row counts do not rotate). Effective bandwidth =
-the bytes the op must move (netra.conformance.bytes_moved) / time.
+the bytes the op must move (netra.certify.conformance.bytes_moved) / time.
 """
 
 from __future__ import annotations
@@ -169,7 +169,9 @@ class Copies:
         nvcc = os.environ.get("NETRA_NVCC") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / "copy.cu").write_text(COPY_SOURCE)
-            subprocess.run([nvcc, "-cubin", "-arch=sm_90a", "-O3", "-o", "copy.cubin", "copy.cu"], cwd=tmp, check=True)
+            subprocess.run(
+                [nvcc, "-cubin", "-arch=sm_90a", "-O3", "-o", "copy.cubin", "copy.cu"], cwd=tmp, check=True
+            )
             image = (Path(tmp) / "copy.cubin").read_bytes()
         cu.context()
         self.module = ctypes.c_void_p()
@@ -211,6 +213,7 @@ class Copies:
                 raise SystemExit(f"copy kernel {name} did not copy")
             for d in dsts:
                 d.zero_()
+
         def mul(i: int, srcs: list[Any] = srcs, dsts: list[Any] = dsts) -> None:
             torch.mul(srcs[i % sets], 1.0, out=dsts[i % sets])
 
@@ -293,7 +296,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         import torch
 
-        from netra.cuda import Cuda
+        from netra.loaders.cuda import Cuda
         from netra.runtime import open_catalog
 
         self.args, self.torch = args, torch
@@ -307,18 +310,21 @@ class Bench:
     def inputs(self, op: str, p: dict[str, int], rows: int, sets: int) -> list[list[Any]]:
         torch = self.torch
         return [
-            [torch.randn(*shape, device="cuda", dtype=torch.bfloat16) for shape in input_shapes(op, p, rows).values()]
+            [
+                torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+                for shape in input_shapes(op, p, rows).values()
+            ]
             for _ in range(sets)
         ]
 
     def footprint(self, op: str, p: dict[str, int], rows: int) -> int:
-        from netra import conformance
+        from netra.certify import conformance
 
         outs = sum(math.prod(s) * d.itemsize for d, s in conformance.outputs(op, p, rows).values())
         return outs + sum(2 * math.prod(s) for s in input_shapes(op, p, rows).values())
 
     def netra_us(self, key: str, entry: Any, rows: int, tactic: str | None) -> tuple[str, float]:
-        from netra import conformance
+        from netra.certify import conformance
 
         torch, p = self.torch, entry.params
         if tactic is None:
@@ -341,7 +347,9 @@ class Bench:
                 args["eps"] = 1e-6
             packed.append(k.pack(**args, rows=rows))
         nbytes = conformance.bytes_moved(entry.op, p, rows)
-        us = graph_us(torch, lambda i: self.cu.launch(k, rows, None, packed[i % sets]), per_graph(nbytes, sets))
+        us = graph_us(
+            torch, lambda i: self.cu.launch(k, rows, None, packed[i % sets]), per_graph(nbytes, sets)
+        )
         del keep
         return k.tactic, us
 
@@ -373,7 +381,7 @@ class Bench:
         return self.copy_cache[each]
 
     def contract(self, key: str, compiled: dict[int, Any]) -> list[dict[str, Any]]:
-        from netra import conformance
+        from netra.certify import conformance
 
         entry = self.cat.table.entries[key]
         op, p = entry.op, entry.params
@@ -420,7 +428,10 @@ def compile_one(key: str, rows: int) -> Any:
 
     c = Contract.parse(key)
     fn = torch.compile(composite(torch, c.op, c.params), dynamic=False)
-    ins = [torch.randn(*s, device="cuda", dtype=torch.bfloat16) for s in input_shapes(c.op, c.params, rows).values()]
+    ins = [
+        torch.randn(*s, device="cuda", dtype=torch.bfloat16)
+        for s in input_shapes(c.op, c.params, rows).values()
+    ]
     fn(*ins)
     torch.cuda.synchronize()
     return fn
@@ -447,16 +458,27 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write every measurement here")
     ap.add_argument("--plot", help="write a PNG of achieved bandwidth per kernel and row count here")
-    ap.add_argument("--rows", default=",".join(map(str, ROWS)), help="row counts, comma-separated (default: %(default)s)")
+    ap.add_argument(
+        "--rows", default=",".join(map(str, ROWS)), help="row counts, comma-separated (default: %(default)s)"
+    )
     ap.add_argument("--only", help="only contracts whose key matches this regular expression")
-    ap.add_argument("--policy", default="accepted", help="the policy Netra's kernels are selected with (default: %(default)s)")
+    ap.add_argument(
+        "--policy",
+        default="accepted",
+        help="the policy Netra's kernels are selected with (default: %(default)s)",
+    )
     ap.add_argument("--all-tactics", action="store_true", help="also time every candidate of each entry")
     ap.add_argument("--table", help="serve each row count with the fastest passing candidate of this `netra certify` "
                                     "output (an uncertified install cannot serve by policy)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
     ap.add_argument("--no-eager", action="store_true", help="skip the torch eager baselines")
     ap.add_argument("--no-liger", action="store_true", help="skip Liger-kernel even when it is installed")
-    ap.add_argument("--compile-workers", type=int, default=8, help="processes that fill inductor's cache first (default: %(default)s)")
+    ap.add_argument(
+        "--compile-workers",
+        type=int,
+        default=8,
+        help="processes that fill inductor's cache first (default: %(default)s)",
+    )
     ap.add_argument("--warm-compile", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     try:
@@ -523,6 +545,7 @@ def summary(result: dict[str, Any]) -> str:
     lines = [head]
     for key, rows in result["contracts"].items():
         for r in rows:
+
             def ratio(name: str, r: dict[str, Any] = r) -> str:
                 v = r.get(name + "_us")
                 return f"{v / r['netra_us']:>6.2f}x" if v else f"{'-':>7}"
@@ -544,7 +567,12 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(12, 7))
     for key, rows in result["contracts"].items():
         ax.plot([r["rows"] for r in rows], [r["netra_tb_per_s"] for r in rows], marker="o", label=key)
-    ax.axhline(limit, color="black", linestyle="--", label=f"copy limit ({limit:.2f} TB/s, best of {len(result['copy']['us'])})")
+    ax.axhline(
+        limit,
+        color="black",
+        linestyle="--",
+        label=f"copy limit ({limit:.2f} TB/s, best of {len(result['copy']['us'])})",
+    )
     ax.axhline(0.95 * limit, color="grey", linestyle=":", label="95% of the copy limit")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("rows (tokens)")

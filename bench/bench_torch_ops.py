@@ -140,9 +140,8 @@ def main() -> None:
 
     import netra
     import netra.torch as nt
-    from netra import installed
-    from netra.cuda import Cuda, Extra
-    from netra.runtime import Contract, open_catalog
+    from netra.loaders.cuda import Cuda, Extra
+    from netra.runtime import Contract, installed, open_catalog
     from netra.torch import composite
 
     if not torch.cuda.is_available():

@@ -58,7 +58,7 @@ def launch_mode(args: argparse.Namespace) -> int:
     """Each kernel once per row count (ncu profiles every launch whose name matches KERNELS)."""
     bench = b.Bench(args)
     torch = bench.torch
-    from netra import conformance
+    from netra.certify import conformance
 
     order: list[dict[str, Any]] = []
     keys = [k for k in sorted(bench.cat.contracts()) if not args.only or re.search(args.only, k)]
@@ -70,7 +70,11 @@ def launch_mode(args: argparse.Namespace) -> int:
         for rows in args.rows:
             nbytes = conformance.bytes_moved(op, p, rows)
             for t in tactics:
-                k = bench.cat.select(key, args.policy, rows=rows) if t is None else bench.cat.select(key, "experiment", tactic=t)
+                k = (
+                    bench.cat.select(key, args.policy, rows=rows)
+                    if t is None
+                    else bench.cat.select(key, "experiment", tactic=t)
+                )
                 if not k:
                     raise SystemExit(f"{key}: {k}")
                 names = list(b.input_shapes(op, p, rows))
@@ -78,7 +82,9 @@ def launch_mode(args: argparse.Namespace) -> int:
                 a: dict[str, Any] = {n: x.data_ptr() for n, x in zip(names, ins, strict=True)}
                 outs = []
                 for name, (dtype, shape) in conformance.outputs(op, p, rows).items():
-                    o = torch.empty(max(1, math.prod(shape) * dtype.itemsize), device="cuda", dtype=torch.uint8)
+                    o = torch.empty(
+                        max(1, math.prod(shape) * dtype.itemsize), device="cuda", dtype=torch.uint8
+                    )
                     outs.append(o)
                     a[name] = o.data_ptr()
                 if op == "rmsnorm":
@@ -159,7 +165,11 @@ def table(profile: list[dict[str, Any]]) -> str:
     lines = [f"{'contract':48} {'rows':>6} {'what':>22} {'us':>8} {'dram%':>6} {'GB':>6} {'occ':>5} {'theo':>5} "
              f"{'reg':>4} {'waves':>6} {'L2hit':>6}  top stalls (cycles per issue)"]  # fmt: skip
     for r in profile:
-        what = r["tactic"] if r["what"] == "netra" else (r["kernel"].replace("netra_bench_copy_", "copy_") if r["what"] == "copy" else "liger")
+        what = (
+            r["tactic"]
+            if r["what"] == "netra"
+            else (r["kernel"].replace("netra_bench_copy_", "copy_") if r["what"] == "copy" else "liger")
+        )
         dram = (r.get("dram_read_bytes") or 0) + (r.get("dram_write_bytes") or 0)
         stalls = ", ".join(f"{k} {v:.1f}" for k, v in (r.get("stalls") or {}).items())
         lines.append(
@@ -173,14 +183,24 @@ def table(profile: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("mode", nargs="?", default="profile", choices=("profile", "launch"), help=argparse.SUPPRESS)
+    ap.add_argument(
+        "mode", nargs="?", default="profile", choices=("profile", "launch"), help=argparse.SUPPRESS
+    )
     ap.add_argument("--out", help="folder for ncu.csv and profile.json (profile mode)")
     ap.add_argument("--rows", default="8192,32768", help="row counts, comma-separated (default: %(default)s)")
     ap.add_argument("--only", help="only contracts whose key matches this regular expression")
-    ap.add_argument("--policy", default="accepted", help="the policy Netra's kernels are selected with (default: %(default)s)")
-    ap.add_argument("--all-tactics", action="store_true", help="every candidate of each entry, not only the served one")
+    ap.add_argument(
+        "--policy",
+        default="accepted",
+        help="the policy Netra's kernels are selected with (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--all-tactics", action="store_true", help="every candidate of each entry, not only the served one"
+    )
     ap.add_argument("--no-liger", action="store_true", help="skip Liger-kernel even when it is installed")
-    ap.add_argument("--ncu", default=shutil.which("ncu") or "ncu", help="the ncu to run (default: %(default)s)")
+    ap.add_argument(
+        "--ncu", default=shutil.which("ncu") or "ncu", help="the ncu to run (default: %(default)s)"
+    )
     ap.add_argument("--order", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     try:

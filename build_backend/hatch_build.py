@@ -1,9 +1,9 @@
 """The netra release gate as a hatch build hook: a thin adapter, every decision lives in netra.
 
-wheel (standard): initialize runs netra.staging.stage(), which runs netra.build.build() (the same
+wheel (standard): initialize runs netra.release.staging.stage(), which runs netra.release.build.build() (the same
 pipeline as `netra build`: tree vs lock, assembly, .text and static gates) in a temporary directory
-and stages exactly the files netra.layout.members() names (lock, build.json, tables, manifests, code
-objects); the hook force-includes them under netra/_data; finalize checks the finished wheel with netra.wheelgate and deletes it on any
+and stages exactly the files netra.runtime.layout.members() names (lock, build.json, tables, manifests, code
+objects); the hook force-includes them under netra/_data; finalize checks the finished wheel with netra.release.wheelgate and deletes it on any
 problem. wheel (editable): packages no data (docs/release.md says where the runtime looks instead).
 sdist: initialize refuses a tree that does not match its lock; finalize checks the sdist carries
 every locked and build file.
@@ -78,7 +78,7 @@ class NetraGateHook(BuildHookInterface):
         try:
             if self._lock is None:
                 return  # editable: nothing was packaged, nothing to check
-            from netra import wheelgate
+            from netra.release import wheelgate
 
             artifact = Path(artifact_path)
             try:
@@ -105,8 +105,9 @@ class NetraGateHook(BuildHookInterface):
     # -- the two targets --------------------------------------------------------------------------
 
     def _initialize_sdist(self) -> None:
-        from netra import build, lock
         from netra.errors import NetraError
+        from netra.release import build
+        from netra.runtime import lockfile as lock
 
         self._t0 = time.monotonic()
         try:
@@ -118,9 +119,10 @@ class NetraGateHook(BuildHookInterface):
         self._what = f"{len(self._lock.files) + 1} locked files and the build inputs"
 
     def _initialize_wheel(self, build_data: dict[str, Any], jobs: int | None) -> None:
-        from netra import layout, staging
         from netra.errors import NetraError
-        from netra.lock import LOCK_PATH
+        from netra.release import staging
+        from netra.runtime import layout
+        from netra.runtime.lockfile import LOCK_PATH
 
         self._t0 = time.monotonic()
         tmp = Path(tempfile.mkdtemp(prefix="netra-wheel-"))
@@ -185,8 +187,8 @@ class NetraGateHook(BuildHookInterface):
 
     def _read_lock(self) -> tuple[bytes, Any]:
         """The lock's bytes (what ships) and their parse (what is checked): one read, so they agree."""
-        from netra import lock as lock_mod
-        from netra import wheelgate
+        from netra.release import wheelgate
+        from netra.runtime import lockfile as lock_mod
 
         raw, parsed = wheelgate.read_lock(Path(self.root) / lock_mod.LOCK_PATH)
         return raw, parsed

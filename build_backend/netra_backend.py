@@ -2,7 +2,7 @@
 
 Everything is hatchling.build's, except:
 - build_wheel and build_sdist re-check the archive hatchling produced unless this process's build hook
-  already vouched for those exact bytes (netra.wheelgate.vouch). HATCH_BUILD_NO_HOOKS=true, a hook
+  already vouched for those exact bytes (netra.release.wheelgate.vouch). HATCH_BUILD_NO_HOOKS=true, a hook
   disabled in pyproject.toml or a hook that never ran all end the same way: the archive is checked
   against release/manifest.lock, and deleted and refused if it is not exactly what the lock implies.
   There is no switch to get an unchecked wheel; `netra build` and editable installs are the
@@ -92,7 +92,7 @@ def _interruptible() -> Iterator[Path]:
     killed by SIGTERM never removes its own hook folder, which the janitor then removes too.
     """
     _import_netra(Path.cwd().resolve())
-    from netra import interrupts
+    from netra.core import interrupts
 
     parent = os.getppid()
     scratch = Path(tempfile.mkdtemp(prefix="netra-backend-"))
@@ -260,15 +260,15 @@ def _gate(archive: Path, kind: str) -> None:
     """Re-check an archive the build hook did not vouch for; delete and refuse it on any problem."""
     root = Path.cwd().resolve()  # PEP 517: hooks run in the source tree
     _import_netra(root)
-    from netra import wheelgate
     from netra.errors import NetraError
+    from netra.release import wheelgate
 
     if wheelgate.vouched(archive):
         return
     switched = [f"{v}={os.environ[v]}" for v in _SWITCHES if os.environ.get(v) in ("1", "true")]
     why = f"{', '.join(switched)} skipped the build hook" if switched else "the netra build hook did not run"
     try:
-        from netra.lock import LOCK_PATH
+        from netra.runtime.lockfile import LOCK_PATH
 
         lock_bytes, lock = wheelgate.read_lock(root / LOCK_PATH)
         if kind == "sdist":

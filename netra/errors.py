@@ -105,7 +105,7 @@ class PathError(NetraError):
 
 
 class FileTooLargeError(NetraError):
-    """A file over the size limit for what it should be (netra/files.py): refused instead of read whole."""
+    """A file over the size limit for what it should be (netra/core/files.py): refused instead of read whole."""
 
 
 class UnreadableFileError(NetraError):

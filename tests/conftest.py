@@ -34,7 +34,7 @@ if str(REPO) not in sys.path and os.environ.get("NETRA_TEST_INSTALLED") != "1":
     sys.path.insert(0, str(REPO))
 # Never part of a clean clone's contents, even when git does not ignore them.
 SKIP_TOP = {".git", "dist", "build"}
-SKIP_ANY = {"__pycache__", ".pytest_cache", ".ruff_cache"}
+SKIP_ANY = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache"}
 # Variables that change what a build does; the tests set them explicitly when they mean to.
 BUILD_ENV_SWITCHES = (
     "SOURCE_DATE_EPOCH",
@@ -320,7 +320,9 @@ def pkg(py: str) -> Path:
 
 # -- the gpu marker ------------------------------------------------------------------------------------
 
-GPU_SKIP_REASON = "needs an NVIDIA H200 (sm_90): none on this machine (CI has no GPU; run on the device, docs/gpu.md)"
+GPU_SKIP_REASON = (
+    "needs an NVIDIA H200 (sm_90): none on this machine (CI has no GPU; run on the device, docs/gpu.md)"
+)
 
 
 def _sm90_visible() -> bool:

@@ -36,9 +36,10 @@ from conftest import Venv, clean_env, copy_repo, log, run_build
 from elftools.elf.elffile import ELFFile  # the test's own ELF reader, independent of netra's
 from wheeltools import rewrite
 
-from netra import build, catalog, layout
-from netra import lock as lock_mod
 from netra.errors import LockError, NetraError
+from netra.release import build, manifests
+from netra.runtime import layout
+from netra.runtime import lockfile as lock_mod
 
 REPO = Path(__file__).resolve().parents[1]
 LOCK = lock_mod.LOCK_PATH
@@ -56,7 +57,12 @@ def netra(*args: str, tmpdir: Path | None = None, env: dict[str, str] | None = N
     e = clean_env(PYTHONPATH=str(REPO), **({"TMPDIR": str(tmpdir)} if tmpdir else {}))
     e.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "netra", *args], env=e, capture_output=True, text=True, timeout=timeout, check=False
+        [sys.executable, "-m", "netra", *args],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -169,22 +175,56 @@ def _artifacts_list(t: str) -> str:
 SHAPE_DAMAGE: dict[str, tuple[Callable[[str], Any], list[str]]] = {
     "duplicated [[artifacts]]": (_dup_last_artifact, ["artifacts[", "(netra_", "duplicate of entry"]),
     "duplicated [[files]]": (_dup_first_file, ["files[", "duplicate of entry 0", "kernels/gfx950/"]),
-    "symbols is a string": (_sub1(r"^symbols = \[[^\]]*\]", 'symbols = "x"'), ["artifacts[0] (netra_", ".symbols: must be a list"]),
+    "symbols is a string": (
+        _sub1(r"^symbols = \[[^\]]*\]", 'symbols = "x"'),
+        ["artifacts[0] (netra_", ".symbols: must be a list"],
+    ),
     "artifacts = [1, 2]": (_artifacts_list, ["artifacts[0]: must be a table"]),
-    "unknown field": (_sub1(r"^\[\[artifacts\]\]$", "[[artifacts]]\nbogus = 1"), ["artifacts[0] (netra_", "unknown field 'bogus'"]),
-    "missing field": (_sub1(r"^kernarg_bytes = \d+\n", ""), ["artifacts[0] (netra_", "missing required field 'kernarg_bytes'"]),
-    "hash in upper case": (_sub1(r'^text_sha256 = "[0-9a-f]{64}"', 'text_sha256 = "' + "A" * 64 + '"'),
-                           [".text_sha256:", "does not match"]),
-    "hash too short": (_sub1(r'^code_sha256 = "[0-9a-f]{64}"', 'code_sha256 = "abc"'), [".code_sha256:", "does not match"]),
-    "boolean for an integer": (_sub1(r"^kernarg_bytes = \d+", "kernarg_bytes = true"), [".kernarg_bytes: must be an integer"]),
+    "unknown field": (
+        _sub1(r"^\[\[artifacts\]\]$", "[[artifacts]]\nbogus = 1"),
+        ["artifacts[0] (netra_", "unknown field 'bogus'"],
+    ),
+    "missing field": (
+        _sub1(r"^kernarg_bytes = \d+\n", ""),
+        ["artifacts[0] (netra_", "missing required field 'kernarg_bytes'"],
+    ),
+    "hash in upper case": (
+        _sub1(r'^text_sha256 = "[0-9a-f]{64}"', 'text_sha256 = "' + "A" * 64 + '"'),
+        [".text_sha256:", "does not match"],
+    ),
+    "hash too short": (
+        _sub1(r'^code_sha256 = "[0-9a-f]{64}"', 'code_sha256 = "abc"'),
+        [".code_sha256:", "does not match"],
+    ),
+    "boolean for an integer": (
+        _sub1(r"^kernarg_bytes = \d+", "kernarg_bytes = true"),
+        [".kernarg_bytes: must be an integer"],
+    ),
     "negative size": (_sub1(r"^lds_bytes = \d+", "lds_bytes = -1"), [".lds_bytes: -1 is outside"]),
-    "huge integer": (_sub1(r"^hidden = \d+", "hidden = 99999999999999999999"), [".contract.hidden:", "outside"]),
-    "absolute tracked path": (_sub1(r'^path = "kernels/gfx950/rmsnorm.s"', 'path = "/etc/hostname"'), ["files[", ".path: '/etc/hostname' is absolute"]),
-    "tracked path climbing out": (_sub1(r'^path = "kernels/gfx950/rmsnorm.s"', 'path = "kernels/../../etc/hostname"'),
-                                  [".path:", "has a '..' component"]),
-    "untracked folder": (_sub1(r'^path = "kernels/gfx950/rmsnorm.s"', 'path = "netra/cli.py"'), [".path: only kernels/"]),
-    "unknown GPU class": (_sub1(r'^target = "gfx950"', 'target = "gfx999"'), ["target: 'gfx999' is not a GPU class"]),
-    "toolchain of the wrong vendor": (_sub1(r'^flavour = "llvm"', 'flavour = "nvcc"'), ["toolchains.gfx950: flavour 'nvcc' cannot build"]),
+    "huge integer": (
+        _sub1(r"^hidden = \d+", "hidden = 99999999999999999999"),
+        [".contract.hidden:", "outside"],
+    ),
+    "absolute tracked path": (
+        _sub1(r'^path = "kernels/gfx950/rmsnorm.s"', 'path = "/etc/hostname"'),
+        ["files[", ".path: '/etc/hostname' is absolute"],
+    ),
+    "tracked path climbing out": (
+        _sub1(r'^path = "kernels/gfx950/rmsnorm.s"', 'path = "kernels/../../etc/hostname"'),
+        [".path:", "has a '..' component"],
+    ),
+    "untracked folder": (
+        _sub1(r'^path = "kernels/gfx950/rmsnorm.s"', 'path = "netra/cli.py"'),
+        [".path: only kernels/"],
+    ),
+    "unknown GPU class": (
+        _sub1(r'^target = "gfx950"', 'target = "gfx999"'),
+        ["target: 'gfx999' is not a GPU class"],
+    ),
+    "toolchain of the wrong vendor": (
+        _sub1(r'^flavour = "llvm"', 'flavour = "nvcc"'),
+        ["toolchains.gfx950: flavour 'nvcc' cannot build"],
+    ),
     "NUL in a string": (_sub1(r'^flavour = "llvm"', 'flavour = "ll\\u0000vm"'), ["contains a NUL"]),
     "newer schema": (_sub1(r"^schema = 2", "schema = 3"), ["lock schema 3 is not the supported schema 2"]),
     "schema as a string": (_sub1(r"^schema = 2", 'schema = "2"'), ["schema: must be 2"]),
@@ -243,11 +283,17 @@ def _flip_hash(field: str) -> Callable[[str], str]:
 
 
 CONTENT_DAMAGE: dict[str, tuple[Callable[[str], str], str]] = {
-    "last [[artifacts]] cut off (a bad merge)": (_truncate_last_artifact, "the sources declare it but the lock lacks it"),
+    "last [[artifacts]] cut off (a bad merge)": (
+        _truncate_last_artifact,
+        "the sources declare it but the lock lacks it",
+    ),
     "an artifact renamed": (_rename_first_artifact, "locked but the sources no longer declare it"),
     "vgprs changed": (_bump("vgprs"), ": facts locked"),
     "contract parameter changed": (_bump("hidden"), ": contract locked"),
-    "kernarg size changed": (_sub1(r"^kernarg_bytes = \d+", "kernarg_bytes = 4000"), ": kernarg_bytes locked"),
+    "kernarg size changed": (
+        _sub1(r"^kernarg_bytes = \d+", "kernarg_bytes = 4000"),
+        ": kernarg_bytes locked",
+    ),
     "max threads changed": (_sub1(r"^max_threads = \d+", "max_threads = 1"), ": max_threads locked"),
     "definitions changed": (_bump("NETRA_BLOCK"), ": definitions locked"),
     ".text hash changed": (_flip_hash("text_sha256"), ": text_sha256 locked"),
@@ -256,7 +302,10 @@ CONTENT_DAMAGE: dict[str, tuple[Callable[[str], str], str]] = {
     "a source's hash changed": (_flip_hash("sha256"), "file kernels/gfx950/"),
     "a [[files]] entry dropped": (_drop_first_file, "in the tree but not in the lock"),
     "a role changed": (_sub1(r'^role = "source"', 'role = "manifest"'), "role locked manifest, now source"),
-    "toolchain version changed": (_sub1(r'^version = "([0-9.]+)"', 'version = "1.2.3"'), "toolchain gfx950: locked with llvm LLVM 1.2.3"),
+    "toolchain version changed": (
+        _sub1(r'^version = "([0-9.]+)"', 'version = "1.2.3"'),
+        "toolchain gfx950: locked with llvm LLVM 1.2.3",
+    ),
 }
 
 
@@ -274,7 +323,9 @@ def test_lock_that_is_not_what_the_sources_declare_is_refused_naming_the_entry(
     assert not build.differences(root, derived, lock_mod.loads(lock_text.encode(), LOCK))[1]  # the control
 
 
-def test_edited_table_with_its_new_sha256_in_the_lock_is_refused(locked: tuple[Path, build.Derived], lock_text: str) -> None:
+def test_edited_table_with_its_new_sha256_in_the_lock_is_refused(
+    locked: tuple[Path, build.Derived], lock_text: str
+) -> None:
     """A static-class table is regenerated and compared: editing it and its hash in the lock is caught."""
     root, derived = locked
     rel = "release/tables/gfx950.json"
@@ -282,14 +333,18 @@ def test_edited_table_with_its_new_sha256_in_the_lock_is_refused(locked: tuple[P
     table = json.loads(old)
     table["entries"][0]["candidates"][0]["maturity"] = "experiment"
     new = (json.dumps(table, indent=1, sort_keys=True) + "\n").encode()
-    damaged = lock_mod.loads(lock_text.replace(hashlib.sha256(old).hexdigest(), hashlib.sha256(new).hexdigest()).encode(), LOCK)
+    damaged = lock_mod.loads(
+        lock_text.replace(hashlib.sha256(old).hexdigest(), hashlib.sha256(new).hexdigest()).encode(), LOCK
+    )
     edited = dataclasses.replace(derived, tree_tables={**derived.tree_tables, rel: new})
     _, diffs = build.differences(root, edited, damaged)
     assert f"table {rel}: out of date with the lock and sources (`netra lock` regenerates it)" in diffs, diffs
 
 
 @pytest.mark.parametrize("case", ["last [[artifacts]] cut off (a bad merge)", "symbols is a string"])
-def test_netra_build_refuses_a_damaged_lock_and_leaves_nothing(tree: Path, lock_text: str, tmp_path: Path, case: str) -> None:
+def test_netra_build_refuses_a_damaged_lock_and_leaves_nothing(
+    tree: Path, lock_text: str, tmp_path: Path, case: str
+) -> None:
     damage = CONTENT_DAMAGE[case][0] if case in CONTENT_DAMAGE else SHAPE_DAMAGE[case][0]
     root = sources(tree, tmp_path / "tree")
     (root / LOCK).write_text(damage(lock_text))
@@ -311,7 +366,9 @@ def test_netra_lock_repairs_a_lock_cut_off_by_a_bad_merge(tree: Path, lock_text:
     assert (root / LOCK).read_text() == lock_text  # deterministic: exactly the lock the sources make
 
 
-@pytest.mark.parametrize("case", ["last [[artifacts]] cut off (a bad merge)", "duplicated [[artifacts]]", "lock is a FIFO"])
+@pytest.mark.parametrize(
+    "case", ["last [[artifacts]] cut off (a bad merge)", "duplicated [[artifacts]]", "lock is a FIFO"]
+)
 def test_wheel_build_refuses_a_damaged_lock_with_no_wheel_and_no_temporaries(
     tree: Path, lock_text: str, tmp_path: Path, case: str
 ) -> None:
@@ -328,8 +385,13 @@ def test_wheel_build_refuses_a_damaged_lock_with_no_wheel_and_no_temporaries(
     assert r.returncode != 0, log(r)
     assert "Traceback" not in r.stdout + r.stderr, log(r)
     line = next((ln for ln in (r.stdout + r.stderr).splitlines() if "netra: error:" in ln), "")
-    want = {"lock is a FIFO": "is a FIFO, not a regular file", "duplicated [[artifacts]]": "duplicate of entry"}
-    assert want.get(case, "the sources declare it but the lock lacks it") in line and "netra lock" in line, log(r)
+    want = {
+        "lock is a FIFO": "is a FIFO, not a regular file",
+        "duplicated [[artifacts]]": "duplicate of entry",
+    }
+    assert want.get(case, "the sources declare it but the lock lacks it") in line and "netra lock" in line, (
+        log(r)
+    )
     assert not list(outdir.glob("*")) if outdir.exists() else True, sorted(outdir.iterdir())
     assert empty_eventually(tmpdir) == []
 
@@ -338,48 +400,97 @@ def test_wheel_build_refuses_a_damaged_lock_with_no_wheel_and_no_temporaries(
 
 
 MANIFEST_DAMAGE: dict[str, tuple[str, Callable[[str], str], list[str]]] = {
-    "template: missing field": ("kernels/gfx950/rmsnorm.toml", _sub1(r"^source = .*\n", ""),
-                                ["kernels/gfx950/rmsnorm.toml", "missing required field 'source'"]),
-    "template: unknown field": ("kernels/gfx950/rmsnorm.toml", _sub1(r"^vgprs = ", "vgpr = 1\nvgprs = "),
-                                ["kernels/gfx950/rmsnorm.toml", "unknown field 'vgpr'"]),
-    "template: wrong type": ("kernels/gfx950/rmsnorm.toml", _sub1(r"^vgprs = \d+", 'vgprs = "96"'),
-                             ["kernels/gfx950/rmsnorm.toml", "vgprs: must be an integer"]),
-    "template: budget out of range": ("kernels/gfx950/rmsnorm.toml", _sub1(r"^vgprs = \d+", "vgprs = 4096"),
-                                      ["vgprs: 4096 is outside [1, 512]"]),
-    "template: argument of a wrong type": ("kernels/sm_90/rmsnorm.toml", _sub1(r'^type = "bf16\*"', 'type = "bf17*"'),
-                                           ["kernels/sm_90/rmsnorm.toml", "args[0] (y).type"]),
-    "tactics: duplicate tactic": ("manifests/gfx950/tactics.toml",
-                                  lambda t: t + '\n[[tactics]]\nop = "rmsnorm"\nname = "b256"\ntemplate = "rmsnorm"\n'
-                                               'block = 256\nmaturity = "verified"\nwhy = "again"\n',
-                                  ["manifests/gfx950/tactics.toml", "(b256): duplicate of entry 0"]),
-    "tactics: wrong type": ("manifests/gfx950/tactics.toml", _sub1(r"^block = 256", 'block = "256"'),
-                            ["tactics[0] (b256).block: must be an integer"]),
-    "model: missing field": ("manifests/models/gemma-2-9b.toml", _sub1(r'^model = "Gemma-2-9B"\n', ""),
-                             ["manifests/models/gemma-2-9b.toml", "missing required field 'model'"]),
-    "model: unknown parameter": ("manifests/models/gemma-2-9b.toml", _sub1(r"^weight_offset = 1", "weight_offset = 1\nwidth = 2"),
-                                 ["manifests/models/gemma-2-9b.toml", "ops[0] (rmsnorm)", "width"]),
-    "model: dimension 2**40": ("manifests/models/gemma-2-9b.toml", _sub1(r"^hidden = 3584", "hidden = 1099511627776"),
-                               ["manifests/models/gemma-2-9b.toml", "hidden", "outside"]),
-    "model: dimension 1048576": ("manifests/models/gemma-2-9b.toml", _sub1(r"^hidden = 3584", "hidden = 1048576"),
-                                 ["rmsnorm(hidden=1048576,weight_offset=1)", "hidden = 1048576 is not", "HIDDEN"]),
-    "model: not TOML": ("manifests/models/gemma-2-9b.toml", lambda t: t + "\n[[ops]\n", ["gemma-2-9b.toml: not valid TOML"]),
-    "model: nested thousands deep": ("manifests/models/gemma-2-9b.toml", lambda t: t + "x = " + "[" * 20000 + "\n",
-                                     ["gemma-2-9b.toml: not valid TOML"]),
-    "model: larger than the read limit": ("manifests/models/gemma-2-9b.toml", lambda t: t + "#" * (5 << 20) + "\n",
-                                          ["gemma-2-9b.toml", "over the 4 MiB limit"]),
-    "model: not UTF-8": ("manifests/models/gemma-2-9b.toml", lambda t: t.replace("Gemma", "Gemma\udcff", 1),
-                         ["gemma-2-9b.toml", "not UTF-8"]),
+    "template: missing field": (
+        "kernels/gfx950/rmsnorm.toml",
+        _sub1(r"^source = .*\n", ""),
+        ["kernels/gfx950/rmsnorm.toml", "missing required field 'source'"],
+    ),
+    "template: unknown field": (
+        "kernels/gfx950/rmsnorm.toml",
+        _sub1(r"^vgprs = ", "vgpr = 1\nvgprs = "),
+        ["kernels/gfx950/rmsnorm.toml", "unknown field 'vgpr'"],
+    ),
+    "template: wrong type": (
+        "kernels/gfx950/rmsnorm.toml",
+        _sub1(r"^vgprs = \d+", 'vgprs = "96"'),
+        ["kernels/gfx950/rmsnorm.toml", "vgprs: must be an integer"],
+    ),
+    "template: budget out of range": (
+        "kernels/gfx950/rmsnorm.toml",
+        _sub1(r"^vgprs = \d+", "vgprs = 4096"),
+        ["vgprs: 4096 is outside [1, 512]"],
+    ),
+    "template: argument of a wrong type": (
+        "kernels/sm_90/rmsnorm.toml",
+        _sub1(r'^type = "bf16\*"', 'type = "bf17*"'),
+        ["kernels/sm_90/rmsnorm.toml", "args[0] (y).type"],
+    ),
+    "tactics: duplicate tactic": (
+        "manifests/gfx950/tactics.toml",
+        lambda t: (
+            t + '\n[[tactics]]\nop = "rmsnorm"\nname = "b256"\ntemplate = "rmsnorm"\n'
+            'block = 256\nmaturity = "verified"\nwhy = "again"\n'
+        ),
+        ["manifests/gfx950/tactics.toml", "(b256): duplicate of entry 0"],
+    ),
+    "tactics: wrong type": (
+        "manifests/gfx950/tactics.toml",
+        _sub1(r"^block = 256", 'block = "256"'),
+        ["tactics[0] (b256).block: must be an integer"],
+    ),
+    "model: missing field": (
+        "manifests/models/gemma-2-9b.toml",
+        _sub1(r'^model = "Gemma-2-9B"\n', ""),
+        ["manifests/models/gemma-2-9b.toml", "missing required field 'model'"],
+    ),
+    "model: unknown parameter": (
+        "manifests/models/gemma-2-9b.toml",
+        _sub1(r"^weight_offset = 1", "weight_offset = 1\nwidth = 2"),
+        ["manifests/models/gemma-2-9b.toml", "ops[0] (rmsnorm)", "width"],
+    ),
+    "model: dimension 2**40": (
+        "manifests/models/gemma-2-9b.toml",
+        _sub1(r"^hidden = 3584", "hidden = 1099511627776"),
+        ["manifests/models/gemma-2-9b.toml", "hidden", "outside"],
+    ),
+    "model: dimension 1048576": (
+        "manifests/models/gemma-2-9b.toml",
+        _sub1(r"^hidden = 3584", "hidden = 1048576"),
+        ["rmsnorm(hidden=1048576,weight_offset=1)", "hidden = 1048576 is not", "HIDDEN"],
+    ),
+    "model: not TOML": (
+        "manifests/models/gemma-2-9b.toml",
+        lambda t: t + "\n[[ops]\n",
+        ["gemma-2-9b.toml: not valid TOML"],
+    ),
+    "model: nested thousands deep": (
+        "manifests/models/gemma-2-9b.toml",
+        lambda t: t + "x = " + "[" * 20000 + "\n",
+        ["gemma-2-9b.toml: not valid TOML"],
+    ),
+    "model: larger than the read limit": (
+        "manifests/models/gemma-2-9b.toml",
+        lambda t: t + "#" * (5 << 20) + "\n",
+        ["gemma-2-9b.toml", "over the 4 MiB limit"],
+    ),
+    "model: not UTF-8": (
+        "manifests/models/gemma-2-9b.toml",
+        lambda t: t.replace("Gemma", "Gemma\udcff", 1),
+        ["gemma-2-9b.toml", "not UTF-8"],
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(MANIFEST_DAMAGE))
-def test_manifests_are_read_through_their_schemas_naming_file_entry_and_field(tree: Path, tmp_path: Path, case: str) -> None:
+def test_manifests_are_read_through_their_schemas_naming_file_entry_and_field(
+    tree: Path, tmp_path: Path, case: str
+) -> None:
     rel, damage, fragments = MANIFEST_DAMAGE[case]
     root = sources(tree, tmp_path / "tree")
     path = root / rel
     path.write_bytes(damage(path.read_text()).encode("utf-8", "surrogateescape"))
     with pytest.raises(NetraError) as e:
-        catalog.load(root)
+        manifests.load(root)
     msg = str(e.value)
     assert "\n" not in msg
     for f in fragments:
@@ -387,7 +498,9 @@ def test_manifests_are_read_through_their_schemas_naming_file_entry_and_field(tr
 
 
 @pytest.mark.parametrize("value", ["1099511627776", "1048576"])
-def test_out_of_range_dimension_is_refused_before_anything_is_compiled(tree: Path, tmp_path: Path, value: str) -> None:
+def test_out_of_range_dimension_is_refused_before_anything_is_compiled(
+    tree: Path, tmp_path: Path, value: str
+) -> None:
     root = sources(tree, tmp_path / "tree")
     model = root / "manifests/models/gemma-2-9b.toml"
     model.write_text(model.read_text().replace("hidden = 3584", f"hidden = {value}", 1))
@@ -442,7 +555,10 @@ def test_tracked_paths_are_never_followed_through_a_symlink(tree: Path, tmp_path
     root = sources(tree, tmp_path / "tree")
     (tmp_path / "outside").mkdir()
     shown = LINKS[case](root, tmp_path / "outside")
-    for check in (lambda: catalog.load(root), lambda: build.verify_tracked(root, lock_mod.read(root / LOCK))):
+    for check in (
+        lambda: manifests.load(root),
+        lambda: build.verify_tracked(root, lock_mod.read(root / LOCK)),
+    ):
         with pytest.raises(NetraError) as e:
             check()
         assert f"{shown} (" in str(e.value) and "is a symlink" in str(e.value), e.value
@@ -468,7 +584,9 @@ def test_wheel_build_refuses_a_symlinked_folder_with_no_wheel(tree: Path, tmp_pa
     [(LOCK, "build"), (LOCK, "lock --check"), ("manifests/models/gemma-2-9b.toml", "lock"),
      ("kernels/gfx950/include/wave.inc", "build")],
 )  # fmt: skip
-def test_a_fifo_in_place_of_a_file_is_refused_without_hanging(tree: Path, tmp_path: Path, rel: str, command: str) -> None:
+def test_a_fifo_in_place_of_a_file_is_refused_without_hanging(
+    tree: Path, tmp_path: Path, rel: str, command: str
+) -> None:
     root = sources(tree, tmp_path / "tree")
     (root / rel).unlink()
     os.mkfifo(root / rel)
@@ -486,7 +604,7 @@ def _shims(folder: Path, misbehave: str, tool: str = "llvm-mc") -> Path:
     real (not for `--version` or the gfx950 probe): then it crashes (SIGSEGV) or sleeps (writing its
     pid first, so the test can prove it was killed)."""
     folder.mkdir()
-    act = 'kill -SEGV $$' if misbehave == "crash" else f'echo $$ > "{folder}/sleeper.pid"; exec sleep 600'
+    act = "kill -SEGV $$" if misbehave == "crash" else f'echo $$ > "{folder}/sleeper.pid"; exec sleep 600'
     for t in ("llvm-mc", "ld.lld", "llvm-objdump"):
         trigger = {"llvm-mc": "-filetype=obj", "ld.lld": "-shared", "llvm-objdump": "-d"}[t]
         body = f'for a in "$@"; do [ "$a" = "{trigger}" ] && {{ {act}; }}; done\n' if t == tool else ""
@@ -500,16 +618,16 @@ def _nvcc_shim(folder: Path) -> Path:
     folder.mkdir()
     shim = folder / "nvcc"
     shim.write_text(
-        "#!/bin/sh\n"
-        f'case " $* " in *" --version "*|*" probe.cu "*) exec {NVCC} "$@";; esac\n'
-        "kill -SEGV $$\n"
+        f'#!/bin/sh\ncase " $* " in *" --version "*|*" probe.cu "*) exec {NVCC} "$@";; esac\nkill -SEGV $$\n'
     )
     shim.chmod(0o755)
     return shim
 
 
 @pytest.mark.parametrize("tool", ["llvm-mc", "ld.lld", "llvm-objdump", "nvcc"])
-def test_a_crashing_tool_is_one_line_naming_the_artifact_and_the_tool(tree: Path, tmp_path: Path, tool: str) -> None:
+def test_a_crashing_tool_is_one_line_naming_the_artifact_and_the_tool(
+    tree: Path, tmp_path: Path, tool: str
+) -> None:
     root = sources(tree, tmp_path / "tree")
     if tool == "nvcc":
         env = {"NETRA_NVCC": str(_nvcc_shim(tmp_path / "bin"))}
@@ -526,13 +644,16 @@ def test_a_crashing_tool_is_one_line_naming_the_artifact_and_the_tool(tree: Path
 
 HUNG = r"""
 import sys
-from netra import cli, proc
+from netra import cli
+from netra.core import proc
 proc.TOOL_TIMEOUT_S = 5  # the real limit is 120 s; the behaviour at the limit is what is tested
 sys.exit(cli.main(sys.argv[1:]))
 """
 
 
-def test_a_hanging_assembler_is_killed_at_its_time_limit_naming_the_artifact(tree: Path, tmp_path: Path) -> None:
+def test_a_hanging_assembler_is_killed_at_its_time_limit_naming_the_artifact(
+    tree: Path, tmp_path: Path
+) -> None:
     root = sources(tree, tmp_path / "tree")
     bindir = _shims(tmp_path / "bin", "sleep")
     tmpdir = private(tmp_path)
@@ -543,14 +664,17 @@ def test_a_hanging_assembler_is_killed_at_its_time_limit_naming_the_artifact(tre
     )  # fmt: skip
     refused(r, "llvm-mc did not finish within 5s (killed)", "netra_")
     pid = int((bindir / "sleeper.pid").read_text())
-    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[-1][:3]
+    assert (
+        not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[-1][:3]
+    )
     assert not (tmp_path / "out").exists()
     assert empty_eventually(tmpdir) == []
 
 
 CYCLE = r"""
 import sys
-from netra import cli, proc
+from netra import cli
+from netra.core import proc
 proc.TOOL_MEMORY_BYTES = 1 << 30  # the real limit is 4 GiB; a smaller one reaches it sooner
 sys.exit(cli.main(sys.argv[1:]))
 """
@@ -613,11 +737,27 @@ def test_causes_a_user_can_fix_never_end_in_a_traceback(tree: Path, tmp_path: Pa
 
     cases = [
         ("the lock is a directory (build)", lock_dir, "manifest.lock: lock file is a directory"),
-        ("the lock is a directory (lock)", lock_dir_lock, "manifest.lock: is a folder where netra writes a file"),
+        (
+            "the lock is a directory (lock)",
+            lock_dir_lock,
+            "manifest.lock: is a folder where netra writes a file",
+        ),
         ("the lock is not UTF-8", lock_not_utf8, "manifest.lock: not UTF-8"),
-        ("a regular file where the output folder should be", out_is_a_file, "out: exists and is not a folder"),
-        ("a regular file inside the output folder", out_below_a_file, "out/gfx950: exists and is not a folder"),
-        ("a folder where netra writes a table", table_is_a_folder, "gfx950.json: is a folder where netra writes"),
+        (
+            "a regular file where the output folder should be",
+            out_is_a_file,
+            "out: exists and is not a folder",
+        ),
+        (
+            "a regular file inside the output folder",
+            out_below_a_file,
+            "out/gfx950: exists and is not a folder",
+        ),
+        (
+            "a folder where netra writes a table",
+            table_is_a_folder,
+            "gfx950.json: is a folder where netra writes",
+        ),
         ("a lock over the size limit", lock_too_large, "over the 16 MiB limit"),
     ]
     for i, (what, make, fragment) in enumerate(cases):
@@ -647,7 +787,9 @@ def _without_dac_override() -> Callable[[], None] | None:
 
 
 @pytest.mark.parametrize("what", ["file", "folder"])
-def test_an_unreadable_tracked_file_or_folder_is_one_line_naming_it(tree: Path, tmp_path: Path, what: str) -> None:
+def test_an_unreadable_tracked_file_or_folder_is_one_line_naming_it(
+    tree: Path, tmp_path: Path, what: str
+) -> None:
     root = sources(tree, tmp_path / "tree")
     rel = "manifests/models/gemma-2-9b.toml" if what == "file" else "kernels/gfx950/include"
     (root / rel).chmod(0)
@@ -723,7 +865,10 @@ TABLE_EDITS: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
 @pytest.fixture(scope="module")
 def table_wheels(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("table-wheels")
-    return {case: reseal(wheel, base / str(i), _edit_table(change)) for i, (case, (change, _)) in enumerate(TABLE_EDITS.items())}
+    return {
+        case: reseal(wheel, base / str(i), _edit_table(change))
+        for i, (case, (change, _)) in enumerate(TABLE_EDITS.items())
+    }
 
 
 @pytest.mark.parametrize("case", sorted(TABLE_EDITS))
@@ -735,7 +880,12 @@ def test_an_edited_table_with_its_hash_in_the_lock_is_refused_by_the_wheel_gate(
         [sys.executable, "-m", "netra", "verify-wheel", str(table_wheels[case])],
         cwd=tmp_path, env=clean_env(PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=TIMEOUT, check=False,
     )  # fmt: skip
-    refused(r, "refused (checked against the lock it carries)", "netra/_data/tables/gfx950.json", TABLE_EDITS[case][1])
+    refused(
+        r,
+        "refused (checked against the lock it carries)",
+        "netra/_data/tables/gfx950.json",
+        TABLE_EDITS[case][1],
+    )
 
 
 def _pip_install(venv: Venv, wheel: Path) -> None:
@@ -744,17 +894,25 @@ def _pip_install(venv: Venv, wheel: Path) -> None:
     assert r.returncode == 0, log(r)
 
 
-def test_doctor_exits_1_on_an_install_whose_table_was_edited(venv: Venv, wheel: Path, table_wheels: dict[str, Path]) -> None:
+def test_doctor_exits_1_on_an_install_whose_table_was_edited(
+    venv: Venv, wheel: Path, table_wheels: dict[str, Path]
+) -> None:
     try:
         for case, w in sorted(table_wheels.items()):
             _pip_install(venv, w)
             r = venv.run("netra", "doctor")
             assert r.returncode == 1, f"{case}\n{log(r)}"
-            problems = [ln for ln in r.stdout.splitlines() if ln.startswith("problem: invalid table tables/gfx950.json")]
+            problems = [
+                ln
+                for ln in r.stdout.splitlines()
+                if ln.startswith("problem: invalid table tables/gfx950.json")
+            ]
             assert problems and TABLE_EDITS[case][1] in problems[0], f"{case}\n{log(r)}"
             assert r.stdout.rstrip().endswith("result: FAILED (1 problem(s))"), f"{case}\n{log(r)}"
             rt = venv.run("python", "-c", RUNTIME_OPEN)
-            assert rt.stdout.startswith("TableError ") and "pip install --force-reinstall" in rt.stdout, log(rt)
+            assert rt.stdout.startswith("TableError ") and "pip install --force-reinstall" in rt.stdout, log(
+                rt
+            )
     finally:
         _pip_install(venv, wheel)
     assert venv.run("netra", "doctor").returncode == 0
@@ -878,14 +1036,23 @@ def test_doctor_and_the_runtime_refuse_changed_launch_data(
         for _, artifact in picks:
             kind, message = got[artifact]
             assert kind == "AlteredFileError", got
-            assert "what it launches with (descriptor and metadata)" in message and artifact in message, message
+            assert "what it launches with (descriptor and metadata)" in message and artifact in message, (
+                message
+            )
             assert got[artifact + " (another kernel)"][0] == "served", got  # only that kernel is refused
     finally:
         _pip_install(venv, wheel)
 
 
 def test_doctor_names_a_truncated_code_object_without_a_traceback(venv: Venv) -> None:
-    data = Path(venv.run("python", "-c", "import netra, os; print(os.path.dirname(netra.__file__))").stdout.strip()) / "_data"
+    data = (
+        Path(
+            venv.run(
+                "python", "-c", "import netra, os; print(os.path.dirname(netra.__file__))"
+            ).stdout.strip()
+        )
+        / "_data"
+    )
     victim = data / "gfx950" / f"{GFX}.hsaco"
     original = victim.read_bytes()
     try:
@@ -910,8 +1077,13 @@ def test_two_builds_into_one_folder_never_fail_or_corrupt_each_other(tree: Path,
     for round_ in range(2):
         out = tmp_path / f"out{round_}"
         procs = [
-            subprocess.Popen([sys.executable, "-m", "netra", "build", str(out), "--root", str(root), "-q", "-j", "1"],
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                [sys.executable, "-m", "netra", "build", str(out), "--root", str(root), "-q", "-j", "1"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             for _ in range(2)
         ]
         results = [(p.wait(timeout=TIMEOUT), p.stderr.read() if p.stderr else "") for p in procs]
@@ -930,13 +1102,20 @@ def test_two_netra_lock_at_once_end_with_one_valid_lock(tree: Path, tmp_path: Pa
     (root / LOCK).write_text(_truncate_last_artifact(expected.decode()))  # both have work to do
     env = clean_env(PYTHONPATH=str(REPO))
     procs = [
-        subprocess.Popen([sys.executable, "-m", "netra", "lock", "--root", str(root)],
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "netra", "lock", "--root", str(root)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
     outs = [p.communicate(timeout=TIMEOUT) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
-    assert any("waiting for the release lock held by pid" in err for _, err in outs), outs  # they were serialized
+    assert any("waiting for the release lock held by pid" in err for _, err in outs), (
+        outs
+    )  # they were serialized
     assert (root / LOCK).read_bytes() == expected
     lock_mod.read(root / LOCK)
     assert sorted(p.name for p in (root / "release").iterdir()) == [".netra-lock", "manifest.lock", "tables"]
@@ -979,13 +1158,25 @@ def _signal_when(cmd: list[str], marker: str, sig: int, *, env: dict[str, str], 
     [("build", "[5/", signal.SIGINT), ("build", "[40/", signal.SIGTERM), ("lock", "[5/", signal.SIGTERM),
      ("lock", "[50/", signal.SIGINT)],
 )  # fmt: skip
-def test_an_interrupted_netra_command_leaves_nothing(tree: Path, tmp_path: Path, command: str, marker: str, sig: int) -> None:
+def test_an_interrupted_netra_command_leaves_nothing(
+    tree: Path, tmp_path: Path, command: str, marker: str, sig: int
+) -> None:
     root = sources(tree, tmp_path / "tree")
     (root / LOCK).write_text(_truncate_last_artifact((root / LOCK).read_text()))  # `lock` would rewrite it
     release = _release(root)
     tmpdir, out = private(tmp_path), tmp_path / "out"
-    cmd = [sys.executable, "-m", "netra", command, *([str(out)] if command == "build" else []), "--root", str(root)]
-    r, sent = _signal_when(cmd, marker, sig, env=clean_env(PYTHONPATH=str(REPO), TMPDIR=str(tmpdir)), group=False)
+    cmd = [
+        sys.executable,
+        "-m",
+        "netra",
+        command,
+        *([str(out)] if command == "build" else []),
+        "--root",
+        str(root),
+    ]
+    r, sent = _signal_when(
+        cmd, marker, sig, env=clean_env(PYTHONPATH=str(REPO), TMPDIR=str(tmpdir)), group=False
+    )
     assert sent, r.stdout
     assert r.returncode == 128 + sig, r.stdout
     assert "netra: interrupted: nothing was written" in r.stdout and "Traceback" not in r.stdout, r.stdout
@@ -1013,7 +1204,9 @@ def test_an_interrupted_wheel_build_leaves_no_wheel_and_no_temporaries(
     assert sent, r.stdout
     assert r.returncode != 0, r.stdout
     # The frontend prints its own KeyboardInterrupt traceback (build/__main__.py): nothing else may.
-    ours = [t for t in r.stdout.split("Traceback (most recent call last)")[1:] if "/build/__main__.py" not in t]
+    ours = [
+        t for t in r.stdout.split("Traceback (most recent call last)")[1:] if "/build/__main__.py" not in t
+    ]
     assert not ours, r.stdout
     assert not outdir.exists() or not list(outdir.iterdir()), sorted(outdir.iterdir())
     assert empty_eventually(tmpdir) == [], r.stdout  # ours, hatchling's and the frontend's temporaries

@@ -25,7 +25,7 @@ from conftest import REPO, TIMEOUT, clean_env, log
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from netra import _toml
+from netra.core import toml as _toml
 
 PYPROJECT = _toml.load(REPO / "pyproject.toml")
 LOCK = REPO / "requirements/build.txt"

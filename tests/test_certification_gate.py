@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from netra import certify, tables
+from netra import certify
+from netra.runtime import tables
 
 REPO = Path(__file__).resolve().parents[1]
 TABLE = "release/tables/sm_90.json"
@@ -80,14 +81,23 @@ def test_a_changed_instruction_voids_the_certification(tree: Path) -> None:
     src = tree / "kernels" / "sm_90" / f"{op}.cu"
     # One more instruction in every instantiation of the template: a clock read whose result is used.
     text = src.read_text()
-    marker = "extern \"C\" __global__"
+    marker = 'extern "C" __global__'
     assert marker in text
-    src.write_text(text.replace(marker, "__device__ __forceinline__ void netra_probe_nop() { asm volatile(\"nanosleep.u32 0;\"); }\n" + marker, 1))
+    src.write_text(
+        text.replace(
+            marker,
+            '__device__ __forceinline__ void netra_probe_nop() { asm volatile("nanosleep.u32 0;"); }\n'
+            + marker,
+            1,
+        )
+    )
     body = src.read_text()
     i = body.index("{", body.index(marker))
     src.write_text(body[: i + 1] + "\n  netra_probe_nop();" + body[i + 1 :])
     r = netra(tree, "lock", "--check", "-q")
-    assert r.returncode == 1 and f"certification void: {cand}: certified with .text" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 1 and f"certification void: {cand}: certified with .text" in r.stdout, (
+        r.stdout + r.stderr
+    )
     r = netra(tree, "build", str(tree / "out"), "-q")
     assert r.returncode == 1 and cand in r.stderr and not (tree / "out").exists()
     r = netra(tree, "lock")
@@ -114,7 +124,7 @@ def test_a_table_certified_with_other_machine_code_is_refused_everywhere(tree: P
 
 
 def test_a_table_whose_candidate_text_differs_from_the_lock_fails_against_lock(tree: Path) -> None:
-    from netra import lock
+    from netra.runtime import lockfile as lock
 
     locked = lock.read(tree / "release/manifest.lock")
     raw = json.loads((tree / TABLE).read_text())
@@ -150,7 +160,11 @@ def test_ranking_is_deterministic_and_dispatch_follows_the_measurements() -> Non
     prefill = _result("pre", {1: 3.0, 16: 3.2, 512: 5.0, 8192: 40.0})
     broken = _result("bad", {}, passed=False)
     ranked, dispatch = certify.rank([broken, decode, prefill])
-    assert [r.candidate.tactic for r in ranked] == ["pre", "dec", "bad"]  # accepted by prefill time, rejected last
+    assert [r.candidate.tactic for r in ranked] == [
+        "pre",
+        "dec",
+        "bad",
+    ]  # accepted by prefill time, rejected last
     assert dispatch == [{"max_rows": 16, "tactic": "dec"}, {"max_rows": None, "tactic": "pre"}]
     assert certify.rank([prefill, broken, decode]) == (ranked, dispatch)  # input order does not matter
     # Within the hysteresis the earlier winner stays: no flip-flopping on noise.

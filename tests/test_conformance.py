@@ -1,4 +1,4 @@
-"""Tests of netra.conformance (CPU only, real numpy): the judge must pass the reference's own outputs and
+"""Tests of netra.certify.conformance (CPU only, real numpy): the judge must pass the reference's own outputs and
 fail every kind of wrong output, and the test vectors must be deterministic and cover what they claim."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from netra import conformance as conf
-from netra import reference as ref
+from netra.certify import conformance as conf
+from netra.certify import reference as ref
 
 CONTRACTS = [
     ("rmsnorm", {"hidden": 256, "weight_offset": 0}),

@@ -12,19 +12,21 @@ from typing import Any
 
 import pytest
 
-from netra import cuda, libs
 from netra.errors import CudaError, RuntimeUnavailableError
-from netra.launch import launch_args
+from netra.loaders import cuda
+from netra.loaders.launch import launch_args
+from netra.targets.nvidia import NVIDIA
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _sm90_catalog() -> Any:
     """The source tree's sm_90 catalog, its code objects stood in for (they are not read here)."""
-    from netra import installed, runtime, tables
+    from netra import runtime
+    from netra.runtime import installed, tables
 
     inst = installed.editable(REPO)
-    lock, built = runtime._load_lock(inst)
+    lock, built = runtime.installed_lock(inst)
     table = tables.loads((REPO / "release/tables/sm_90.json").read_bytes(), "sm_90.json", "sm_90")
     cat = runtime.Catalog(inst, lock, table, ("sm_90",), built)
     cat._code.update({c.file: b"cubin bytes are not read here" for c in table.candidates()})
@@ -54,7 +56,11 @@ def test_extra_array_uses_cuda_markers_and_the_packed_segment() -> None:
     k = _sm90_kernel()
     la = launch_args(k, 1000, {"y": 0x1000, "x": 0x2000, "w": 0x3000, "rows": 1000, "eps": 1e-6})
     ex = cuda.Extra(la.kernargs)
-    assert (ex.array[0], ex.array[2], ex.array[4]) == (0x01, 0x02, None)  # BUFFER_POINTER, BUFFER_SIZE, END (0)
+    assert (ex.array[0], ex.array[2], ex.array[4]) == (
+        0x01,
+        0x02,
+        None,
+    )  # BUFFER_POINTER, BUFFER_SIZE, END (0)
     assert ex.size.value == k.kernarg.size == 32
     raw = ctypes.string_at(ex.array[1], ex.size.value)
     assert raw == la.kernargs
@@ -79,8 +85,8 @@ def test_missing_driver_is_one_line_naming_the_library(tmp_path: Path) -> None:
     assert "libcuda.so.1" in e.value.message and "\n" not in str(e.value) and e.value.hint
 
 
-@pytest.mark.skipif(libs.find(libs.CUDA) is not None, reason="this host has a CUDA driver")
+@pytest.mark.skipif(NVIDIA.find_library() is not None, reason="this host has a CUDA driver")
 def test_no_driver_on_this_host_is_the_same_refusal() -> None:
-    code = "from netra.cuda import Cuda; Cuda()"
+    code = "from netra.loaders.cuda import Cuda; Cuda()"
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False)
     assert r.returncode != 0 and "RuntimeUnavailableError" in r.stderr and "libcuda.so.1" in r.stderr

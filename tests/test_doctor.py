@@ -11,6 +11,8 @@ import pytest
 from venvtools import json_of as _code
 from venvtools import run_py as _run
 
+from netra import targets
+
 # Driving the installed venv: tests/venvtools.py
 
 
@@ -38,7 +40,8 @@ def test_doctor_passes_on_a_fresh_install_and_reports_everything(py: str, pkg: P
         py,
         """
         import json, sys
-        from netra import layout, lock
+        from netra.runtime import layout
+        from netra.runtime import lockfile as lock
         print(json.dumps([m.data_path for m in layout.members(lock.read(sys.argv[1]))]))
         """,
         str(data / "manifest.lock"),
@@ -65,7 +68,12 @@ def test_doctor_passes_on_a_fresh_install_and_reports_everything(py: str, pkg: P
     assert report["lock"]["sha256"] in text and "all intact" in text and text.rstrip().endswith("result: OK")
 
     jsonschema = pytest.importorskip("jsonschema")
-    schema = json.loads((pkg / "schemas" / "doctor.schema.json").read_text())
+    from netra.cli import schemas
+
+    assert (pkg / "schemas" / "doctor.schema.json").read_bytes() == (
+        schemas.FOLDER / "doctor.schema.json"
+    ).read_bytes()
+    schema = schemas.load("doctor")  # the registry's vendors, loaders and detection sources filled in
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.Draft202012Validator(schema).validate(report)
 
@@ -104,7 +112,7 @@ def test_require_gpu_needs_a_gpu_of_a_certified_class(py: str, tmp_path: Path) -
 
 
 def test_doctor_fast_text_reader_agrees_with_pyelftools_on_every_code_object(py: str, pkg: Path) -> None:
-    """netra.elf's struct reader (the runtime's and doctor's fast path) and pyelftools (the reference)
+    """netra.core.elf's struct reader (the runtime's and doctor's fast path) and pyelftools (the reference)
     find the same machine code in every shipped code object of both classes."""
     out = _code(
         py,
@@ -112,7 +120,8 @@ def test_doctor_fast_text_reader_agrees_with_pyelftools_on_every_code_object(py:
         import hashlib, io, json, sys
         from pathlib import Path
         from elftools.elf.elffile import ELFFile
-        from netra import elf, lock
+        from netra.core import elf
+        from netra.runtime import lockfile as lock
         data = Path(sys.argv[1])
         lk = lock.read(data / "manifest.lock")
         res = []
@@ -126,6 +135,6 @@ def test_doctor_fast_text_reader_agrees_with_pyelftools_on_every_code_object(py:
         """,
         str(pkg / "_data"),
     )
-    assert {t for _, t, *_ in out} == {"gfx950", "sm_90"}
+    assert {t for _, t, *_ in out} == set(targets.names())  # every registered class
     for file, _, fast, reference, locked in out:
         assert fast == reference == locked, file

@@ -1,4 +1,4 @@
-"""netra.files on real files: every refused path form, links, FIFOs, sockets, devices, limits, atomic writes."""
+"""netra.core.files on real files: every refused path form, links, FIFOs, sockets, devices, limits, atomic writes."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from conftest import within
 
-from netra import files
+from netra.core import files
 from netra.errors import FileTooLargeError, MissingFileError, PathError, UnreadableFileError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -248,7 +248,7 @@ def test_permission_denied_is_unreadable(shared_dir: Path) -> None:
         return
     # As root, chmod stops nothing: read as an unprivileged user instead.
     code = (
-        "import sys\nfrom pathlib import Path\nfrom netra import files\n"
+        "import sys\nfrom pathlib import Path\nfrom netra.core import files\n"
         "for rel in ('kernels/a.s', 'closed/b.s'):\n"
         "    try:\n"
         "        files.read_bytes(Path(sys.argv[1]), rel, limit=1000, where='w')\n"
@@ -419,7 +419,7 @@ def test_atomic_write_failing_mid_write_leaves_the_old_file(tmp_path: Path) -> N
     path = tmp_path / "out.hsaco"
     path.write_bytes(b"old")
     code = (
-        "import resource, signal, sys\nfrom pathlib import Path\nfrom netra import files\n"
+        "import resource, signal, sys\nfrom pathlib import Path\nfrom netra.core import files\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))\n"
         "try:\n"
@@ -443,7 +443,7 @@ def test_atomic_write_failing_mid_write_leaves_the_old_file(tmp_path: Path) -> N
 WRITER = """
 import sys
 from pathlib import Path
-from netra import files
+from netra.core import files
 path, me, n = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 for i in range(n):
     files.atomic_write(path, bytes([65 + me]) * (256 << 10) + b"|%d.%d" % (me, i))

@@ -3,7 +3,7 @@
 Each reader gets real inputs mutated (bytes flipped, truncated, inserted, spliced; parsed structures
 with a leaf replaced, a key dropped or added) and structured garbage. The property is the same for all:
 the reader returns, or raises the project's own error type (NetraError), never another exception and
-never hangs (a SIGALRM guard fails a call that runs past CALL_LIMIT_S). netra.elf is the one
+never hangs (a SIGALRM guard fails a call that runs past CALL_LIMIT_S). netra.core.elf is the one
 exception: its documented contract is ValueError, which its callers (text_sha256) turn into a
 NetraError; both levels are tested.
 
@@ -34,10 +34,14 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from netra import _toml, catalog, elf, layout, tables, targets  # noqa: E402
-from netra import lock as lock_mod  # noqa: E402
-from netra import schema as s  # noqa: E402
+from netra import targets  # noqa: E402
+from netra.core import elf, models  # noqa: E402
+from netra.core import schema as s  # noqa: E402
+from netra.core import toml as _toml  # noqa: E402
 from netra.errors import NetraError  # noqa: E402
+from netra.release import manifests  # noqa: E402
+from netra.runtime import layout, tables  # noqa: E402
+from netra.runtime import lockfile as lock_mod  # noqa: E402
 from netra.targets.gfx950 import codeobject  # noqa: E402
 from netra.targets.sm_90 import cubin  # noqa: E402
 
@@ -48,7 +52,11 @@ FUZZ = settings(
     deadline=None,
     database=None,  # nothing written into the tree
     derandomize=EXAMPLES <= 1000,  # the CI campaign is the same every run; the long one explores
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
 )
 
 
@@ -70,7 +78,9 @@ def guard() -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
-CALLS: dict[str, dict[str, int]] = {}  # test -> {"calls", "refused"}: reader calls made (the campaign's cases)
+CALLS: dict[
+    str, dict[str, int]
+] = {}  # test -> {"calls", "refused"}: reader calls made (the campaign's cases)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -118,7 +128,9 @@ def _record_for(lock_bytes: bytes, lock: lock_mod.Lock) -> bytes:
     record: dict[str, Any] = {
         "schema": layout.RECORD_SCHEMA,
         "lock_sha256": hashlib.sha256(lock_bytes).hexdigest(),
-        "toolchains": {t: {"flavour": tc.flavour, "version": tc.version} for t, tc in sorted(lock.toolchains.items())},
+        "toolchains": {
+            t: {"flavour": tc.flavour, "version": tc.version} for t, tc in sorted(lock.toolchains.items())
+        },
         "code_objects": {
             a.file: {
                 "artifact": a.name,
@@ -141,7 +153,7 @@ def inputs(repo_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Inputs:
         shutil.copytree(repo_copy / d, root / d)
     raw = (root / lock_mod.LOCK_PATH).read_bytes()
     lock = lock_mod.loads(raw, "lock")
-    cat = catalog.load(root)
+    cat = manifests.load(root)
     work = tmp_path_factory.mktemp("fuzz-build")
     (work / "src").mkdir()
     built: dict[str, tuple[bytes, str]] = {}
@@ -150,10 +162,8 @@ def inputs(repo_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Inputs:
         tgt = targets.get(cls)
         path = tgt.compile(spec, tgt.discover(), root, work / "src", work / "out")
         built[cls] = (path.read_bytes(), spec.symbol)
-    manifests = {
-        rel: (root / rel).read_bytes()
-        for rel, role in catalog.tracked_files(root)
-        if rel.endswith(".toml")
+    manifest_bytes = {
+        rel: (root / rel).read_bytes() for rel, role in manifests.tracked_files(root) if rel.endswith(".toml")
     }
     return Inputs(
         root=root,
@@ -165,7 +175,7 @@ def inputs(repo_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Inputs:
         hsaco_symbol=built["gfx950"][1],
         cubin=built["sm_90"][0],
         cubin_symbol=built["sm_90"][1],
-        manifests=manifests,
+        manifests=manifest_bytes,
     )
 
 
@@ -179,7 +189,7 @@ def test_the_real_inputs_parse(inputs: Inputs) -> None:
     assert codeobject.launch_digest(inputs.hsaco, inputs.hsaco_symbol, "x")
     assert inputs.cubin_symbol in cubin.inspect(inputs.cubin).kernels
     assert cubin.launch_digest(inputs.cubin, inputs.cubin_symbol, "x")
-    assert lock.artifacts and catalog.load(inputs.root).artifacts
+    assert lock.artifacts and manifests.load(inputs.root).artifacts
 
 
 # -- strategies -------------------------------------------------------------------------------------
@@ -290,7 +300,9 @@ def test_lock_structure_mutations(inputs: Inputs) -> None:
 @given(GARBAGE)
 def test_lock_garbage(data: Any) -> None:
     parses_or_refuses(lambda: lock_mod.from_dict(data, "release/manifest.lock"))
-    parses_or_refuses(lambda: lock_mod.from_dict({"schema": 2, "toolchains": {}, "files": data, "artifacts": data}))
+    parses_or_refuses(
+        lambda: lock_mod.from_dict({"schema": 2, "toolchains": {}, "files": data, "artifacts": data})
+    )
 
 
 @FUZZ
@@ -317,10 +329,14 @@ def _readers() -> dict[str, s.Reader]:
     from netra.errors import ManifestError
 
     return {
-        "template gfx950": s.Reader(catalog._template_schema(targets.get("gfx950").budget), ManifestError, ""),
-        "template sm_90": s.Reader(catalog._template_schema(targets.get("sm_90").budget), ManifestError, ""),
-        "tactics": s.Reader(catalog._TACTICS, ManifestError, ""),
-        "model": s.Reader(catalog._MODEL, ManifestError, ""),
+        "template gfx950": s.Reader(
+            manifests._template_schema(targets.get("gfx950").budget), ManifestError, ""
+        ),
+        "template sm_90": s.Reader(
+            manifests._template_schema(targets.get("sm_90").budget), ManifestError, ""
+        ),
+        "tactics": s.Reader(manifests._TACTICS, ManifestError, ""),
+        "model": s.Reader(models.SCHEMA, ManifestError, ""),
     }
 
 
@@ -336,7 +352,11 @@ def test_manifest_schemas_on_mutated_real_manifests(inputs: Inputs) -> None:
         return readers["template " + rel.split("/")[1]]
 
     @FUZZ
-    @given(st.sampled_from(sorted(parsed)).flatmap(lambda rel: st.tuples(st.just(rel), mutated_structure(parsed[rel]))))
+    @given(
+        st.sampled_from(sorted(parsed)).flatmap(
+            lambda rel: st.tuples(st.just(rel), mutated_structure(parsed[rel]))
+        )
+    )
     def check(case: tuple[str, Any]) -> None:
         rel, data = case
         parses_or_refuses(lambda: reader_of(rel).read(data, rel))
@@ -358,12 +378,16 @@ def test_catalog_load_on_mutated_manifest_files(inputs: Inputs, tmp_path: Path) 
     names = sorted(inputs.manifests)
 
     @FUZZ
-    @given(st.sampled_from(names).flatmap(lambda rel: st.tuples(st.just(rel), mutated_bytes(inputs.manifests[rel]))))
+    @given(
+        st.sampled_from(names).flatmap(
+            lambda rel: st.tuples(st.just(rel), mutated_bytes(inputs.manifests[rel]))
+        )
+    )
     def check(case: tuple[str, bytes]) -> None:
         rel, raw = case
         (tree / rel).write_bytes(raw)
         try:
-            parses_or_refuses(lambda: catalog.load(tree))
+            parses_or_refuses(lambda: manifests.load(tree))
         finally:
             (tree / rel).write_bytes(inputs.manifests[rel])
 
@@ -375,7 +399,11 @@ def test_catalog_load_on_mutated_manifest_files(inputs: Inputs, tmp_path: Path) 
 
 def test_table_bytes_mutations(inputs: Inputs) -> None:
     @FUZZ
-    @given(st.sampled_from(sorted(inputs.tables)).flatmap(lambda c: st.tuples(st.just(c), mutated_bytes(inputs.tables[c]))))
+    @given(
+        st.sampled_from(sorted(inputs.tables)).flatmap(
+            lambda c: st.tuples(st.just(c), mutated_bytes(inputs.tables[c]))
+        )
+    )
     def check(case: tuple[str, bytes]) -> None:
         cls, raw = case
         parses_or_refuses(lambda: tables.loads(raw, tables.table_path(cls), cls))
@@ -388,7 +416,9 @@ def test_table_structure_mutations(inputs: Inputs) -> None:
     lock = lock_mod.loads(inputs.lock_bytes, "lock")
 
     @FUZZ
-    @given(st.sampled_from(sorted(parsed)).flatmap(lambda c: st.tuples(st.just(c), mutated_structure(parsed[c]))))
+    @given(
+        st.sampled_from(sorted(parsed)).flatmap(lambda c: st.tuples(st.just(c), mutated_structure(parsed[c])))
+    )
     def check(case: tuple[str, Any]) -> None:
         cls, data = case
         table = parses_or_refuses(lambda: tables.parse(data, tables.table_path(cls), cls))
@@ -411,7 +441,9 @@ def test_build_record_bytes_mutations(inputs: Inputs) -> None:
     @FUZZ
     @given(mutated_bytes(inputs.record))
     def check(raw: bytes) -> None:
-        parses_or_refuses(lambda: layout.read_record(raw, inputs.lock_bytes, "build.json", "manifest.lock", ""))
+        parses_or_refuses(
+            lambda: layout.read_record(raw, inputs.lock_bytes, "build.json", "manifest.lock", "")
+        )
 
     check()
 
@@ -432,7 +464,9 @@ def test_build_record_structure_mutations_resealed(inputs: Inputs) -> None:
             raw = json.dumps(data).encode()
         except (TypeError, ValueError):
             return
-        parses_or_refuses(lambda: layout.read_record(raw, inputs.lock_bytes, "build.json", "manifest.lock", ""))
+        parses_or_refuses(
+            lambda: layout.read_record(raw, inputs.lock_bytes, "build.json", "manifest.lock", "")
+        )
 
     check()
 
@@ -466,7 +500,7 @@ def test_sm_90_cubin_mutations(inputs: Inputs) -> None:
 
 
 def test_elf_reader_mutations(inputs: Inputs) -> None:
-    """netra.elf's contract is ValueError for anything it does not handle (its callers convert it)."""
+    """netra.core.elf's contract is ValueError for anything it does not handle (its callers convert it)."""
 
     @FUZZ
     @given(st.sampled_from(["hsaco", "cubin"]).flatmap(lambda k: mutated_bytes(getattr(inputs, k))))

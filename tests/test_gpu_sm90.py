@@ -29,9 +29,11 @@ def _netra(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 
 def test_the_installed_wheel_is_used() -> None:
     import netra
-    from netra import installed
+    from netra.runtime import installed
 
-    assert installed.locate().kind == "wheel", f"netra is imported from {netra.__file__}, not an installed wheel"
+    assert installed.locate().kind == "wheel", (
+        f"netra is imported from {netra.__file__}, not an installed wheel"
+    )
 
 
 def test_doctor_require_gpu_passes_and_reports_sm_90_accepted() -> None:
@@ -46,8 +48,9 @@ def test_doctor_require_gpu_passes_and_reports_sm_90_accepted() -> None:
 
 
 def test_every_accepted_kernel_matches_the_reference_through_the_public_api() -> None:
-    from netra import certify, conformance
-    from netra.cuda import Cuda
+    from netra.certify import conformance
+    from netra.certify import run as certify
+    from netra.loaders.cuda import Cuda
     from netra.runtime import open_catalog
 
     cat = open_catalog()  # the detected class: sm_90
@@ -63,7 +66,9 @@ def test_every_accepted_kernel_matches_the_reference_through_the_public_api() ->
             assert k.maturity == "accepted"
             kernels[k.artifact] = k
         for k in kernels.values():
-            cases = conformance.cases(entry.op, entry.params, rows_per_block=k.candidate.launch.rows_per_block)
+            cases = conformance.cases(
+                entry.op, entry.params, rows_per_block=k.candidate.launch.rows_per_block
+            )
             ok, reason, dev, tol, _ = certify._correctness(cu, k, entry, cases)
             ran.append((k.artifact, ok, dev, tol))
             assert ok, f"{k.artifact}: {reason}"
@@ -104,7 +109,7 @@ except Exception as e:
 
 
 def test_a_deleted_table_and_a_flipped_text_byte_are_refused_by_name(tmp_path: Path) -> None:
-    from netra import elf
+    from netra.core import elf
     from netra.runtime import open_catalog
 
     site = _copy_install(tmp_path)

@@ -108,7 +108,7 @@ def out_ops(
 def raw_launch(
     kernel: Any, rows: int, like: dict[str, torch.Tensor], inputs: dict[str, Any]
 ) -> dict[str, torch.Tensor]:
-    """The same kernel through the runtime's own loader (netra.cuda.Cuda.launch), into fresh outputs."""
+    """The same kernel through the runtime's own loader (netra.loaders.cuda.Cuda.launch), into fresh outputs."""
     outs = {name: torch.empty_like(t) for name, t in like.items()}
     for t in outs.values():
         t.view(torch.uint8).fill_(0xA5)  # a pattern the kernel must overwrite everywhere
@@ -124,7 +124,7 @@ _CU: list[Any] = []
 def _cuda() -> Any:
     """One loader for the module (each Cuda() keeps its own module handles)."""
     if not _CU:
-        from netra.cuda import Cuda
+        from netra.loaders.cuda import Cuda
 
         _CU.append(Cuda())
     return _CU[0]
@@ -136,8 +136,7 @@ def _cuda() -> Any:
 def test_the_installed_wheel_with_a_certified_sm_90_table_is_used() -> None:
     import netra
     import netra.torch as nt
-    from netra import installed
-    from netra.runtime import open_catalog
+    from netra.runtime import installed, open_catalog
 
     assert installed.locate().kind == "wheel", (
         f"netra is imported from {netra.__file__}, not an installed wheel"
@@ -172,7 +171,7 @@ def _row_counts(key: str) -> list[int]:
 @pytest.mark.parametrize("key", SERVED)
 def test_every_certified_contract_through_the_op_matches_the_reference_and_the_raw_launch(key: str) -> None:
     import netra.torch as nt
-    from netra import conformance as cf
+    from netra.certify import conformance as cf
 
     op, params = _contract(key)
     k1 = nt.kernel_for(key, 1, DEV)
@@ -337,7 +336,7 @@ def _block(
 @pytest.mark.parametrize("rows", [1, 16, 256])
 def test_torch_compile_of_a_decoder_block_runs_the_certified_kernels_and_matches_eager(rows: int) -> None:
     import netra.torch as nt
-    from netra import reference as ref
+    from netra.certify import reference as ref
 
     torch._dynamo.reset()
     g = torch.Generator(device=DEV).manual_seed(7)
@@ -397,7 +396,7 @@ def test_strict_mode_passes_for_every_certified_shape() -> None:
 
 def test_strict_mode_raises_for_a_width_that_is_not_certified() -> None:
     import netra.torch as nt
-    from netra import reference as ref
+    from netra.certify import reference as ref
     from netra.errors import StrictModeError
 
     x = torch.randn(8, 5120, device=DEV).bfloat16()

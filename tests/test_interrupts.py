@@ -1,4 +1,4 @@
-"""netra.interrupts: a real netra-like child process, signalled from here, cleans up and exits 128+N."""
+"""netra.core.interrupts: a real netra-like child process, signalled from here, cleans up and exits 128+N."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import alive
 
-from netra import interrupts, proc
+from netra.core import interrupts, proc
 from netra.errors import ToolInterruptedError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import concurrent.futures, sys, tempfile, time
 from pathlib import Path
-from netra import interrupts, proc
+from netra.core import interrupts, proc
 
 mode, state = sys.argv[1], Path(sys.argv[2])
 

@@ -6,11 +6,14 @@ import hashlib
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from netra import catalog, lock
+from netra.errors import ManifestError
+from netra.release import manifests
+from netra.runtime import lockfile as lock
 
 REPO = Path(__file__).resolve().parents[1]
 LOCK = "release/manifest.lock"
@@ -50,7 +53,7 @@ def sha(path: Path) -> str:
 
 
 def test_catalog_shares_artifacts_between_models() -> None:
-    cat = catalog.load(REPO)
+    cat = manifests.load(REPO)
     per_class = {t: len([a for a in cat.artifacts if a.target == t]) for t in cat.targets()}
     assert per_class["gfx950"] == 21 and per_class["sm_90"] >= 2 * 12  # at least two tactics per contract
     by_key = {}
@@ -68,7 +71,7 @@ def test_full_catalog_builds_and_matches_the_lock(built: Path) -> None:
     locked = lock.read(REPO / LOCK)
     files = sorted(p.relative_to(built).as_posix() for p in built.rglob("*") if p.is_file())
     assert files == sorted(a.file for a in locked.artifacts)
-    assert {a.target for a in locked.artifacts} == {"gfx950", "sm_90"}
+    assert {a.target for a in locked.artifacts} == set(targets.names())
     for a in locked.artifacts:
         data = (built / a.file).read_bytes()
         tgt = targets.get(a.target)
@@ -119,7 +122,11 @@ def test_one_instruction_change_fails_naming_the_artifacts(tmp_path: Path) -> No
     err = r.stderr.strip().splitlines()
     assert err[0].startswith("netra: error: release/manifest.lock is not what the sources declare")
     changed = {ln.split(":")[0].split()[-1] for ln in err[1:] if "text_sha256 locked" in ln}
-    names = {a.name for a in catalog.load(root).artifacts if a.template.name == "moe_topk_softmax" and a.target == "gfx950"}
+    names = {
+        a.name
+        for a in manifests.load(root).artifacts
+        if a.template.name == "moe_topk_softmax" and a.target == "gfx950"
+    }
     assert names and changed == names  # exactly the artifacts the change affects
     assert any("file kernels/gfx950/moe_topk_softmax.s: sha256 locked" in ln for ln in err)
     assert not out.exists() or not any(out.rglob("*"))  # nothing published
@@ -153,7 +160,11 @@ def test_huge_dimension_is_refused_at_once(tmp_path: Path) -> None:
     root = copy_sources(tmp_path)
     model = root / "manifests" / "models" / "llama-3.1-8b.toml"
     for value in ("1099511627776", "1048576"):
-        model.write_text((REPO / "manifests/models/llama-3.1-8b.toml").read_text().replace("inter = 14336", f"inter = {value}"))
+        model.write_text(
+            (REPO / "manifests/models/llama-3.1-8b.toml")
+            .read_text()
+            .replace("inter = 14336", f"inter = {value}")
+        )
         r = netra("lock", "--root", str(root))
         assert r.returncode == 1 and "inter" in r.stderr and "[1/" not in r.stderr, r.stderr
 
@@ -180,9 +191,13 @@ def test_lock_check_names_each_difference(tmp_path: Path) -> None:
     r = netra("lock", "--check", "--root", str(root), "-q")
     assert r.returncode == 1
     assert "file manifests/models/llama-3.1-8b.toml: sha256 locked" in r.stdout
-    assert "artifact netra_silu_mul_fp8_quant_i12288_g128_b256: the sources declare it but the lock lacks it" in r.stdout
     assert (
-        "artifact netra_silu_mul_fp8_quant_i14336_g128_b256: locked but the sources no longer declare it" in r.stdout
+        "artifact netra_silu_mul_fp8_quant_i12288_g128_b256: the sources declare it but the lock lacks it"
+        in r.stdout
+    )
+    assert (
+        "artifact netra_silu_mul_fp8_quant_i14336_g128_b256: locked but the sources no longer declare it"
+        in r.stdout
     )
     assert "out of date" in r.stderr
 
@@ -211,3 +226,61 @@ def test_reference_can_be_a_released_wheel(built_wheel: Path, tmp_path: Path) ->
     assert r.returncode == 1
     assert "built `s_nop 0`, reference `s_load" in r.stderr
     assert "has no" not in r.stderr  # every artifact was found inside the wheel
+
+
+def test_templates_in_a_shared_source_folder_build_the_same_machine_code(
+    make_repo_copy: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """A class whose `sources` name a folder it shares (the CUDA templates of several NVIDIA classes):
+    with its sources and includes moved there from kernels/<class>/, the manifests read them there, the
+    tracked files hash them there (same bytes, new paths: nothing else in the lock moves), and the
+    compiled machine code is the locked one. A manifest in the shared folder, or a source in neither
+    folder, is refused naming the folders."""
+    from netra import targets
+
+    shared = [t for t in targets.every() if len(t.sources) > 1]
+    assert shared, "no class shares a source folder"
+    tgt = shared[0]
+    own, common = tgt.sources[0], tgt.sources[1]
+    root = make_repo_copy("shared-sources")
+    locked = lock.read(root / LOCK)
+    moved: dict[str, str] = {}
+    for p in sorted((root / own).rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_file() and not rel.endswith(".toml"):
+            dest = root / common / p.relative_to(root / own)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            p.rename(dest)
+            moved[rel] = dest.relative_to(root).as_posix()
+    assert any(m.endswith("/include") or "/include/" in m for m in moved) and len(moved) > 4
+
+    cat = manifests.load(root)
+    mine = {k: t for k, t in cat.templates.items() if k[0] == tgt.name}
+    assert mine and all(t.source.startswith(common + "/") for t in mine.values())
+    tracked = dict(manifests.tracked_files(root))
+    assert all(tracked.get(new) == "source" for new in moved.values())
+    old = {f.path: f.sha256 for f in locked.files}
+    for before, after in moved.items():
+        assert sha(root / after) == old[before]
+
+    tools = tgt.discover()
+    (tmp_path / "src").mkdir()
+    one_per_template = {a.template.name: a for a in cat.artifacts if a.target == tgt.name}
+    built = [
+        (a, tgt.compile(a, tools, root, tmp_path / "src", tmp_path / "out"))
+        for a in one_per_template.values()
+    ]
+    for e in tgt.examine(built, tools, 1):
+        want = locked.artifact(e.spec.name)
+        assert want is not None and not e.problems, e.problems
+        assert (e.text_sha256, e.launch_sha256) == (want.text_sha256, want.launch_sha256), e.spec.name
+
+    stray = root / common / "stray.toml"
+    shutil.copy(root / own / f"{next(iter(mine))[1]}.toml", stray)
+    with pytest.raises(ManifestError, match="shared by several classes"):
+        manifests.load(root)
+    stray.unlink()
+    gone = root / next(iter(mine.values())).source
+    gone.unlink()
+    with pytest.raises(ManifestError, match=rf"its source {own}/\S+ is missing \(nor in {common}/\)"):
+        manifests.load(root)

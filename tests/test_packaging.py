@@ -31,7 +31,8 @@ from packaging.utils import canonicalize_name
 from venvtools import package_dir
 from wheeltools import rewrite
 
-from netra import _toml, cli
+from netra import cli
+from netra.core import toml as _toml
 
 PYPROJECT = _toml.load(REPO / "pyproject.toml")
 PROJECT = PYPROJECT["project"]
@@ -61,7 +62,9 @@ def shell(cmd: str, **env: str) -> subprocess.CompletedProcess[str]:
 # -- metadata --------------------------------------------------------------------------------------
 
 
-def test_wheel_and_sdist_carry_the_license_and_complete_metadata(built_wheel: Path, built_sdist: Path) -> None:
+def test_wheel_and_sdist_carry_the_license_and_complete_metadata(
+    built_wheel: Path, built_sdist: Path
+) -> None:
     from trove_classifiers import classifiers as known
 
     license_text = (REPO / "LICENSE").read_bytes()
@@ -91,7 +94,11 @@ def test_wheel_and_sdist_carry_the_license_and_complete_metadata(built_wheel: Pa
 
     spec = SpecifierSet(m["Requires-Python"])
     versions = sorted(
-        (c.rsplit(" ", 1)[1] for c in classifiers if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)),
+        (
+            c.rsplit(" ", 1)[1]
+            for c in classifiers
+            if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+        ),
         key=lambda v: int(v.split(".")[1]),
     )
     assert versions == ["3.10", "3.11", "3.12", "3.13"] and all(f"{v}.0" in spec for v in versions)
@@ -115,7 +122,9 @@ def test_pypi_description_is_install_first_with_absolute_links(built_wheel: Path
     first_block = re.search(r"```sh\n(.*?)```", body, re.S)
     assert first_block and first_block.group(1).startswith("pip install netra-kernel")
     links = re.findall(r"\]\(([^)]+)\)", body)
-    assert links and all(u.startswith("https://") for u in links), [u for u in links if not u.startswith("https://")]
+    assert links and all(u.startswith("https://") for u in links), [
+        u for u in links if not u.startswith("https://")
+    ]
     for u in links:  # documentation links name files that exist in this tree
         if "/blob/main/" in u:
             assert (REPO / u.split("/blob/main/", 1)[1]).is_file(), u
@@ -193,7 +202,16 @@ def test_test_extra_provides_every_module_the_suite_imports() -> None:
     owners = packages_distributions()
     missing = [m for m in third if not {canonicalize_name(d) for d in owners.get(m, [m])} & extra]
     assert not missing, f"imported by tests/ but not in the test extra: {missing}"
-    for tool in ("pytest", "build", "twine", "check-wheel-contents", "installer", "hatch", "hatchling", "ruff"):
+    for tool in (
+        "pytest",
+        "build",
+        "twine",
+        "check-wheel-contents",
+        "installer",
+        "hatch",
+        "hatchling",
+        "ruff",
+    ):
         assert tool in extra, tool
 
 
@@ -237,7 +255,7 @@ def test_author_and_certify_commands_without_their_extras_say_what_to_install(
         ("netra", "lock", "--root", root, "-q"): "netra-kernel[author]",
         ("netra", "certify", "--gpu-class", "sm_90", "--out", tmp_path / "t.json"): "netra-kernel[certify]",
         ("netra", "completion", "bash"): "netra-kernel[completion]",
-        ("python", "-c", "import netra.reference"): "netra-kernel[certify]",
+        ("python", "-c", "import netra.certify.reference"): "netra-kernel[certify]",
         ("python", "-c", "import netra.torch"): "netra-kernel[torch]",
     }
     for argv, extra in cases.items():
@@ -307,14 +325,14 @@ def test_every_fix_of_a_damaged_wheel_install_makes_doctor_pass(
     table.write_bytes(table.read_bytes() + b"\n")
     code = next((pkg / "_data" / "sm_90").glob("*.cubin"))
     code.unlink()
-    (pkg / "runtime.py").write_text((pkg / "runtime.py").read_text() + "\n# edited\n")
+    (pkg / "runtime" / "catalog.py").write_text((pkg / "runtime" / "catalog.py").read_text() + "\n# edited\n")
 
     rc, rep = _doctor(py)
     assert rc == 1
     text = "\n".join(rep["problems"])
     assert f"unexpected file gfx950/stale.hsaco (not in the lock); fix: rm -- {stray}" in text, text
     assert "altered table tables/gfx950.json" in text and f"missing code_object sm_90/{code.name}" in text
-    assert rep["package_files"]["altered"] == ["netra/runtime.py"]
+    assert rep["package_files"]["altered"] == ["netra/runtime/catalog.py"]
     assert len(rep["fixes"]) == 2, rep["fixes"]
 
     hint = venv.run("python", "-c", RUNTIME_HINT).stdout.strip()
@@ -360,12 +378,17 @@ def test_a_uv_install_is_repaired_through_uv_and_its_cache(built_wheel: Path, tm
     uv = shutil.which("uv", path=os.path.dirname(sys.executable)) or shutil.which("uv")
     if uv is None:
         pytest.skip("uv is not installed (it is in the test extra)")
-    env = {"UV_CACHE_DIR": str(tmp_path / "uv-cache"), "PATH": f"{os.path.dirname(uv)}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        "UV_CACHE_DIR": str(tmp_path / "uv-cache"),
+        "PATH": f"{os.path.dirname(uv)}{os.pathsep}{os.environ['PATH']}",
+    }
 
     def install(venv: Path) -> str:
         for argv in ([uv, "venv", "-q", str(venv)],
                      [uv, "pip", "install", "-q", "--python", str(venv / "bin/python"), "--no-deps", str(built_wheel)]):  # fmt: skip
-            r = subprocess.run(argv, env=clean_env(**env), capture_output=True, text=True, timeout=TIMEOUT, check=False)
+            r = subprocess.run(
+                argv, env=clean_env(**env), capture_output=True, text=True, timeout=TIMEOUT, check=False
+            )
             assert r.returncode == 0, log(r)
         return str(venv / "bin/python")
 
@@ -432,7 +455,11 @@ def test_editable_install_is_recorded_and_doctor_says_to_build_then_passes(
     rc, rep = _doctor(str(venv.python))
     assert rep["install"]["kind"] == "editable" and rep["install"]["root"] == str(root)
     assert rep["install"]["distribution"]["origin"] == "editable"
-    assert rc == 1 and rep["files"]["missing"] and all(m["kind"] == "code_object" for m in rep["files"]["missing"])
+    assert (
+        rc == 1
+        and rep["files"]["missing"]
+        and all(m["kind"] == "code_object" for m in rep["files"]["missing"])
+    )
     (fix,) = rep["fixes"]
     assert fix.endswith("-m netra build build/kernels") and str(root) in fix, fix
     human = venv.run("netra", "doctor").stdout
@@ -449,7 +476,11 @@ def test_a_checkout_on_sys_path_is_a_source_install_that_names_the_wheel_it_hide
     doctor says so from the records (no wheel with 21 missing files), and each fix it prints works."""
     root = make_repo_copy("shadowing-checkout")
     git = ["git", "-C", str(root)]
-    for argv in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+    for argv in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"],
+    ):
         subprocess.run([*git, *argv], check=True, capture_output=True)
     manifest = next(p for p in sorted((root / "manifests" / "models").glob("*.toml")))
     manifest.write_text(manifest.read_text() + "\n# edited\n")
@@ -457,7 +488,9 @@ def test_a_checkout_on_sys_path_is_a_source_install_that_names_the_wheel_it_hide
     rc, rep = _doctor(py, cwd=root)
     inst = rep["install"]
     assert inst["kind"] == "source" and inst["root"] == str(root) and inst["package"] == str(root / "netra")
-    assert inst["distribution"] is None and inst["shadowed"]["dist_info"].endswith("netra_kernel-0.1.0.dist-info")
+    assert inst["distribution"] is None and inst["shadowed"]["dist_info"].endswith(
+        "netra_kernel-0.1.0.dist-info"
+    )
     rel = manifest.relative_to(root).as_posix()
     assert rc == 1 and [a["path"] for a in rep["files"]["altered"]] == [rel], rep["problems"]
     # In the order to run them: the manifest restored before the code objects are built from it.
@@ -486,7 +519,9 @@ def test_doctor_reads_record_through_importlib_metadata(installed_venv: Venv, pk
     rc, rep = _doctor(str(installed_venv.python))
     assert rc == 0 and rep["lock"]["record"] == "match"
     for name in ("manifest.lock", "build.json"):
-        digest = base64.urlsafe_b64encode(hashlib.sha256((pkg / "_data" / name).read_bytes()).digest()).decode()
+        digest = base64.urlsafe_b64encode(
+            hashlib.sha256((pkg / "_data" / name).read_bytes()).digest()
+        ).decode()
         assert record[DATA + name] == digest.rstrip("=")
     assert rep["package_files"]["checked"] > 30 and not rep["package_files"]["altered"]
 
@@ -520,7 +555,11 @@ def test_a_wheel_package_copied_without_its_dist_info_is_checked_as_a_wheel(
     code = "from netra.runtime import open_catalog\ntry:\n open_catalog('sm_90')\nexcept Exception as e:\n print(type(e).__name__, e)"
     r = subprocess.run([str(installed_venv.python), "-c", code], cwd="/", env=clean_env(**env), capture_output=True,
                        text=True, timeout=TIMEOUT, check=False)  # fmt: skip
-    assert r.stdout.startswith(f"MissingFileError {table}: the certified table of GPU class sm_90 is missing"), log(r)
+    assert r.stdout.startswith(
+        f"MissingFileError {table}: the certified table of GPU class sm_90 is missing"
+    ), log(r)
     assert "pip install --force-reinstall --no-deps netra-kernel==0.1.0" in r.stdout, log(r)
     r = doctor()
-    assert r.returncode == 1 and json.loads(r.stdout)["files"]["missing"][0]["path"] == "tables/sm_90.json", log(r)
+    assert r.returncode == 1 and json.loads(r.stdout)["files"]["missing"][0]["path"] == "tables/sm_90.json", (
+        log(r)
+    )

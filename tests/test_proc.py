@@ -1,4 +1,4 @@
-"""netra.proc with real processes: shim tools written here, and the real llvm-mc, ld.lld and nvcc."""
+"""netra.core.proc with real processes: shim tools written here, and the real llvm-mc, ld.lld and nvcc."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from conftest import alive, within
 
-from netra import proc
+from netra.core import proc
 from netra.errors import ToolCrashError, ToolError, ToolInterruptedError, ToolOutputError, ToolTimeoutError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -250,7 +250,7 @@ def test_kill_all_from_a_signal_handler_while_the_main_thread_waits_in_run() -> 
 def test_kill_all_from_a_handler_that_interrupted_run_holding_the_registry() -> None:
     # A signal handler runs on the main thread, possibly while that thread holds the registry lock
     # in run(): kill_all must not deadlock on it (a child process, so a regression times out there).
-    code = "from netra import proc\nwith proc._lock:\n    proc.kill_all()\nprint('ok')\n"
+    code = "from netra.core import proc\nwith proc._lock:\n    proc.kill_all()\nprint('ok')\n"
     r = subprocess.run(
         [sys.executable, "-c", code],
         env={**os.environ, "PYTHONPATH": str(REPO)},

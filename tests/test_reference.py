@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from netra import reference as ref
+from netra.certify import reference as ref
 
 
 def bf16(values: list[float] | np.ndarray) -> np.ndarray:

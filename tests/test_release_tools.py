@@ -17,9 +17,11 @@ from conftest import REPO, Build, Venv, clean_env, log
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from netra import _toml, layout, wheelgate
-from netra.hashing import sha256_bytes
-from netra.lock import LOCK_PATH
+from netra.core import toml as _toml
+from netra.core.hashing import sha256_bytes
+from netra.release import wheelgate
+from netra.runtime import layout
+from netra.runtime.lockfile import LOCK_PATH
 
 
 def run(*cmd: str | Path, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from venvtools import json_of as _json
 
+from netra.cli import schemas
+
 # Driving the installed venv: tests/venvtools.py
 
 
@@ -214,7 +216,7 @@ def test_rejected_is_never_served_at_any_policy(py: str, pkg: Path, table: dict[
         py,
         """
         import json, sys
-        from netra import tables
+        from netra.runtime import tables
         from netra.runtime import Catalog, choose, open_catalog, POLICIES
         real = open_catalog("gfx950")
         data = json.loads(open(sys.argv[1]).read())
@@ -266,7 +268,11 @@ def test_uncertified_gpu_class_is_refused_listing_the_certified_ones(py: str, tm
     )
     for cls in ("gfx942", "sm_100"):
         name, message, hint = out[cls]
-        assert name == "UncertifiedGPUClassError" and f"'{cls}'" in message and "certified: gfx950, sm_90" in message
+        assert (
+            name == "UncertifiedGPUClassError"
+            and f"'{cls}'" in message
+            and "certified: gfx950, sm_90" in message
+        )
         assert hint
     name, message, _ = out["None"]  # detected from sysfs: a gfx942 node
     assert "gfx942" in message and "certified: gfx950, sm_90" in message
@@ -352,7 +358,7 @@ def test_kernarg_packing_is_byte_exact_and_strict(py: str, table: dict[str, Any]
         """
         import json, sys
         from netra.runtime import open_catalog
-        from netra.kernarg import KernargError
+        from netra.runtime.kernarg import KernargError
         cat = open_catalog("gfx950")
         res = []
         for key, tactic, values, _ in json.loads(sys.argv[1]):
@@ -384,8 +390,9 @@ def test_hip_loader_without_a_hip_runtime_says_what_to_install(py: str, tmp_path
         """
         import json, sys
         from netra.errors import RuntimeUnavailableError
-        from netra import hip, libs
-        res = {"found": str(libs.find(libs.HIP))}
+        from netra.loaders import hip
+        from netra.targets.amd import AMD
+        res = {"found": str(AMD.find_library())}
         for lib in (sys.argv[1], None):
             try:
                 hip.Hip(library=lib)
@@ -412,7 +419,7 @@ def test_hip_launch_arguments_follow_the_table(py: str, table: dict[str, Any]) -
         """
         import ctypes, json, sys
         from netra.runtime import open_catalog
-        from netra import hip
+        from netra.loaders import hip
         k = open_catalog("gfx950").select(sys.argv[1], policy="verified")
         values = json.loads(sys.argv[2])
         la = hip.launch_args(k, 12345, values)
@@ -464,13 +471,16 @@ def test_gpu_detection_reads_kfd_properties(py: str, tmp_path: Path) -> None:
         py,
         """
         import json, sys
-        from netra import gpus
+        from netra.runtime import gpus
+        from netra.targets.amd import AMD
+        from netra.targets.nvidia import NVIDIA
         d = gpus.detect(sys.argv[1], tools=False)
         none = gpus.detect(sys.argv[2], tools=False)
         print(json.dumps({
             "gpus": [[g.vendor, g.gpu_class, g.index, g.source] for g in d.gpus], "classes": d.classes,
             "none": [list(none.gpus), list(none.notes)],
-            "names": [gpus.gfx_name(v) for v in (90500, 90402, 90010, 100300, 0)], "sm": gpus.sm_name(9, 0),
+            "names": [AMD.conventional_name(v) for v in (90500, 90402, 90010, 100300, 0)],
+            "sm": NVIDIA.gpu_class((9, 0)),
         }))
         """,
         str(nodes),
@@ -495,7 +505,10 @@ def test_installed_table_follows_the_json_schema_and_the_parser(
     py: str, pkg: Path, table: dict[str, Any]
 ) -> None:
     jsonschema = pytest.importorskip("jsonschema")
-    schema = json.loads((pkg / "schemas" / "table.schema.json").read_text())
+    assert (pkg / "schemas" / "table.schema.json").read_bytes() == (
+        schemas.FOLDER / "table.schema.json"
+    ).read_bytes()
+    schema = schemas.load("table")  # gpu_class, vendor and loader: the registry's
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.Draft202012Validator(schema).validate(table)
     assert table["gpu_class"] == "gfx950" and table["certification"]["kind"] == "static"
@@ -537,9 +550,7 @@ def test_accepted_requires_hardware_evidence_in_schema_and_parser(
     py: str, pkg: Path, table: dict[str, Any]
 ) -> None:
     jsonschema = pytest.importorskip("jsonschema")
-    validator = jsonschema.Draft202012Validator(
-        json.loads((pkg / "schemas" / "table.schema.json").read_text())
-    )
+    validator = jsonschema.Draft202012Validator(schemas.load("table"))
     good = _hardware_table(table)
     no_evidence = json.loads(json.dumps(good))
     no_evidence["entries"][0]["candidates"][0]["evidence"]["hardware"] = None
@@ -558,7 +569,7 @@ def test_accepted_requires_hardware_evidence_in_schema_and_parser(
         py,
         """
         import json, sys
-        from netra import tables
+        from netra.runtime import tables
         res = {}
         for name, t in json.loads(sys.argv[1]).items():
             try:

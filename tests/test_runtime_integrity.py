@@ -139,7 +139,9 @@ def test_missing_or_altered_table_fails_doctor_and_the_runtime_names_it(
 
 
 @pytest.mark.parametrize("region", ["text", "descriptor", "metadata"])
-def test_flipped_byte_in_a_code_object_is_refused(venv: tuple[str, Path], region: str, built_wheel: Path) -> None:
+def test_flipped_byte_in_a_code_object_is_refused(
+    venv: tuple[str, Path], region: str, built_wheel: Path
+) -> None:
     py, pkg = venv
     (key, cand), (other_key, other) = _two_candidates(pkg)
     path = pkg / "_data" / cand["file"]
@@ -216,7 +218,8 @@ def test_import_netra_works_without_the_data_and_the_runtime_names_what_is_missi
 
 
 @pytest.mark.parametrize(
-    "rel", ["_data/tables/gfx950.json", "_data/manifest.lock", "_data/build.json", "code object", "cli.py"]
+    "rel",
+    ["_data/tables/gfx950.json", "_data/manifest.lock", "_data/build.json", "code object", "cli/commands.py"],
 )
 def test_a_symlink_in_the_install_is_refused_even_to_identical_content(
     venv: tuple[str, Path], rel: str, built_wheel: Path, tmp_path: Path
@@ -225,7 +228,10 @@ def test_a_symlink_in_the_install_is_refused_even_to_identical_content(
     doctor names it and its fix (a reinstall) puts the file back; the runtime refuses to read it."""
     py, pkg = venv
     if rel == "code object":
-        rel = "_data/" + sorted(p.relative_to(pkg / "_data").as_posix() for p in (pkg / "_data").rglob("*.hsaco"))[0]
+        rel = (
+            "_data/"
+            + sorted(p.relative_to(pkg / "_data").as_posix() for p in (pkg / "_data").rglob("*.hsaco"))[0]
+        )
     path = pkg / rel
     name = rel.removeprefix("_data/")
     copy = tmp_path / path.name
@@ -245,8 +251,8 @@ def test_a_symlink_in_the_install_is_refused_even_to_identical_content(
             path.unlink()
             path.write_bytes(original)
     assert rc == 1 and not report["ok"] and "result: FAILED" in text
-    if rel == "cli.py":
-        assert report["package_files"]["altered"] == ["netra/cli.py"], report["package_files"]
+    if rel == "cli/commands.py":
+        assert report["package_files"]["altered"] == ["netra/cli/commands.py"], report["package_files"]
         return
     altered = {a["path"]: a for a in report["files"]["altered"]}
     assert name in altered and "is a symlink" in altered[name].get("detail", ""), report["files"]

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from netra.catalog import Arg, ArtifactSpec, Tactic, Template
-from netra.targets import Tools
+from netra.core.types import Arg, ArtifactSpec, Tactic, Template
 from netra.targets.gfx950.assemble import disassemble
 from netra.targets.gfx950.checks import CHECKS, check, registers_used
 from netra.targets.gfx950.codeobject import inspect
 from netra.targets.gfx950.toolchain import TRIPLE, discover
+from netra.targets.target import Tools
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +37,13 @@ def spec_for(*, lds: int = 0, block: int = 256, kernarg: tuple[Arg, ...] = ARGS)
         args=kernarg,
         budget={"vgprs": 28, "sgprs": 16, "lds_bytes": lds, "rows_per_wave": 1},
     )
-    tac = Tactic(op="rmsnorm", name="b", template="probe", block=block, maturity="experiment", why="", target="gfx950")
-    return ArtifactSpec(name="probe_kernel", target="gfx950", template=tpl, tactic=tac, contract={})
+    tac = Tactic(
+        op="rmsnorm", name="b", template="probe", block=block, maturity="experiment", why="", target="gfx950"
+    )
+    return ArtifactSpec(
+        name="probe_kernel", target="gfx950", template=tpl, tactic=tac, contract={},
+        definitions={"NETRA_BLOCK": block}, rows_per_block=block // 64, file="gfx950/probe_kernel.hsaco",
+    )  # fmt: skip
 
 
 def source(

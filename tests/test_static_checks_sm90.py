@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from netra.catalog import Arg, ArtifactSpec, Tactic, Template
-from netra.targets import Tools
+from netra.core.types import Arg, ArtifactSpec, Tactic, Template
 from netra.targets.sm_90 import cubin
 from netra.targets.sm_90.checks import CHECKS, check
 from netra.targets.sm_90.toolchain import discover
+from netra.targets.target import Tools
 
 ARGS = (
     Arg("y", 0, 8, "global_buffer", "f32*", "global"),
@@ -33,14 +33,20 @@ def tools() -> Tools:
     return discover()
 
 
-def spec_for(*, block: int = 128, registers: int = 64, shared: int = 0, args: tuple[Arg, ...] = ARGS) -> ArtifactSpec:
+def spec_for(
+    *, block: int = 128, registers: int = 64, shared: int = 0, args: tuple[Arg, ...] = ARGS
+) -> ArtifactSpec:
     tpl = Template(
         name="probe", target="sm_90", op="rmsnorm", source="kernels/sm_90/probe.cu", constants={}, args=args,
         budget={"registers": registers, "shared_bytes": shared},
     )  # fmt: skip
     tac = Tactic(op="rmsnorm", name="p", template="probe", block=block, maturity="experiment", why="",
                  target="sm_90", rows_per_block=1)  # fmt: skip
-    return ArtifactSpec(name="probe", target="sm_90", template=tpl, tactic=tac, contract={})
+    return ArtifactSpec(
+        name="probe", target="sm_90", template=tpl, tactic=tac, contract={},
+        definitions={"NETRA_BLOCK": block, "NETRA_GRID_Y": 1, "NETRA_ROWS_PER_BLOCK": 1}, rows_per_block=1,
+        file="sm_90/probe.cubin",
+    )  # fmt: skip
 
 
 def compile_cu(tools: Tools, tmp: Path, text: str, *flags: str, arch: str = "sm_90a") -> Path:
@@ -93,7 +99,9 @@ def test_registers_over_the_budget(tools: Tools, tmp_path: Path) -> None:
 
 
 def test_shared_memory_over_the_budget(tools: Tools, tmp_path: Path) -> None:
-    text = GOOD.replace("{\n", "{\n  __shared__ float t[128]; t[threadIdx.x] = x[threadIdx.x]; __syncthreads();\n", 1)
+    text = GOOD.replace(
+        "{\n", "{\n  __shared__ float t[128]; t[threadIdx.x] = x[threadIdx.x]; __syncthreads();\n", 1
+    )
     text = text.replace("y[i] = x[i] * 2.0f", "y[i] = t[127 - threadIdx.x]")
     got = failed(compile_cu(tools, tmp_path, text), spec_for(shared=256))
     assert list(got) == ["shared"] and "512 bytes" in got["shared"][0]
@@ -122,7 +130,9 @@ def test_launch_bounds_missing_or_other_than_the_block(tools: Tools, tmp_path: P
 def test_undefined_symbols_and_relocations(tools: Tools, tmp_path: Path) -> None:
     # Separate compilation: a call to a device function defined elsewhere leaves an undefined symbol
     # and a relocation against the kernel's .text.
-    text = GOOD.replace("#include <stdint.h>", '#include <stdint.h>\nextern "C" __device__ float helper(float);')
+    text = GOOD.replace(
+        "#include <stdint.h>", '#include <stdint.h>\nextern "C" __device__ float helper(float);'
+    )
     text = text.replace("x[i] * 2.0f", "helper(x[i])")
     got = failed(compile_cu(tools, tmp_path, text, "-rdc=true"), spec_for())
     assert "undefined" in got and "helper" in got["undefined"][0]

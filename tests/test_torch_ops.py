@@ -21,10 +21,10 @@ np = pytest.importorskip("numpy")
 pytestmark = pytest.mark.usefixtures("torch_state")
 
 import netra.torch as nt  # noqa: E402
-from netra import conformance as cf  # noqa: E402
-from netra import reference as ref  # noqa: E402
+from netra.certify import conformance as cf  # noqa: E402
+from netra.certify import reference as ref  # noqa: E402
 from netra.errors import AlteredFileError, ContractError, CudaError, KernargError, StrictModeError  # noqa: E402
-from netra.tables import Dispatch  # noqa: E402
+from netra.runtime.tables import Dispatch  # noqa: E402
 from netra.torch import composite, dispatch, launcher, ops  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -475,7 +475,7 @@ def test_bad_inputs_through_the_operator_and_the_fake() -> None:
 
 def test_import_netra_does_not_import_torch() -> None:
     code = (
-        "import sys, netra, netra.runtime, netra.cuda, netra.launch, netra.kernarg, netra.errors\n"
+        "import sys, netra, netra.runtime, netra.loaders.cuda, netra.loaders.launch, netra.runtime.kernarg, netra.errors\n"
         "from netra.errors import StrictModeError\n"
         "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))\n"
         "assert 'netra.torch' not in sys.modules\n"
@@ -532,7 +532,7 @@ class FakeLib:
 
 
 class FakeCuda:
-    """The parts of netra.cuda.Cuda the launcher and dispatch use."""
+    """The parts of netra.loaders.cuda.Cuda the launcher and dispatch use."""
 
     def __init__(self, results: list[int] | None = None) -> None:
         self.lib = FakeLib(results)
@@ -604,7 +604,7 @@ def test_the_launcher_rebinds_a_thread_without_a_context_and_reports_errors() ->
 
 
 def test_a_layout_in_another_order_is_packed_by_kernel_pack() -> None:
-    from netra.kernarg import KernargArg, KernargLayout
+    from netra.runtime.kernarg import KernargArg, KernargLayout
 
     c = _sm90("moe_topk_softmax(experts=128,topk=8)").candidates[0]
     swapped = KernargLayout(

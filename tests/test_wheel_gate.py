@@ -20,9 +20,11 @@ import pytest
 from conftest import Build, Venv, clean_env, log, run_build
 from wheeltools import rewrite
 
-from netra import layout, targets, wheelgate
-from netra.hashing import sha256_bytes
-from netra.lock import LOCK_PATH, Lock
+from netra import targets
+from netra.core.hashing import sha256_bytes
+from netra.release import wheelgate
+from netra.runtime import layout
+from netra.runtime.lockfile import LOCK_PATH, Lock
 
 DATA = layout.PACKAGE_DATA + "/"
 
@@ -99,7 +101,7 @@ def test_wheel_carries_exactly_the_locked_members_with_locked_hashes(
     # Nothing but the package and its metadata; no code object outside the data folder.
     assert all(n.startswith(("netra/", "netra_kernel-")) for n in names), names
     assert not [n for n in names if n.endswith((".hsaco", ".cubin")) and not n.startswith(DATA)]
-    assert {m.target for m in code_objects} == {"gfx950", "sm_90"}  # one wheel carries both classes
+    assert {m.target for m in code_objects} == set(targets.names())  # one wheel carries every class
     package = sorted(n for n in names if n.startswith("netra/") and not n.startswith(DATA))
     tree = (repo_copy / "netra").rglob("*")
     assert package == sorted(p.relative_to(repo_copy).as_posix() for p in tree if p.is_file()), "netra/ as is"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, Build, clean_env, log, run_build
 
-from netra.layout import PACKAGE_DATA
+from netra.runtime.layout import PACKAGE_DATA
 
 _EPOCH = re.search(
     r'^SOURCE_DATE_EPOCH = "(\d+)"', (REPO / "build_backend/netra_backend.py").read_text(), re.M

@@ -1,4 +1,4 @@
-"""netra.writelock across real processes (and threads): one holder at a time, waiters told who holds it."""
+"""netra.release.writelock across real processes (and threads): one holder at a time, waiters told who holds it."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from netra import writelock
 from netra.errors import BusyError, PathError
+from netra.release import writelock
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 HOLDER = r"""
 import os, sys, time
 from pathlib import Path
-from netra import writelock
+from netra.release import writelock
 from netra.errors import BusyError
 
 lock, state, wait, name = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]

@@ -13,8 +13,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from netra.core.ops import FAMILIES, contract_key
 from netra.errors import ContractError
-from netra.ops import FAMILIES, contract_key
 
 
 class Shape(NamedTuple):

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from netra.core.ops import FAMILIES
 from netra.errors import ContractError, CudaError, StrictModeError, UncertifiedGPUClassError
 from netra.torch import composite, contracts
 from netra.torch.launcher import launcher
@@ -41,12 +42,7 @@ log = logging.getLogger("netra.torch")
 
 BF16 = torch.bfloat16
 ALIGN = 16  # the kernels read their inputs with 16-byte vector loads
-NAMES = {
-    "rmsnorm": ("y", "x", "w", "rows", "eps"),
-    "fp8_group_quant": ("q", "scales", "x", "rows"),
-    "silu_mul_fp8_quant": ("q", "scales", "x", "rows"),
-    "moe_topk_softmax": ("ids", "weights", "logits", "rows"),
-}
+NAMES = {op: f.args for op, f in FAMILIES.items()}  # each family's kernel arguments, in the order passed
 CERTIFIED = "certified"  # the stats key of calls that ran a certified kernel
 _ALL_ROWS = sys.maxsize
 
@@ -218,15 +214,17 @@ def policy() -> str:
 
 
 def gpu_class(index: int) -> str:
+    """The GPU class of cuda:`index`, as the registry names its compute capability."""
     cls = _classes.get(index)
     if cls is None:
-        major, minor = torch.cuda.get_device_capability(index)
-        cls = _classes[index] = f"sm_{major}{minor}"
+        from netra.loaders.cuda import gpu_class_of
+
+        cls = _classes[index] = gpu_class_of(torch.cuda.get_device_capability(index))
     return cls
 
 
 def _cuda() -> Any:
-    from netra.cuda import shared
+    from netra.loaders.cuda import shared
 
     return shared()
 
@@ -302,7 +300,7 @@ def _make_kernels(index: int, key: str, op: str, pol: str) -> Served | Route:
     except UncertifiedGPUClassError as e:
         return route(key, "no_table", f"no certified table for {cls} (cuda:{index}): {e.message}")
     served = cat.served(key, pol)
-    if not served:
+    if not isinstance(served, tuple):  # the Fallback saying why nothing is served
         return route(key, served.code, served.reason)
     chosen = [(_ALL_ROWS if top is None else top, k) for top, k in served]
     if torch.cuda.is_current_stream_capturing():
@@ -418,7 +416,7 @@ def _into(
 def _pair(op: str, out: Any) -> tuple[Any, Any]:
     if type(out) is tuple and len(out) == 2:
         return out
-    return contracts.as_outs(op, out)  # type: ignore[return-value]  # from a list, or the ContractError
+    return contracts.as_outs(op, out)  # from a list, or the ContractError
 
 
 def _check_outs(

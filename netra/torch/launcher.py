@@ -1,9 +1,10 @@
-"""A certified kernel made ready to launch many times: what netra.cuda.Cuda.launch does per call, done once.
+"""A certified kernel made ready to launch many times: what netra.loaders.cuda.Cuda.launch does per call,
+done once.
 
-Cuda.launch (netra/cuda.py) packs a mapping of arguments, computes the grid, builds an `extra` array
+Cuda.launch (netra/loaders/cuda.py) packs a mapping of arguments, computes the grid, builds an `extra` array
 and looks the stream and the function up on every call. Here all of that is done when the kernel is
 first served for a contract: the CUfunction is loaded (Cuda.function, in the device's context), one
-netra.cuda.Extra array is built over a kernarg buffer of the table's size, and the table's kernarg
+netra.loaders.cuda.Extra array is built over a kernarg buffer of the table's size, and the table's kernarg
 layout is compiled to one struct.Struct. A call then packs its values into that buffer in place
 (one pack_into), computes grid.x = ceil(rows / rows_per_block) and calls cuLaunchKernel on torch's
 current stream, checking the result with Cuda.check. The driver copies the kernarg buffer when the
@@ -24,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from netra.errors import KernargError
-from netra.kernarg import BY_VALUE_TYPES, KernargLayout
+from netra.runtime.kernarg import BY_VALUE_TYPES, KernargLayout
 
 CUDA_ERROR_INVALID_CONTEXT = 201  # a thread on which no CUDA context was ever made current
 
@@ -73,7 +74,7 @@ def launcher(
     Must be called with the kernel's device current (its module is loaded into that context).
     `rebind` makes the device's context current on a thread that has none (then the launch is retried
     once)."""
-    from netra.cuda import Extra  # {BUFFER_POINTER, buf, BUFFER_SIZE, &size, END}
+    from netra.loaders.cuda import Extra  # {BUFFER_POINTER, buf, BUFFER_SIZE, &size, END}
 
     check_names(kernel, names)
     fn = cu.function(kernel)

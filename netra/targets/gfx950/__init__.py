@@ -13,23 +13,26 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from netra.schema import Field, Int, opt
-from netra.targets import Examined, Problem, Tools
+from netra.core.schema import Field, Int, opt
+from netra.targets.amd import AMD
 from netra.targets.gfx950 import assemble, checks, codeobject, toolchain
+from netra.targets.target import Examined, Problem, Target, Tools
 
 if TYPE_CHECKING:
-    from netra.catalog import ArtifactSpec, Tactic, Template
+    from netra.core.types import ArtifactSpec, Tactic, Template
 
 WAVE = 64
 
 
 class Gfx950:
     name = "gfx950"
-    vendor = "amd"
-    loader = "hip"
+    vendor = AMD
+    identities = (90500,)  # KFD gfx_target_version 9.5.0
     suffix = ".hsaco"
-    flavours = ("llvm", "rocm")
+    flavours = toolchain.FLAVOURS
     checks = checks.CHECKS
+    sources = ("kernels/gfx950",)
+    provision = ("apt", "llvm-22 lld-22")  # Debian 12's LLVM with the AMDGPU target
     # A template manifest's register and LDS allocation, fixed for every instantiation (docs/authoring.md).
     budget: ClassVar[dict[str, Field]] = {
         "vgprs": Field(Int(min=1, max=512)),
@@ -139,4 +142,4 @@ def _instructions(listing: str) -> list[tuple[str, str]]:
     return out
 
 
-TARGET = Gfx950()
+TARGET: Target = Gfx950()

@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from netra.targets import Problem
 from netra.targets.gfx950.codeobject import EM_AMDGPU, CodeObject
+from netra.targets.target import Problem
 
 if TYPE_CHECKING:
-    from netra.catalog import ArtifactSpec
+    from netra.core.types import ArtifactSpec
 
 LIMITS = {
     "gfx950": {"lds_bytes": 163840, "vgprs": 512, "sgprs": 102, "wave_size": 64, "max_block": 1024},
@@ -66,10 +66,10 @@ def check(co: CodeObject, spec: ArtifactSpec, disassembly: str) -> list[Problem]
     names = sorted(co.kernels)
     if names != [spec.symbol]:
         p.append(Problem("symbols", f"kernels in metadata {names}, expected exactly [{spec.symbol!r}]"))
-    for name, k in sorted(co.kernels.items()):
-        if k.kd_value is None or k.descriptor is None:
+    for name, each in sorted(co.kernels.items()):
+        if each.kd_value is None or each.descriptor is None:
             p.append(Problem("kd", f"{name}.kd (the kernel descriptor) is missing"))
-        if k.symbol_value < 0:
+        if each.symbol_value < 0:
             p.append(Problem("kd", f"kernel symbol {name} is missing"))
     k = co.kernels.get(spec.symbol)
     if k is None or k.descriptor is None:
@@ -97,7 +97,7 @@ def check(co: CodeObject, spec: ArtifactSpec, disassembly: str) -> list[Problem]
         )
 
     meta_lds = m.get(".group_segment_fixed_size")
-    if d.group_segment_bytes != meta_lds or d.group_segment_bytes != tpl.budget['lds_bytes']:
+    if d.group_segment_bytes != meta_lds or d.group_segment_bytes != tpl.budget["lds_bytes"]:
         p.append(
             Problem(
                 "lds",

@@ -1,7 +1,7 @@
 """Reading AMDGPU code objects: the .text hash the lock pins, and the facts the static gate checks.
 
 pyelftools parses the ELF; msgpack decodes the NT_AMDGPU_METADATA note. `text_sha256` is what the
-runtime and doctor need most: it locates .text with netra.elf (struct, microseconds) and hands anything
+runtime and doctor need most: it locates .text with netra.core.elf (struct, microseconds) and hands anything
 that reader does not handle plainly to pyelftools. `launch_digest` hashes what a kernel launches with:
 its 64-byte descriptor (without the code-entry offset, which moves with section layout between
 toolchains) and its metadata entry, canonicalized, so the lock pins them across toolchains too.
@@ -29,7 +29,9 @@ def _elf(data: bytes, name: str) -> Any:
     try:
         return ELFFile(io.BytesIO(data))
     except Exception as e:  # ELFError, and whatever else a damaged header trips pyelftools into
-        raise ValidationError(f"{name}: not an ELF code object ({e})"[:400], "rebuild it with `netra build`") from None
+        raise ValidationError(
+            f"{name}: not an ELF code object ({e})"[:400], "rebuild it with `netra build`"
+        ) from None
 
 
 def text_bytes(data: bytes, name: str = "code object") -> bytes:
@@ -50,7 +52,7 @@ def text_bytes(data: bytes, name: str = "code object") -> bytes:
 
 def text_sha256(data: bytes, name: str = "code object") -> str:
     """The machine-code identity the lock records: stable across toolchains' packaging differences."""
-    from netra import elf
+    from netra.core import elf
 
     try:
         return hashlib.sha256(elf.section_bytes(data, ".text")).hexdigest()
@@ -102,7 +104,9 @@ class Descriptor:
 
 
 @dataclass(frozen=True)
-class Kernel:
+class HsacoKernel:
+    """One kernel as the code object describes it (symbol, descriptor, metadata); not the runtime's Kernel."""
+
     name: str
     symbol_value: int  # address of the kernel's code
     kd_value: int | None
@@ -120,7 +124,7 @@ class CodeObject:
     text_sha256: str
     text_addr: int
     text_size: int
-    kernels: dict[str, Kernel]
+    kernels: dict[str, HsacoKernel]
     metadata: dict[str, Any]
     undefined_symbols: tuple[str, ...]
     text_relocations: int
@@ -194,7 +198,7 @@ def _inspect(data: bytes, name: str) -> CodeObject:
     meta = _notes_metadata(sections)
     if not isinstance(meta, dict) or not isinstance(meta.get("amdhsa.kernels", []), list):
         raise ValidationError(f"{name}: the AMDGPU metadata note is not a map of kernels", "rebuild it")
-    kernels: dict[str, Kernel] = {}
+    kernels: dict[str, HsacoKernel] = {}
     for k in meta.get("amdhsa.kernels", []):
         if not isinstance(k, dict) or not isinstance(k.get(".name", ""), str):
             raise ValidationError(f"{name}: a metadata kernel entry is malformed", "rebuild it")
@@ -213,7 +217,7 @@ def _inspect(data: bytes, name: str) -> CodeObject:
                         desc = Descriptor.parse(raw)
                         raw_kd = bytes(raw)
                     break
-        kernels[kname] = Kernel(
+        kernels[kname] = HsacoKernel(
             name=kname,
             symbol_value=sym["st_value"] if sym is not None else -1,
             kd_value=kd["st_value"] if kd is not None else None,
@@ -268,7 +272,8 @@ def launch_facts(co: CodeObject, symbol: str) -> dict[str, Any]:
     kd[_KD_ENTRY] = bytes(8)
     meta = {key: k.metadata[key] for key in LAUNCH_METADATA if key in k.metadata}
     meta[".args"] = [
-        {key: a[key] for key in LAUNCH_ARG_KEYS if key in a} for a in k.metadata.get(".args", [])
+        {key: a[key] for key in LAUNCH_ARG_KEYS if key in a}
+        for a in k.metadata.get(".args", [])
         if isinstance(a, dict)
     ]
     return {"descriptor": kd.hex(), "metadata": meta, "e_machine": co.e_machine}

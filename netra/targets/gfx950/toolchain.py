@@ -14,12 +14,14 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from netra.core.types import Toolchain
 from netra.errors import ToolchainError
-from netra.lock import Toolchain
-from netra.targets import Tools
+from netra.targets.target import Tools
 
 MIN_LLVM = 20
 TOOLS = ("llvm-mc", "ld.lld", "llvm-objdump")
+# The flavours a gfx950 toolchain is (upstream LLVM, ROCm's LLVM), as messages name them.
+FLAVOURS = {"llvm": "llvm LLVM", "rocm": "rocm LLVM"}
 INSTALL_HINT = "apt-get install -y llvm-22 lld-22 (or install ROCm and set ROCM_PATH)"
 TRIPLE = "amdgcn-amd-amdhsa"
 PROBE_TIMEOUT_S = 30
@@ -73,7 +75,10 @@ def _candidate(
     if ver is None or ver[0] < MIN_LLVM:
         return None
     return Tools(
-        target="gfx950", identity=Toolchain(flavour=flavour, version=ver[1]), paths=paths, origin=origin
+        target="gfx950",
+        identity=Toolchain(flavour=flavour, version=ver[1], label=FLAVOURS[flavour]),
+        paths=paths,
+        origin=origin,
     )
 
 

@@ -11,23 +11,27 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from netra.schema import Field, Int
-from netra.targets import Examined, Tools
+from netra.core.schema import Field, Int
+from netra.targets.nvidia import NVIDIA
 from netra.targets.sm_90 import checks, compile, cubin, toolchain
+from netra.targets.target import Examined, Target, Tools
 
 if TYPE_CHECKING:
-    from netra.catalog import ArtifactSpec, Tactic, Template
+    from netra.core.types import ArtifactSpec, Tactic, Template
 
 WARP = 32
 
 
 class Sm90:
     name = "sm_90"
-    vendor = "nvidia"
-    loader = "cuda"
+    vendor = NVIDIA
+    identities = ((9, 0),)  # compute capability 9.0 (H100, H200)
     suffix = ".cubin"
-    flavours = ("nvcc",)
+    flavours = toolchain.FLAVOURS
     checks = checks.CHECKS
+    # Its template sources: its own folder, then the CUDA templates shared by NVIDIA classes.
+    sources = ("kernels/sm_90", NVIDIA.shared_templates)
+    provision = ("pip-pinned", "nvidia-")  # the pinned nvidia-cuda-nvcc wheels and their headers
     # A template's resource budget: the most any instantiation may use (the gate refuses more).
     budget: ClassVar[dict[str, Field]] = {
         "registers": Field(Int(min=16, max=255)),
@@ -45,12 +49,18 @@ class Sm90:
         if tactic.block % WARP or not WARP <= tactic.block <= 1024:
             return f"block {tactic.block} must be a multiple of {WARP} in [{WARP}, 1024]"
         if tactic.rows_per_block is None:
-            return "rows_per_block is required on sm_90 (the host launches ceil(rows / rows_per_block) blocks)"
+            return (
+                "rows_per_block is required on sm_90 (the host launches ceil(rows / rows_per_block) blocks)"
+            )
         return None
 
     def tactic_defines(self, tactic: Tactic) -> dict[str, int]:
         assert tactic.rows_per_block is not None
-        return {"NETRA_ROWS_PER_BLOCK": tactic.rows_per_block, "NETRA_GRID_Y": tactic.grid_y, **tactic.constants}
+        return {
+            "NETRA_ROWS_PER_BLOCK": tactic.rows_per_block,
+            "NETRA_GRID_Y": tactic.grid_y,
+            **tactic.constants,
+        }
 
     def instantiation(self, spec: ArtifactSpec) -> str:
         return compile.instantiation(spec)
@@ -73,7 +83,9 @@ class Sm90:
         ka, kb = a.kernels.get(spec.symbol), b.kernels.get(spec.symbol)
         if ka and kb and ka.registers != kb.registers:
             return f"registers: built {ka.registers}, reference {kb.registers}"
-        return "the .text differs (no SASS disassembler is required by the build; compare with cuobjdump -sass)"
+        return (
+            "the .text differs (no SASS disassembler is required by the build; compare with cuobjdump -sass)"
+        )
 
 
 def _examined(spec: ArtifactSpec, path: Path) -> Examined:
@@ -100,4 +112,4 @@ def _examined(spec: ArtifactSpec, path: Path) -> Examined:
     )
 
 
-TARGET = Sm90()
+TARGET: Target = Sm90()

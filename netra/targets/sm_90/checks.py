@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from netra.targets import Problem
 from netra.targets.sm_90.cubin import EM_CUDA, SM_ARCH, Cubin
+from netra.targets.target import Problem
 
 if TYPE_CHECKING:
-    from netra.catalog import ArtifactSpec
+    from netra.core.types import ArtifactSpec
 
 LIMITS = {"registers": 255, "shared_bytes": 227 * 1024, "max_block": 1024}
 CHECKS = (
@@ -39,14 +39,18 @@ def check(cb: Cubin, spec: ArtifactSpec) -> list[Problem]:
                                 f"not an sm_90a cubin (EM_CUDA {EM_CUDA})"))  # fmt: skip
     names = sorted(cb.kernels)
     if names != [spec.symbol]:
-        p.append(Problem("symbols", f"kernels {names}, expected exactly [{spec.symbol!r}] (extern \"C\")"))
+        p.append(Problem("symbols", f'kernels {names}, expected exactly [{spec.symbol!r}] (extern "C")'))
     k = cb.kernels.get(spec.symbol)
     if k is None:
         return p
     got = [(q.ordinal, q.offset, q.size) for q in k.params]
     want = [(i, a.offset, a.size) for i, a in enumerate(tpl.args)]
     if got != want:
-        p.append(Problem("kernarg", f"parameters (ordinal, offset, size) {got} differ from the template ABI {want}"))
+        p.append(
+            Problem(
+                "kernarg", f"parameters (ordinal, offset, size) {got} differ from the template ABI {want}"
+            )
+        )
     if k.param_bytes != tpl.kernarg_bytes:
         p.append(Problem("kernarg", f"parameter bank size {k.param_bytes}, template ABI {tpl.kernarg_bytes}"))
     budget = int(tpl.budget["registers"])

@@ -12,12 +12,12 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from netra import proc
+from netra.core import proc
 from netra.errors import AssemblyError
-from netra.targets import Tools
+from netra.targets.target import Tools
 
 if TYPE_CHECKING:
-    from netra.catalog import ArtifactSpec
+    from netra.core.types import ArtifactSpec
 
 ARCH = "sm_90a"
 # Fixed: changing any of these changes every cubin (and so the lock).
@@ -39,7 +39,9 @@ def instantiation(spec: ArtifactSpec) -> str:
 def _fail(spec: ArtifactSpec, r: subprocess.CompletedProcess[str], work: Path) -> AssemblyError:
     text = (r.stderr or r.stdout).replace(str(work) + "/", "")
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    detail = next((ln for ln in lines if "error" in ln.lower()), lines[0] if lines else f"exit status {r.returncode}")
+    detail = next(
+        (ln for ln in lines if "error" in ln.lower()), lines[0] if lines else f"exit status {r.returncode}"
+    )
     return AssemblyError(
         f"{spec.name} ({spec.template.source}, {spec.key}): nvcc failed: {detail}"[:1000],
         "fix the template or the contract; `netra build --keep` keeps the instantiation file",

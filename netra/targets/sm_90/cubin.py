@@ -9,7 +9,7 @@ layout cuobjdump -elf prints, checked against ptxas's own report on the kernels 
 (docs/build.md): records are [format u8][attribute u8] then a u16 value (formats 1 to 3; zero for
 format 1, which has none) or a u16 size and that many bytes (format 4).
 
-The runtime needs only `text_sha256` (netra.elf, struct); the rest uses pyelftools.
+The runtime needs only `text_sha256` (netra.core.elf, struct); the rest uses pyelftools.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from netra import elf
+from netra.core import elf
 from netra.errors import ValidationError
 
 EM_CUDA = 190
@@ -98,7 +98,9 @@ class Param:
 
 
 @dataclass(frozen=True)
-class Kernel:
+class CubinKernel:
+    """One kernel as the cubin describes it (its EIATTR records); the runtime's Kernel is another thing."""
+
     name: str
     symbol_index: int
     registers: int | None
@@ -121,7 +123,7 @@ class Cubin:
     e_flags: int
     arch: int
     arch_specific: bool
-    kernels: dict[str, Kernel]
+    kernels: dict[str, CubinKernel]
     text_sha256: dict[str, str]
     undefined_symbols: tuple[str, ...]
     text_relocations: int
@@ -166,10 +168,14 @@ def _inspect(data: bytes, name: str) -> Cubin:
     info = by_name.get(".nv.info")
     if info is not None:
         for fmt, attr, value in attributes(info.data()):
-            if fmt == 4 and len(value) == 8 and attr in (REGCOUNT, FRAME_SIZE, MIN_STACK_SIZE, MAX_STACK_SIZE):
+            if (
+                fmt == 4
+                and len(value) == 8
+                and attr in (REGCOUNT, FRAME_SIZE, MIN_STACK_SIZE, MAX_STACK_SIZE)
+            ):
                 sym, v = struct.unpack("<II", value)
                 per_symbol.setdefault(sym, {})[attr] = struct.pack("<I", v)
-    kernels: dict[str, Kernel] = {}
+    kernels: dict[str, CubinKernel] = {}
     texts: dict[str, str] = {}
     text_relocs = 0
     for kname, index in functions.items():
@@ -199,7 +205,7 @@ def _inspect(data: bytes, name: str) -> Cubin:
         shared = by_name.get(f".nv.shared.{kname}")
         shared_size = shared["sh_size"] if shared is not None else 0
         const0 = by_name.get(f".nv.constant0.{kname}")
-        kernels[kname] = Kernel(
+        kernels[kname] = CubinKernel(
             name=kname, symbol_index=index, registers=get(REGCOUNT), frame_bytes=get(FRAME_SIZE),
             min_stack_bytes=get(MIN_STACK_SIZE), max_stack_bytes=get(MAX_STACK_SIZE),
             params=tuple(sorted(params, key=lambda p: p.ordinal)), param_bytes=param_bytes,
@@ -208,7 +214,10 @@ def _inspect(data: bytes, name: str) -> Cubin:
             info_raw=bytes(raw),
         )  # fmt: skip
         for sec in secs:
-            if isinstance(sec, RelocationSection) and sec.name in (f".rel.text.{kname}", f".rela.text.{kname}"):
+            if isinstance(sec, RelocationSection) and sec.name in (
+                f".rel.text.{kname}",
+                f".rela.text.{kname}",
+            ):
                 text_relocs += sec.num_relocations()
     compat = by_name.get(".nv.compat")
     compat_raw = bytes(compat.data()) if compat is not None else b""

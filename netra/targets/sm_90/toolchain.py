@@ -25,11 +25,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from netra.core.types import Toolchain
 from netra.errors import ToolchainError
-from netra.lock import Toolchain
-from netra.targets import Tools
+from netra.targets.target import Tools
 
 MIN_CUDA = (12, 0)
+FLAVOURS = {"nvcc": "nvcc"}  # the one flavour of an sm_90 toolchain, as messages name it
 PROBE_TIMEOUT_S = 120
 INSTALL_HINT = (
     "install the pinned compiler: pip install --require-hashes -r requirements/build.txt (nvidia-cuda-nvcc "
@@ -86,7 +87,10 @@ def _candidate(path: Path | str | None, origin: str) -> Tools | None:
     if proven is None:
         return None
     return Tools(
-        target="sm_90", identity=Toolchain(flavour="nvcc", version=proven[1]), paths={"nvcc": str(p)}, origin=origin
+        target="sm_90",
+        identity=Toolchain(flavour="nvcc", version=proven[1], label=FLAVOURS["nvcc"]),
+        paths={"nvcc": str(p)},
+        origin=origin,
     )
 
 

@@ -1,0 +1,702 @@
+"""`netra doctor`: prove this install in one command, and say what this host can run.
+
+Every file the lock implies is checked: tables and manifests by sha256 against the lock, each code
+object twice (whole file against build.json, machine code .text against the lock), the lock against
+build.json's binding and the wheel's RECORD. Every missing or altered file is listed; nothing stops at
+the first problem. Then the host: GPUs and their classes, whether this install certifies them (with
+counts per maturity), and which GPU runtime libraries exist (found by looking, not loading).
+The report is plain data (schema: docs/doctor.md, netra/schemas/doctor.schema.json).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from netra import __version__, targets
+from netra.core.types import MATURITIES
+from netra.errors import NetraError
+from netra.runtime import gpus, installed, layout, tables
+from netra.runtime.installed import Install
+from netra.runtime.lockfile import Lock, LockedArtifact
+
+SCHEMA = 1
+_PARALLEL_FILES = 64  # below these, threads cost more than they save
+_PARALLEL_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class Item:
+    """One file to check: where it is, what it is, and what the lock (or build.json) expects of it."""
+
+    path: Path
+    name: str  # as the report names it: relative to the install root (path is root / name)
+    kind: str  # lock, build_record, table, manifest, source, code_object
+    sha256: str | None  # whole-file sha256 expected
+    expected_from: str  # "lock", "build.json"
+    artifact: LockedArtifact | None = None  # for code objects: what the lock says of it
+
+    @property
+    def root(self) -> Path:
+        return self.path.parents[len(Path(self.name).parts) - 1]
+
+
+def _check(item: Item) -> tuple[int, dict[str, Any] | None]:
+    """(bytes read, None when intact or the problem as report data). Reads the file once, following
+    no link below the install's root (files.read_below)."""
+    from netra.core import files
+    from netra.errors import MissingFileError
+
+    try:
+        data = files.read_below(item.root, item.path, limit=files.CODE_OBJECT_LIMIT, what=item.name)
+    except MissingFileError:
+        return 0, {"path": item.name, "kind": item.kind, "problem": "missing", "expected": _expected(item)}
+    except NetraError as e:
+        return 0, {"path": item.name, "kind": item.kind, "problem": "unreadable", "detail": e.message}
+    out: dict[str, Any] = {}
+    got = hashlib.sha256(data).hexdigest()
+    if item.sha256 is not None and got != item.sha256:
+        out["sha256"] = {"expected": item.sha256, "found": got, "from": item.expected_from}
+    a = item.artifact
+    if a is not None and got != a.code_sha256:
+        # Not the exact bytes `netra lock` examined (another toolchain built it): hold its machine
+        # code and launch data to the lock.
+        tgt = targets.get(a.target)
+        try:
+            text = tgt.text_sha256(data, a.name, item.name)
+            if text != a.text_sha256:
+                out["text_sha256"] = {"expected": a.text_sha256, "found": text, "from": "lock"}
+            else:
+                launch = tgt.launch_digest(data, a.name, item.name)
+                if launch != a.launch_sha256:
+                    out["launch_sha256"] = {"expected": a.launch_sha256, "found": launch, "from": "lock"}
+        except NetraError as e:
+            out["parse"] = e.message
+    if not out:
+        return len(data), None
+    return len(data), {"path": item.name, "kind": item.kind, "problem": "altered", "checks": out}
+
+
+def _absent(e: NetraError) -> str:
+    """A file that could not be read: missing, or there but unreadable (a link, a FIFO, a folder...)."""
+    from netra.errors import MissingFileError
+
+    return "missing" if isinstance(e, MissingFileError) else "unreadable"
+
+
+def _expected(item: Item) -> dict[str, str]:
+    e = {}
+    if item.sha256:
+        e["sha256"] = item.sha256
+    if item.artifact is not None:
+        e["text_sha256"] = item.artifact.text_sha256
+    return e
+
+
+@dataclass(frozen=True)
+class RecordEntry:
+    """One RECORD line of the installed wheel, read through importlib.metadata."""
+
+    path: str  # as RECORD names it, relative to site-packages
+    sha256: str | None  # hex; None when RECORD carries no hash (bytecode, INSTALLER, ...)
+    size: int | None
+    file: Path  # where it is on disk
+
+
+def wheel_record(inst: Install) -> list[RecordEntry] | None:
+    """The installed distribution's RECORD (importlib.metadata), None when this is not a recorded wheel
+    install; [] when the dist-info has no RECORD."""
+    import base64
+    from importlib import metadata
+
+    if inst.kind != "wheel" or inst.distribution is None:
+        return None
+    dist = metadata.Distribution.at(inst.distribution.dist_info)
+    out = []
+    for f in dist.files or ():
+        h = f.hash
+        digest = None
+        if h is not None and h.mode == "sha256":
+            with contextlib.suppress(ValueError):
+                digest = base64.urlsafe_b64decode(h.value + "=" * (-len(h.value) % 4)).hex()
+        out.append(RecordEntry(f.as_posix(), digest, f.size, Path(str(dist.locate_file(f)))))
+    return out
+
+
+def _record_digest(inst: Install, record: list[RecordEntry] | None) -> dict[str, str] | None:
+    """sha256 (hex) of netra/_data files per the wheel's RECORD, when this is a recorded wheel install."""
+    if not record:
+        return None
+    prefix = layout.PACKAGE_DATA + "/"
+    return {e.path[len(prefix) :]: e.sha256 for e in record if e.path.startswith(prefix) and e.sha256}
+
+
+_PACKAGE = layout.PACKAGE_DATA.split("/")[0]  # the Python package, "netra"
+
+
+def _package_files(record: list[RecordEntry] | None) -> dict[str, Any]:
+    """Every other file RECORD lists with a hash (the Python package, its metadata, the console script),
+    held to RECORD: the code that reads the release data is as installed too."""
+    from netra.core import files
+
+    out: dict[str, Any] = {"checked": 0, "bytes": 0, "missing": [], "altered": []}
+    for e in record or ():
+        if e.sha256 is None or e.path.startswith(layout.PACKAGE_DATA + "/"):
+            continue
+        out["checked"] += 1
+        parts = Path(e.path).parts
+        try:
+            if len(parts) > 1 and parts[0] == _PACKAGE and ".." not in parts:  # no link below netra/
+                package = e.file.parents[len(parts) - 2]
+                data = files.read_below(package, e.file, limit=files.CODE_OBJECT_LIMIT, what=e.path)
+            else:  # the metadata and the console script, as they lie
+                data = files.read_path(e.file, limit=files.CODE_OBJECT_LIMIT, what=e.path)
+        except NetraError:
+            out["missing" if not os.path.lexists(e.file) else "altered"].append(e.path)
+            continue
+        out["bytes"] += len(data)
+        if hashlib.sha256(data).hexdigest() != e.sha256:
+            out["altered"].append(e.path)
+    return out
+
+
+class _Report:
+    def __init__(self, inst: Install) -> None:
+        self.inst = inst
+        self.problems: list[str] = []
+        self.fixes: list[str] = []  # the commands to run, once each, in the order to run them
+        self._rank: dict[str, int] = {}
+        self.record = wheel_record(inst)
+        self.digest = _record_digest(inst, self.record)
+        self.files: dict[str, Any] = {
+            "checked": 0,
+            "bytes": 0,
+            "missing": [],
+            "altered": [],
+            "unexpected": [],
+        }
+
+    def fail(self, entry: dict[str, Any]) -> None:
+        bucket = "missing" if entry["problem"] == "missing" else "altered"
+        self.files[bucket].append(entry)
+
+    def problem(self, text: str, fix: tuple[str, str] | str | None) -> None:
+        """One problem line with its fix: a command (collected, once, into `fixes`) and a note."""
+        if fix is None:
+            self.problems.append(text)
+            return
+        cmd, note = (fix, "") if isinstance(fix, str) else fix
+        self.problems.append(f"{text}; fix: {cmd}" + (f" ({note})" if note else ""))
+        if cmd in self.fixes:
+            return
+        # Stray files first; sources restored before the code objects built from them (sort is stable).
+        built = self.inst.kind != "wheel" and cmd == self.inst.rebuild
+        self._rank[cmd] = 0 if cmd.startswith("rm -- ") else 2 if built else 1
+        self.fixes.append(cmd)
+        self.fixes.sort(key=self._rank.__getitem__)
+
+    def fix_for(self, rel: str, kind: str) -> tuple[str, str]:
+        """How to restore one missing or altered file (relative to the install root), from the records."""
+        inst = self.inst
+        if inst.kind != "wheel":
+            return (inst.rebuild, "") if kind == "code_object" else inst.restore_command(rel)
+        if self._as_installed(rel):
+            return _not_gated(inst)
+        return inst.reinstall, ""
+
+    def _as_installed(self, rel: str) -> bool:
+        """The file is exactly what the wheel installed (its RECORD hash), or the wheel never carried it:
+        then the wheel itself is wrong, and reinstalling it would change nothing."""
+        if not self.record or self.digest is None:
+            return False  # no RECORD to tell: a reinstall is the fix
+        want = self.digest.get(rel)
+        if want is None:
+            return True
+        from netra.core import files
+
+        try:  # a link in its place is not what the wheel installed, whatever it points to
+            data = files.read_below(
+                self.inst.root, self.inst.root / rel, limit=files.CODE_OBJECT_LIMIT, what=rel
+            )
+        except NetraError:
+            return False
+        return hashlib.sha256(data).hexdigest() == want
+
+
+def _not_gated(inst: Install) -> tuple[str, str]:
+    """The fix when the installed wheel itself does not match its lock: install one that passed the gate."""
+    import shlex
+    import sys
+
+    spec = f"{installed.DISTRIBUTION}=={inst.version}"
+    d = inst.distribution
+    cmd = (
+        d.reinstall(spec)
+        if d is not None
+        else (f"{shlex.quote(sys.executable)} -m pip install --force-reinstall --no-deps {spec}")
+    )
+    where = f" ({d.describe()})" if d is not None else ""
+    return cmd, (
+        f"this file is as the installed wheel{where} carries it, so that wheel did not pass the release "
+        f"gate and reinstalling it changes nothing: install a release built by `python -m build` or "
+        f"tools/release; if the index's {spec} is this same wheel, report it at {installed.ISSUES}"
+    )
+
+
+def _items(inst: Install, lock: Lock, record: Any) -> list[Item]:
+    """Every file the lock implies for this install: layout.members for a wheel, the tree for a checkout."""
+    items: list[Item] = []
+    if inst.kind == "wheel":
+        code = record.code_objects if record is not None else {}
+        for m in layout.members(lock):
+            if m.kind in ("lock", "build_record"):
+                continue  # checked by binding, before everything else
+            if m.kind == "code_object":
+                rec = code.get(m.data_path)
+                items.append(Item(inst.root / m.data_path, m.data_path, m.kind, rec.sha256 if rec else None,
+                                  "build.json", lock.artifact(m.origin)))  # fmt: skip
+            else:
+                items.append(Item(inst.root / m.data_path, m.data_path, m.kind, m.sha256, "lock"))
+        return items
+    for f in lock.files:
+        items.append(Item(inst.root / f.path, f.path, f.role, f.sha256, "lock"))
+    for a in lock.artifacts:
+        rel = f"{installed.EDITABLE_BUILD}/{a.file}"
+        items.append(Item(inst.root / rel, rel, "code_object", None, "lock", a))
+    return sorted(items, key=lambda i: i.name)
+
+
+def verify(inst: Install) -> dict[str, Any]:
+    """Check every file of the install; the report's lock/files/problems parts. Never raises for damage."""
+    from netra.core import files
+    from netra.runtime import lockfile as lock_mod
+
+    rep = _Report(inst)
+    lock_info: dict[str, Any] = {"path": str(inst.lock_file), "sha256": None}
+    lock_name = _name(inst, inst.lock_file)
+    try:
+        lock_raw = files.read_below(inst.root, inst.lock_file, limit=files.LOCK_LIMIT, what=lock_name)
+    except NetraError as e:
+        rep.fail(
+            {"path": lock_name, "kind": "lock", "problem": _absent(e), "expected": {}, "detail": e.message}
+        )
+        rep.problem(
+            f"{inst.lock_file}: the release lock is missing or unreadable ({e.message})",
+            rep.fix_for(lock_name, "lock"),
+        )
+        return _verified(rep, lock_info, None)
+    lock_sha = hashlib.sha256(lock_raw).hexdigest()
+    lock_info["sha256"] = lock_sha
+    rep.files["checked"] += 1
+    rep.files["bytes"] += len(lock_raw)
+    lock: Lock | None = None
+    try:  # the TOML itself, always: doctor holds build.json's copy to it
+        lock = lock_mod.loads(lock_raw, lock_name)
+    except NetraError as e:
+        rep.fail({"path": lock_name, "kind": "lock", "problem": "altered", "checks": {"parse": e.message}})
+    record = None
+    if inst.build_record is not None:
+        record = _check_build_record(inst, lock, lock_raw, rep, lock_info)
+        if lock is None and record is not None:
+            lock = record.lock  # the TOML is damaged: check the rest against build.json's copy
+    if lock is None:
+        _problems(inst, rep)
+        return _verified(rep, lock_info, None)
+    lock_info.update(
+        toolchain=lock.describe_toolchains(), artifacts=len(lock.artifacts), tracked_files=len(lock.files)
+    )
+    items = _items(inst, lock, record)
+    if len(items) >= _PARALLEL_FILES and _total_size(items) >= _PARALLEL_BYTES:
+        # hashlib releases the GIL on large buffers: a big install hashes on every core.
+        from concurrent.futures import ThreadPoolExecutor  # imports logging: only when worth it
+
+        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+            results = list(pool.map(_check, items))
+    else:
+        results = [_check(it) for it in items]
+    for size, problem in results:
+        rep.files["checked"] += 1
+        rep.files["bytes"] += size
+        if problem is not None:
+            rep.fail(problem)
+    if inst.kind == "wheel":
+        known = {it.name for it in items} | {"manifest.lock", layout.BUILD_RECORD}
+        rep.files["unexpected"] = [rel for rel in _walk(str(inst.root)) if rel not in known]
+    broken = {e["path"] for e in rep.files["missing"] + rep.files["altered"]}
+    rep.files["invalid_tables"] = _table_problems(inst, lock, broken)
+    _problems(inst, rep)
+    return _verified(rep, lock_info, lock)
+
+
+def _verified(rep: _Report, lock_info: dict[str, Any], lock: Lock | None) -> dict[str, Any]:
+    """verify()'s result; the package files are held to RECORD whatever happened to the data."""
+    pkg = _package_files(rep.record)
+    for path in pkg["missing"]:
+        rep.problem(f"missing package file {path} (listed in RECORD)", rep.inst.reinstall)
+    for path in pkg["altered"]:
+        rep.problem(f"altered package file {path}: sha256 differs from RECORD", rep.inst.reinstall)
+    return {"lock": lock_info, "files": rep.files, "package_files": pkg, "problems": rep.problems,
+            "fixes": rep.fixes, "lock_obj": lock}  # fmt: skip
+
+
+def _table_problems(inst: Install, lock: Lock, broken: set[str]) -> list[dict[str, str]]:
+    """Every intact table must parse and reference exactly the class's locked artifacts."""
+    out = []
+    for f in lock.files_with_role("table"):
+        cls = tables.gpu_class_of(f.path)
+        name = layout.data_path(f.path) if inst.kind == "wheel" else f.path
+        path = inst.tracked(f.path)
+        if cls is None or path is None or name is None or name in broken:
+            continue
+        try:
+            t = tables.loads(path.read_bytes(), name, cls)
+            wrong = tables.against_lock(t, lock)
+        except (OSError, NetraError) as e:
+            wrong = [getattr(e, "message", str(e))]
+        if wrong:
+            out.append({"path": str(name), "gpu_class": cls, "problem": wrong[0], "count": str(len(wrong))})
+    return out
+
+
+def _problems(inst: Install, rep: _Report) -> None:
+    import shlex
+
+    for m in rep.files["missing"]:
+        rep.problem(f"missing {m['kind']} {m['path']}", rep.fix_for(m["path"], m["kind"]))
+    for a in rep.files["altered"]:
+        what = ", ".join(
+            f"{k} {v['found']} (expected {v['expected']} from {v['from']})"
+            if isinstance(v, dict)
+            else f"{k}: {v}"
+            for k, v in a.get("checks", {}).items()
+        ) or a.get("detail", "")
+        rep.problem(f"{a['problem']} {a['kind']} {a['path']}: {what}", rep.fix_for(a["path"], a["kind"]))
+    for u in rep.files["unexpected"]:
+        # pip removes only what RECORD lists: a reinstall leaves a stray file where it is.
+        rep.problem(f"unexpected file {u} (not in the lock)", f"rm -- {shlex.quote(str(inst.root / u))}")
+    for t in rep.files.get("invalid_tables", []):
+        # Its bytes are the locked ones: the release itself is inconsistent (a source tree: regenerate).
+        fix = _not_gated(inst) if inst.kind == "wheel" else inst.restore_command(t["path"])
+        rep.problem(f"invalid table {t['path']} ({t['gpu_class']}): {t['problem']}", fix)
+
+
+def _total_size(items: list[Item]) -> int:
+    total = 0
+    for it in items:
+        with contextlib.suppress(OSError):
+            total += os.stat(it.path).st_size
+    return total
+
+
+def _walk(root: str) -> list[str]:
+    """Every file under root, relative with forward slashes, bytecode caches skipped."""
+    out = []
+    for d, dirs, names in os.walk(root):
+        dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+        rel = os.path.relpath(d, root).replace(os.sep, "/")
+        out += [f if rel == "." else f"{rel}/{f}" for f in sorted(names)]
+    return out
+
+
+def _name(inst: Install, p: Path) -> str:
+    try:
+        return p.relative_to(inst.root).as_posix()
+    except ValueError:
+        return str(p)
+
+
+def _check_build_record(
+    inst: Install, lock: Lock | None, lock_raw: bytes, rep: _Report, lock_info: dict[str, Any]
+) -> Any:
+    """build.json read whole (layout.read_record), held to the TOML lock and to the wheel's RECORD."""
+    from netra.core import files
+    from netra.runtime import lockfile as lock_mod
+
+    path = inst.build_record
+    assert path is not None
+    try:
+        raw = files.read_below(inst.root, path, limit=files.LOCK_LIMIT, what=layout.BUILD_RECORD)
+    except NetraError as e:
+        rep.fail(
+            {
+                "path": layout.BUILD_RECORD,
+                "kind": "build_record",
+                "problem": _absent(e),
+                "expected": {},
+                "detail": e.message,
+            }
+        )
+        return None
+    rep.files["checked"] += 1
+    rep.files["bytes"] += len(raw)
+    record = None
+    lock_sha = hashlib.sha256(lock_raw).hexdigest()
+    try:
+        record = layout.read_record(raw, lock_raw, layout.BUILD_RECORD, "manifest.lock", inst.reinstall)
+        lock_info["bound_to_build_record"] = True
+    except NetraError as e:
+        bound = "disagree: the build record was made for lock" in e.message
+        lock_info["bound_to_build_record"] = not bound and None
+        who = "manifest.lock" if bound else layout.BUILD_RECORD
+        rep.fail({"path": who, "kind": "lock" if bound else "build_record", "problem": "altered",
+                  "checks": {"build_record": e.message}})  # fmt: skip
+    # field-by-field equality first (fast, and it implies the canonical forms agree); to_dict, which
+    # sorts, decides only when they differ
+    if (
+        record is not None
+        and lock is not None
+        and record.lock != lock
+        and lock_mod.to_dict(record.lock) != lock_mod.to_dict(lock)
+    ):
+        rep.fail({"path": "manifest.lock", "kind": "lock", "problem": "altered",
+                  "checks": {"content": "differs from build.json's bound copy of the lock"}})  # fmt: skip
+    digest = rep.digest
+    lock_info["record"] = "absent" if digest is None else "match"
+    if digest is not None:
+        for name, have in (
+            ("manifest.lock", lock_sha),
+            (layout.BUILD_RECORD, hashlib.sha256(raw).hexdigest()),
+        ):
+            want = digest.get(name)
+            if want != have:
+                lock_info["record"] = "mismatch"
+                rep.fail({"path": name, "kind": "lock" if name == "manifest.lock" else "build_record",
+                          "problem": "altered", "checks": {"sha256": {"expected": want, "found": have, "from": "RECORD"}}})  # fmt: skip
+    return record
+
+
+def certification(inst: Install, lock: Lock | None, broken: set[str]) -> dict[str, Any]:
+    """Per certified class: its certification kind, contracts and candidates per maturity (from its table)."""
+    out: dict[str, Any] = {}
+    if lock is None:
+        return out
+    for f in lock.files_with_role("table"):
+        cls = tables.gpu_class_of(f.path)
+        if cls is None:
+            continue
+        path = inst.tracked(f.path)
+        name = layout.data_path(f.path) if inst.kind == "wheel" else f.path
+        info: dict[str, Any] = {"table": name, "intact": name not in broken}
+        if info["intact"] and path is not None:
+            try:
+                t = tables.loads(path.read_bytes(), str(path), cls)
+                info.update(
+                    certification=t.certification,
+                    loader=t.loader,
+                    contracts=len(t.entries),
+                    maturity=t.maturity_counts(),
+                )
+            except (OSError, NetraError) as e:
+                info.update(intact=False, error=str(e))
+        out[cls] = info
+    return out
+
+
+def run(
+    inst: Install | None = None, *, sysfs_nodes: str | None = None, require_gpu: bool = False
+) -> dict[str, Any]:
+    """The whole report (see docs/doctor.md). ok is False when anything is missing or altered, or when
+    require_gpu is set and no GPU of a certified class was found."""
+    t0 = time.perf_counter()
+    inst = inst or installed.locate()
+    v = verify(inst)
+    verify_s = time.perf_counter() - t0
+    broken = {e["path"] for e in v["files"]["missing"] + v["files"]["altered"]}
+    certified = certification(inst, v["lock_obj"], broken)
+    found = gpus.detect(sysfs_nodes)
+    gpu_list = []
+    for g in found.gpus:
+        c = certified.get(g.gpu_class)
+        maturity = c.get("maturity") if c else None
+        gpu_list.append(
+            {
+                "vendor": g.vendor,
+                "class": g.gpu_class,
+                "name": g.name,
+                "index": g.index,
+                "source": g.source,
+                "certified": c is not None,
+                "maturity": maturity,
+                # what the runtime's default policy serves on this GPU
+                "serves_by_default": bool(maturity and maturity.get("accepted")),
+            }
+        )
+    problems = list(v["problems"])
+    intact = not problems
+    if require_gpu and not any(g["serves_by_default"] for g in gpu_list):
+        seen = ", ".join(f"{g['class']} ({g['name']})" for g in gpu_list) or "none"
+        listed = (
+            ", ".join(
+                f"{cls} ({(c.get('maturity') or {}).get('accepted', 0)} accepted)"
+                for cls, c in sorted(certified.items())
+            )
+            or "none"
+        )
+        problems.append(
+            f"no GPU on this host has accepted kernels in this install: found {seen}; classes: {listed}"
+        )
+    return {
+        "schema": SCHEMA,
+        "command": "doctor",
+        "netra_version": __version__,
+        "install": install_info(inst),
+        "lock": v["lock"],
+        "files": v["files"],
+        "package_files": v["package_files"],
+        "fixes": v["fixes"],
+        "intact": intact,
+        "certified_classes": certified,
+        "gpus": gpu_list,
+        "gpu_detection": list(found.notes),
+        "runtime_libraries": {
+            v.loader: {"names": list(v.libraries), "path": (str(p) if (p := v.find_library()) else None)}
+            for v in targets.vendors()
+        },
+        "require_gpu": require_gpu,
+        "ok": not problems,
+        "problems": problems,
+        "seconds": {"verify": round(verify_s, 6), "total": round(time.perf_counter() - t0, 6)},
+    }
+
+
+def _distribution(d: installed.Distribution | None) -> dict[str, Any] | None:
+    if d is None:
+        return None
+    spec, why = d.spec()
+    return {
+        "name": installed.DISTRIBUTION,
+        "version": d.version,
+        "dist_info": d.dist_info,
+        "installer": d.installer,
+        "origin": d.origin,
+        "url": d.url,
+        "commit": d.commit,
+        "description": d.describe(),
+        "reinstall": d.reinstall(spec),
+        "reinstall_note": why,
+    }
+
+
+def install_info(inst: Install) -> dict[str, Any]:
+    """What is installed and from where, from the distribution's records (docs/doctor.md)."""
+    return {
+        "kind": inst.kind,
+        "description": inst.describe(),
+        "root": str(inst.root),
+        "package": str(inst.package),
+        "distribution": _distribution(inst.distribution),
+        "shadowed": _distribution(inst.shadowed),
+    }
+
+
+def _install_lines(r: dict[str, Any]) -> list[str]:
+    i = r["install"]
+    d, hidden = i.get("distribution"), i.get("shadowed")
+    lines = [f"netra-kernel {r['netra_version']} ({i.get('description', i['kind'])}, data in {i['root']})"]
+    if d:
+        note = (
+            f"; reinstalling takes this version from the index: {d['reinstall_note']}"
+            if d["reinstall_note"]
+            else ""
+        )
+        lines.append(
+            f"distribution: {d['name']} {d['version']} at {d['dist_info']}, {d['description']}{note}"
+        )
+    if i["kind"] == "wheel" and not d:
+        lines.append(
+            f"note: no installed {installed.DISTRIBUTION} distribution records this package ({i['package']}): its "
+            "data is checked against its lock, its Python files against nothing (no RECORD); install it with "
+            "pip to have them checked"
+        )
+    if i["kind"] == "source":
+        root = i["root"]
+        if hidden:
+            lines.append(
+                f"note: this netra ({i['package']}) is a source checkout on sys.path and hides the installed "
+                f"{hidden['name']} {hidden['version']} ({hidden['dist_info']}); to check that install run its "
+                f"`netra doctor` from outside {root}, without {root} on PYTHONPATH"
+            )
+        else:
+            lines.append(
+                f"note: no installed {installed.DISTRIBUTION} distribution records this package ({i['package']})"
+            )
+    if i["kind"] != "wheel" and any(m["kind"] == "code_object" for m in r["files"]["missing"]):
+        lines.append(
+            f"note: a source checkout serves the code objects of `netra build {installed.EDITABLE_BUILD}` "
+            "(run it after every `netra lock`)"
+        )
+    return lines
+
+
+def render(r: dict[str, Any]) -> str:
+    """The human report: one fact per line, problems in full, the verdict last."""
+    lines = _install_lines(r)
+    lk = r["lock"]
+    if lk.get("sha256"):
+        bind = {True: "bound to build.json", False: "NOT bound to build.json", None: "no build record"}[
+            lk.get("bound_to_build_record")
+        ]
+        rec = {"match": ", matches the wheel RECORD", "mismatch": ", DIFFERS from the wheel RECORD"}.get(
+            lk.get("record", ""), ""
+        )
+        what = f"{lk.get('toolchain', '?')}, {lk.get('artifacts', '?')} artifacts"
+        lines.append(f"lock: sha256 {lk['sha256']} ({what}), {bind}{rec}")
+    f = r["files"]
+    bad = len(f["missing"]) + len(f["altered"]) + len(f["unexpected"]) + len(f.get("invalid_tables", []))
+    lines.append(
+        f"files: {f['checked']} checked ({f['bytes']} bytes) in {r['seconds']['verify'] * 1e3:.1f} ms: "
+        + (
+            "all intact"
+            if not bad
+            else f"{len(f['missing'])} missing, {len(f['altered'])} altered, "
+            f"{len(f['unexpected'])} unexpected, {len(f.get('invalid_tables', []))} invalid tables"
+        )
+    )
+    for cls, c in sorted(r["certified_classes"].items()):
+        if c.get("maturity"):
+            m = c["maturity"]
+            per = ", ".join(f"{k} {m[k]}" for k in reversed(MATURITIES))
+            kind = f"{c['certification']}, loader {c['loader']}"
+            lines.append(f"certified: {cls} ({kind}): {c['contracts']} contracts; candidates {per}")
+        else:
+            lines.append(f"certified: {cls}: table {c['table']} is not intact")
+    if r["gpus"]:
+        for g in r["gpus"]:
+            if g["serves_by_default"]:
+                state = f"certified by this install ({g['maturity']['accepted']} accepted kernels served by default)"
+            elif g["certified"]:
+                state = (
+                    "its class is in this install but nothing is accepted: the default policy serves nothing"
+                )
+            else:
+                state = "NOT certified by this install"
+            lines.append(
+                f"gpu: {g['class']} ({g['name']}, {g['vendor']} #{g['index']} via {g['source']}): {state}"
+            )
+    else:
+        lines.append("gpu: none found (" + "; ".join(r["gpu_detection"]) + ")")
+    for kind, lib in r["runtime_libraries"].items():
+        lines.append(f"runtime library {kind}: {lib['path'] or 'not found'} ({lib['names'][0]})")
+    pf = r.get("package_files") or {}
+    if pf.get("checked"):
+        bad = len(pf["missing"]) + len(pf["altered"])
+        lines.append(
+            f"package: {pf['checked']} files held to the wheel RECORD: "
+            + (
+                "all as installed"
+                if not bad
+                else f"{len(pf['missing'])} missing, {len(pf['altered'])} altered"
+            )
+        )
+    for p in r["problems"]:
+        lines.append(f"problem: {p}")
+    if r.get("fixes"):
+        lines.append("to fix, run:" if len(r["fixes"]) == 1 else "to fix, run in this order:")
+        lines += [f"  {fix}" for fix in r["fixes"]]
+    lines.append("result: OK" if r["ok"] else f"result: FAILED ({len(r['problems'])} problem(s))")
+    return "\n".join(lines)

@@ -1,0 +1,251 @@
+"""What an install ships, for `netra catalog` and `netra explain`: read from the install's release data.
+
+A wheel install has no sources: everything here comes from netra/_data (a source checkout: its
+release/ and manifests/), through the runtime's own opening path (the lock bound to build.json, each
+class's table checked against the lock) plus the model manifests, each checked against its locked
+sha256 before it is read. So what is listed is what the runtime would serve, and a damaged install is
+refused here as the runtime refuses it, naming the file and the fix. No code object is read.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from netra.core import files
+from netra.errors import AlteredFileError, ContractError, MissingFileError, NetraError
+from netra.runtime import tables
+from netra.runtime.installed import Install
+from netra.runtime.lockfile import Lock, LockedArtifact
+
+SCHEMA = 1
+MODELS = "manifests/models/"
+
+
+@dataclass(frozen=True)
+class Inventory:
+    install: Install
+    lock: Lock
+    built: dict[str, Any] | None  # build.json's code-object records (wheel installs), by file
+    tables: dict[str, tables.Table]  # GPU class -> its checked table
+    raw: dict[str, dict[str, Any]]  # GPU class -> the same table as JSON (contract details, evidence)
+    users: dict[str, tuple[str, ...]]  # contract key -> the models whose manifests need it
+    fallbacks: tuple[dict[str, str], ...]  # every model's documented fallbacks
+
+    def artifact(self, name: str) -> LockedArtifact | None:
+        return self.lock.artifact(name)
+
+
+def load(inst: Install) -> Inventory:
+    """Open every certified class of the install and read its model manifests; refuses damage."""
+    from netra import runtime
+
+    lock, built = runtime.installed_lock(inst)
+    tabs, raw = {}, {}
+    for cls in runtime.certified_classes(lock):
+        tabs[cls] = runtime.open_catalog(cls, install=inst).table  # sha256 and lock cross-check
+        raw[cls] = json.loads(_locked_bytes(inst, lock, tables.table_path(cls), f"the {cls} table"))
+    users: dict[str, set[str]] = {}
+    fallbacks: list[dict[str, str]] = []
+    for f in sorted(lock.files_with_role("manifest"), key=lambda f: f.path):
+        if f.path.startswith(MODELS) and f.path.endswith(".toml"):
+            model, needs, fb = _model(inst, lock, f.path)
+            for key in needs:
+                users.setdefault(key, set()).add(model)
+            fallbacks += fb
+    return Inventory(
+        install=inst,
+        lock=lock,
+        built={k: v.sha256 for k, v in built.items()} if built is not None else None,
+        tables=tabs,
+        raw=raw,
+        users={k: tuple(sorted(v)) for k, v in sorted(users.items())},
+        fallbacks=tuple(sorted(fallbacks, key=lambda x: (x["model"], x["op"]))),
+    )
+
+
+def _locked_bytes(inst: Install, lock: Lock, lock_path: str, what: str) -> bytes:
+    """A tracked file of the install, refused unless its sha256 is the locked one."""
+    from netra.core.hashing import sha256_bytes
+
+    locked = lock.file(lock_path)
+    path = inst.tracked(lock_path)
+    assert locked is not None and path is not None
+    fix = inst.restore(lock_path)
+    try:
+        data = files.read_path(path, limit=files.SOURCE_LIMIT, what=what)
+    except MissingFileError:
+        raise MissingFileError(f"{path}: {what} of this install is missing", fix) from None
+    except NetraError as e:
+        raise AlteredFileError(e.message, fix) from None
+    got = sha256_bytes(data)
+    if got != locked.sha256:
+        raise AlteredFileError(f"{path}: {what} is altered: sha256 {got}, locked {locked.sha256}", fix)
+    return data
+
+
+def _model(inst: Install, lock: Lock, lock_path: str) -> tuple[str, list[str], list[dict[str, str]]]:
+    """A model manifest's name, the contract keys it needs, its documented fallbacks."""
+    from netra.core import models
+    from netra.core import toml as _toml
+    from netra.core.ops import contract_key
+    from netra.errors import ManifestError
+
+    where = str(inst.tracked(lock_path))
+    data = _locked_bytes(inst, lock, lock_path, "the model manifest")
+    try:
+        m = models.parse(_toml.loads(data.decode()), where)
+    except (UnicodeDecodeError, _toml.TOMLDecodeError) as e:
+        raise ManifestError(f"{where}: not a readable model manifest ({e})", inst.reinstall) from None
+    needs = [contract_key(op, params) for op, params in m.needs]
+    fb = [{"model": f.model, "op": f.op, "use": f.use, "reason": f.reason} for f in m.fallbacks]
+    return m.model, needs, fb
+
+
+# -- the catalog ---------------------------------------------------------------------------------------
+
+
+def catalog(inv: Inventory, *, gpu_class: str | None = None, model: str | None = None) -> dict[str, Any]:
+    """`netra catalog --json`: every artifact of every certified class (netra/schemas/catalog.schema.json)."""
+    classes = {}
+    rows = []
+    for cls, t in sorted(inv.tables.items()):
+        if gpu_class is not None and cls != gpu_class:
+            continue
+        classes[cls] = {
+            "vendor": t.vendor,
+            "loader": t.loader,
+            "certification": t.certification,
+            "contracts": len(t.entries),
+            "artifacts": len(t.candidates()),
+            "maturity": t.maturity_counts(),
+            "toolchain": str(inv.lock.toolchains[cls]) if cls in inv.lock.toolchains else None,
+        }
+        for key, e in sorted(t.entries.items()):
+            users = list(inv.users.get(key, ()))
+            if model is not None and model not in users:
+                continue
+            for rank, c in enumerate(e.candidates, 1):
+                rows.append({
+                    "artifact": c.artifact, "gpu_class": cls, "contract": key, "op": e.op,
+                    "params": dict(e.params), "tactic": c.tactic, "maturity": c.maturity, "rank": rank,
+                    "users": users, "file": c.file,
+                })  # fmt: skip
+    rows.sort(key=lambda r: (r["gpu_class"], r["artifact"]))
+    fallbacks = [f for f in inv.fallbacks if model is None or f["model"] == model]
+    return {
+        "schema": SCHEMA,
+        "command": "catalog",
+        "install": _install(inv.install),
+        "classes": classes,
+        "artifacts": rows,
+        "fallbacks": fallbacks,
+    }
+
+
+def _install(inst: Install) -> dict[str, Any]:
+    return {"kind": inst.kind, "root": str(inst.root), "version": inst.version}
+
+
+# -- explain -------------------------------------------------------------------------------------------
+
+
+def explain(inv: Inventory, query: str, *, gpu_class: str | None = None) -> dict[str, Any]:
+    """`netra explain --json`: everything the install records about an artifact or a contract."""
+    from netra.runtime import Contract
+
+    query = query.strip()
+    art = inv.artifact(query)
+    matches = []
+    if art is not None:
+        kind = "artifact"
+        if gpu_class is not None and art.target != gpu_class:
+            raise ContractError(
+                f"artifact {query} is of GPU class {art.target}, not {gpu_class}",
+                f"drop --gpu-class {gpu_class}",
+            )
+        for key, e in inv.tables[art.target].entries.items():
+            if any(c.artifact == query for c in e.candidates):
+                matches.append(_entry(inv, art.target, key, only=query))
+    else:
+        kind = "contract"
+        try:
+            key = Contract.parse(query).key
+        except NetraError:
+            key = None
+        for cls, t in sorted(inv.tables.items()):
+            if key in t.entries and gpu_class in (None, cls):
+                matches.append(_entry(inv, cls, key))
+    if not matches:
+        raise _unknown(inv, query, gpu_class)
+    return {
+        "schema": SCHEMA,
+        "command": "explain",
+        "install": _install(inv.install),
+        "query": query,
+        "kind": kind,
+        "matches": matches,
+    }
+
+
+def _unknown(inv: Inventory, query: str, gpu_class: str | None) -> NetraError:
+    names = sorted({a.name for a in inv.lock.artifacts} | {k for t in inv.tables.values() for k in t.entries})
+    close = difflib.get_close_matches(query, names, n=3, cutoff=0.6)
+    op = query.partition("(")[0].strip()
+    documented = sorted({f"{f['model']}: {f['reason']}" for f in inv.fallbacks if f["op"] == op})
+    where = (
+        f"GPU class {gpu_class}"
+        if gpu_class
+        else "any certified class (" + ", ".join(sorted(inv.tables)) + ")"
+    )
+    msg = f"{query!r} is neither an artifact nor a contract that this install serves on {where}"
+    if documented:
+        msg += f"; the model manifests document op {op} as a fallback"
+    hint = ("did you mean " + " or ".join(repr(c) for c in close) + "? ") if close else ""
+    hint += "`netra catalog` lists every artifact and contract"
+    return ContractError(msg, hint, tuple(f"fallback {d}" for d in documented))
+
+
+def _entry(inv: Inventory, cls: str, key: str, only: str | None = None) -> dict[str, Any]:
+    from netra.runtime import DEFAULT_POLICY, choose
+
+    t = inv.tables[cls]
+    e = t.entries[key]
+    raw = next(x for x in inv.raw[cls]["entries"] if x["key"] == key)
+    by_artifact = {c["artifact"]: c for c in raw["candidates"]}
+    default = choose(e.candidates, DEFAULT_POLICY)
+    cands = []
+    for rank, c in enumerate(e.candidates, 1):
+        if only is not None and c.artifact != only:
+            continue
+        a = inv.lock.artifact(c.artifact)
+        assert a is not None  # the runtime cross-checked the table with the lock
+        rc = by_artifact[c.artifact]
+        cands.append({
+            "artifact": c.artifact, "tactic": c.tactic, "maturity": c.maturity, "rank": rank,
+            "served_by_default": default is not None and default.artifact == c.artifact,
+            "symbol": c.symbol, "file": c.file, "template": a.template,
+            "launch": rc["launch"], "lds_bytes": c.lds_bytes, "workspace_bytes": c.workspace_bytes,
+            "max_threads": a.max_threads, "kernarg": rc["kernarg"], "definitions": dict(a.definitions),
+            "facts": dict(a.facts), "evidence": rc["evidence"],
+            "hashes": {
+                "text_sha256": a.text_sha256, "launch_sha256": a.launch_sha256, "code_sha256": a.code_sha256,
+                "file_sha256": inv.built.get(c.file) if inv.built is not None else None,
+            },
+        })  # fmt: skip
+    return {
+        "gpu_class": cls,
+        "vendor": t.vendor,
+        "loader": t.loader,
+        "certification": t.certification,
+        "toolchain": str(inv.lock.toolchains[cls]) if cls in inv.lock.toolchains else None,
+        "key": key,
+        "contract": raw["contract"],
+        "users": list(inv.users.get(key, ())),
+        "default_policy": DEFAULT_POLICY,
+        "served_by_default": default.artifact if default is not None else None,
+        "dispatch": raw.get("dispatch"),
+        "candidates": cands,
+    }

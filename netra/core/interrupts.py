@@ -1,0 +1,134 @@
+"""SIGINT, SIGTERM and SIGHUP as exceptions, so every `finally` and `with TemporaryDirectory()` runs.
+
+By default SIGTERM and SIGHUP end the process on the spot: temporary folders stay behind and the
+tools it started keep running. Under `handled()` each of the three signals first kills every running
+tool (the actions registered with `on_signal`: netra.core.proc's kill_all, so worker threads blocked
+in proc.run return at once) and then raises
+`Interrupted` in the main thread, which unwinds through the cleanup code as Ctrl-C does; the CLI
+exits with `exit_code(exc)` (128 + the signal number).
+
+Repeats: once a signal has been raised, further ones are ignored (they still kill tools) until
+`handled()` exits, so a second Ctrl-C or a supervisor's repeated SIGTERM cannot abort a cleanup half
+way. The cleanup waits for no tool, so it is short; SIGKILL remains for a hard stop.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import FrameType
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_first: list[Callable[[], None]] = []  # run first on every handled signal, before anything is raised
+
+
+def on_signal(action: Callable[[], None]) -> None:
+    """Run `action` first whenever a handled signal arrives, repeats included (netra.core.proc registers
+    its kill_all: a tool must die with the interruption, not outlive it). Registered once per action."""
+    if action not in _first:
+        _first.append(action)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal turned into an exception; a KeyboardInterrupt, so `except KeyboardInterrupt` treats it alike."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)  # args stay (signum,), so it pickles
+        self.signum = signum
+
+    def __str__(self) -> str:
+        return f"interrupted by {_name(self.signum)}"
+
+
+def exit_code(exc: KeyboardInterrupt) -> int:
+    """The shell's exit status for a death by this signal: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP."""
+    return 128 + (exc.signum if isinstance(exc, Interrupted) else signal.SIGINT)
+
+
+@dataclass
+class _Session:
+    raised: int | None = None  # the signal already raised as Interrupted
+    pending: int | None = None  # a signal that arrived inside deferred(), raised when it ends
+    shield: int = 0  # depth of deferred()
+
+
+_session: _Session | None = None  # the innermost handled() of the main thread
+
+
+@contextmanager
+def handled() -> Iterator[None]:
+    """Turn SIGINT/SIGTERM/SIGHUP into Interrupted for the body; the previous handlers are restored.
+
+    Only the main thread can receive Python signal handlers: elsewhere this is a no-op.
+    """
+    global _session
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    session = _Session()
+    outer = _session
+    owner = os.getpid()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != owner:
+            # A forked child that has not exec'd yet (subprocess runs Python there: the after-fork hooks,
+            # proc's preexec_fn) got the signal sent to the group: the parent handles it, and kills the tool.
+            return
+        for action in tuple(_first):
+            action()
+        if session.raised is not None or session.pending is not None:
+            return  # a repeat: the first one is unwinding (or about to)
+        if session.shield:
+            session.pending = signum
+            return
+        session.raised = signum
+        raise Interrupted(signum)
+
+    previous: dict[int, object] = {}
+    try:
+        _session = session
+        for sig in SIGNALS:
+            previous[sig] = signal.signal(sig, handler)
+        yield
+    finally:
+        session.shield += 1  # a signal while restoring is held until every handler is back
+        for signum, old in previous.items():
+            signal.signal(signum, old if old is not None else signal.SIG_DFL)  # type: ignore[arg-type]
+        _session = outer
+        session.shield -= 1
+        if outer is not None and session.raised is not None:
+            outer.raised = session.raised  # the outer cleanup is the same unwinding
+        if session.pending is not None and session.raised is None:
+            raise Interrupted(session.pending)
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Hold off Interrupted during a short step that must not be cut in two (spawn a tool and record it).
+
+    A signal arriving inside still kills the tools at once; its Interrupted is raised when the step
+    ends. A no-op outside handled() and outside the main thread.
+    """
+    session = _session
+    if session is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    session.shield += 1
+    try:
+        yield
+    finally:
+        session.shield -= 1
+        if not session.shield and session.pending is not None and session.raised is None:
+            session.raised = session.pending
+            raise Interrupted(session.pending)
+
+
+def _name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

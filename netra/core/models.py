@@ -1,0 +1,59 @@
+"""A model manifest (manifests/models/<model>.toml): the exact contracts a model needs, and its gaps.
+
+Read by the release (netra.release.manifests: which artifacts to build) and by an install describing
+itself (netra.cli.inventory: which models use a contract), through this one schema.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from netra.core import schema as s
+from netra.core.ops import contract_params
+from netra.core.types import ModelFallback
+from netra.errors import ManifestError
+
+HINT = "see docs/authoring.md for the manifest formats"
+
+_OP = s.Table({"op": s.Str(max_len=64), "use": s.opt(s.Str(max_len=300), "")}, label="op", extra=True)
+SCHEMA = s.Table(
+    {
+        "model": s.Str(max_len=128),
+        "ops": s.opt(s.ListOf(_OP, max_len=1000), []),
+        "fallbacks": s.opt(
+            s.ListOf(
+                s.Table(
+                    {
+                        "op": s.Str(max_len=64),
+                        "use": s.opt(s.Str(max_len=300), ""),
+                        "reason": s.Str(max_len=500),
+                    },
+                    label="op",
+                ),
+                max_len=1000,
+            ),
+            [],
+        ),
+    }
+)
+READER = s.Reader(SCHEMA, ManifestError, HINT)
+
+
+@dataclass(frozen=True)
+class ModelManifest:
+    model: str
+    needs: tuple[tuple[str, dict[str, int]], ...]  # (op, contract parameters), in manifest order
+    fallbacks: tuple[ModelFallback, ...]
+
+
+def parse(data: Any, where: str) -> ModelManifest:
+    """A parsed TOML document as a model manifest; ManifestError naming the file, entry and field."""
+    raw = READER.read(data, where)
+    needs = []
+    for i, op in enumerate(raw["ops"]):
+        at = f"{where}: ops[{i}] ({op['op']})"
+        params = contract_params(op["op"], {k: v for k, v in op.items() if k not in ("op", "use")}, at)
+        needs.append((op["op"], params))
+    fallbacks = tuple(ModelFallback(raw["model"], f["op"], f["use"], f["reason"]) for f in raw["fallbacks"])
+    return ModelManifest(raw["model"], tuple(needs), fallbacks)

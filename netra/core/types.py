@@ -1,0 +1,149 @@
+"""The types every stage of the pipeline shares: templates, tactics, artifact specs, toolchain identity.
+
+They are plain records. Whatever only a GPU class knows (a code object's file suffix, the constants a
+tactic defines, the rows a block covers) is computed where a spec is made (netra.release.manifests)
+and stored in it, so that this module, and everything that reads these types, imports nothing above
+netra.core. Op families and contracts are in netra.core.ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from netra.core.ops import FAMILIES, contract_key
+
+# Ordered: the runtime serves a candidate only when its maturity is at or above the caller's policy.
+MATURITIES = ("rejected", "experiment", "verified", "accepted")
+# How a class's tables are certified: by the static gate only, or by `netra certify` on its hardware.
+CERTIFICATIONS = ("static", "hardware")
+
+
+@dataclass(frozen=True)
+class Range:
+    """Which integers a constant accepts: bounded by min/max (and a step), or an explicit list."""
+
+    min: int | None = None
+    max: int | None = None
+    multiple_of: int | None = None
+    values: tuple[int, ...] | None = None
+    note: str = ""
+
+    def admits(self, v: int) -> bool:
+        if self.values is not None and v not in self.values:
+            return False
+        if self.min is not None and v < self.min:
+            return False
+        if self.max is not None and v > self.max:
+            return False
+        return not (self.multiple_of and v % self.multiple_of)
+
+    def __str__(self) -> str:
+        if self.values is not None:
+            return "one of " + ", ".join(map(str, self.values))
+        step = f"a multiple of {self.multiple_of} " if self.multiple_of else ""
+        return f"{step}in [{self.min}, {self.max}]"
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    offset: int
+    size: int
+    value_kind: str
+    type: str
+    address_space: str | None = None
+    access: str | None = None
+
+
+@dataclass(frozen=True)
+class Template:
+    name: str
+    target: str
+    op: str
+    source: str  # relative to the project root
+    constants: dict[str, Range]
+    args: tuple[Arg, ...]
+    budget: dict[str, int] = field(default_factory=dict)  # the class's own keys (registers, LDS, ...)
+    tactic_constants: dict[str, Range] = field(default_factory=dict)
+
+    @property
+    def kernarg_bytes(self) -> int:
+        return max((a.offset + a.size for a in self.args), default=0)
+
+
+@dataclass(frozen=True)
+class Tactic:
+    op: str
+    name: str
+    template: str
+    block: int
+    maturity: str
+    why: str
+    target: str = ""
+    rows_per_block: int | None = None  # None: the class derives it from block and the template
+    grid_y: int = 1
+    constants: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ArtifactSpec:
+    """One code object a release must contain: a template specialized for one contract and one tactic.
+
+    `definitions`, `rows_per_block` and `file` are what the class makes of the template and the tactic
+    (netra.release.manifests asks it once, when the spec is made)."""
+
+    name: str
+    target: str
+    template: Template
+    tactic: Tactic
+    contract: dict[str, int]
+    definitions: dict[str, int]  # the compile-time constants: contract, launch geometry, tactic's own
+    rows_per_block: int
+    file: str  # where the code object lives, relative to a build folder or the packaged data
+    used_by: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def op(self) -> str:
+        return self.template.op
+
+    @property
+    def symbol(self) -> str:
+        return self.name
+
+    @property
+    def key(self) -> str:
+        return contract_key(self.op, self.contract)
+
+
+@dataclass(frozen=True)
+class ModelFallback:
+    """A documented gap: a model needs an op Netra does not serve, and its manifest says why."""
+
+    model: str
+    op: str
+    use: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """What built a class's code objects, as the lock records it: flavour and version. `label` is how
+    the class names the flavour in messages ("nvcc", "llvm LLVM"); it is not part of the identity."""
+
+    flavour: str  # one of the class's flavours (netra.targets: Target.flavours)
+    version: str  # e.g. "22.1.8", "13.0.88"
+    label: str = field(default="", compare=False)
+
+    def __str__(self) -> str:
+        return f"{self.label or self.flavour} {self.version}"
+
+
+def artifact_name(op: str, contract: dict[str, int], tactic: str) -> str:
+    """The artifact's global name: netra_<op>_<short param><value>..._<tactic>."""
+    fam = FAMILIES[op]
+    return "_".join(["netra", op, *(f"{fam.short[p]}{contract[p]}" for p in fam.params), tactic])
+
+
+def artifact_file(target: str, name: str, suffix: str) -> str:
+    """Where a code object lives, relative to a build folder or the packaged data."""
+    return f"{target}/{name}{suffix}"

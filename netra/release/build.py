@@ -1,0 +1,416 @@
+"""`netra lock`, `netra lock --check` and `netra build`: one derivation of the lock from the tree.
+
+All three (and the wheel build hook, through netra.release.staging) start the same way: load the catalog
+(manifests x tactics x templates, strictly), hash every tracked file, compile every artifact the
+sources declare with each class's proven toolchain, examine each code object, and derive the lock and
+the tables from that. `netra lock` writes the result; `--check` and `netra build` compare it with
+release/manifest.lock and the tables on disk, and any difference is refused naming it: a lock that
+lacks an artifact the sources declare is a refusal, never a smaller build.
+
+Work happens in a temporary directory that is always removed (also on SIGINT/SIGTERM, via
+netra.core.interrupts in the CLI and the hook); the output folder, the tables and the lock are only
+touched once everything has passed, and each file lands whole.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from netra import targets
+from netra.core import files
+from netra.core.hashing import sha256_bytes
+from netra.core.types import ArtifactSpec, Toolchain
+from netra.errors import LockError, NetraError, PathError, TableError, ValidationError
+from netra.release import lock as locking
+from netra.release import manifests, tablegen
+from netra.release.manifests import Manifests
+from netra.runtime import lockfile, tables
+from netra.runtime.layout import PACKAGE_DATA
+from netra.runtime.lockfile import Lock, LockedArtifact, TrackedFile
+from netra.targets.target import Examined, Tools
+
+Progress = Callable[[str], None]
+LOCK_HINT = "if the change is intended run `netra lock` and commit the result; otherwise restore the files"
+
+
+@dataclass
+class Derived:
+    """Everything the tree declares, built and examined (the code objects live in `work`)."""
+
+    manifests: Manifests
+    tools: dict[str, Tools]
+    examined: list[Examined]
+    file_hashes: dict[str, tuple[str, str]]  # tracked path -> (sha256, role), tables excluded
+    tree_tables: dict[str, bytes]  # tracked table path -> bytes as in the tree
+    work: Path
+    seconds: float = 0.0
+
+
+@dataclass
+class Fresh:
+    """A lock and its tables as the sources make them now."""
+
+    lock: Lock
+    tables: dict[str, str]  # tracked path -> content
+    voided: list[str] = field(default_factory=list)  # hardware certifications the change voids
+    derived: Derived | None = None
+
+
+def _jobs(jobs: int | None) -> int:
+    return max(1, jobs or os.cpu_count() or 1)
+
+
+def discover_all(classes: list[str]) -> dict[str, Tools]:
+    """Each class's proven toolchain. A class without one stops everything: nothing drops a class."""
+    return {t: targets.get(t).discover() for t in classes}
+
+
+def derive(
+    root: Path,
+    work: Path,
+    *,
+    tools: dict[str, Tools] | None = None,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+) -> Derived:
+    """Load, hash, compile and examine everything the tree declares. Refuses on any static problem."""
+    t0 = time.monotonic()
+    root = Path(root).resolve()
+    man = manifests.load(root)
+    tracked = manifests.tracked_files(root)
+    file_hashes: dict[str, tuple[str, str]] = {}
+    tree_tables: dict[str, bytes] = {}
+    for path, role in tracked:
+        data = files.read_bytes(root, path, limit=files.SOURCE_LIMIT, where=path)
+        if role == "table":
+            cls = tables.gpu_class_of(path)
+            if cls is None or cls not in man.certification:
+                raise TableError(
+                    f"{path}: no GPU class {cls or path} in the catalog has this table",
+                    "remove it, or add the class's kernels/ and manifests/",
+                )
+            tree_tables[path] = data
+        else:
+            file_hashes[path] = (sha256_bytes(data), role)
+    found = dict(tools) if tools else {}
+    found.update(discover_all([t for t in man.targets() if t not in found]))
+    n = _jobs(jobs)
+    src, out = work / "src", work / "out"
+    src.mkdir(parents=True, exist_ok=True)
+    specs = list(man.artifacts)
+    if progress:
+        chains = ", ".join(f"{t}: {found[t].describe()}" for t in sorted(found))
+        progress(f"building {len(specs)} artifacts with {chains}")
+    done = [0]
+    counting = threading.Lock()  # workers finish at once: one count each, one whole progress line each
+
+    def one(spec: ArtifactSpec) -> Path:
+        path = targets.get(spec.target).compile(spec, found[spec.target], root, src, out)
+        with counting:
+            done[0] += 1
+            if progress:
+                progress(f"[{done[0]}/{len(specs)}] {spec.name}")
+        return path
+
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        paths = list(pool.map(one, specs))
+    examined: list[Examined] = []
+    for t in man.targets():
+        built = [(sp, p) for sp, p in zip(specs, paths, strict=True) if sp.target == t]
+        examined += targets.get(t).examine(built, found[t], n)
+    bad = [f"{e.spec.name}: {p.check}: {p.detail}" for e in examined for p in e.problems]
+    if bad:
+        raise ValidationError(
+            f"{len(bad)} static check(s) failed, first: {bad[0]}",
+            "fix the template or its manifest so the code object fits its contract and the GPU's limits",
+            tuple(bad),
+        )
+    return Derived(man, found, examined, file_hashes, tree_tables, work, time.monotonic() - t0)
+
+
+def locked_artifact(e: Examined) -> LockedArtifact:
+    sp = e.spec
+    return LockedArtifact(
+        name=sp.name, target=sp.target, template=sp.template.name, op=sp.op, tactic=sp.tactic.name,
+        contract=dict(sp.contract), definitions=sp.definitions, symbols=e.symbols,
+        text_sha256=e.text_sha256, launch_sha256=e.launch_sha256, code_sha256=e.code_sha256,
+        kernarg_bytes=e.kernarg_bytes, lds_bytes=e.lds_bytes, max_threads=e.max_threads,
+        facts=dict(sorted(e.facts.items())),
+    )  # fmt: skip
+
+
+def lock_of(d: Derived, table_toolchains: dict[str, Toolchain] | None = None) -> Fresh:
+    """The lock and tables `d` gives. Tables name `table_toolchains` (default: the ones used), so a build
+    with another toolchain whose machine code is identical regenerates the committed tables exactly."""
+    artifacts = tuple(sorted((locked_artifact(e) for e in d.examined), key=lambda a: (a.target, a.name)))
+    used = {t: d.tools[t].identity for t in d.manifests.targets()}
+    naming = {**used, **{k: v for k, v in (table_toolchains or {}).items() if k in used}}
+    for_tables = Lock(toolchains=naming, artifacts=artifacts)
+    made: dict[str, str] = {}
+    voided: list[str] = []
+    for t in d.manifests.targets():
+        path = tables.table_path(t)
+        existing = None
+        if path in d.tree_tables and d.manifests.certification[t] == "hardware":
+            existing = tables.loads(d.tree_tables[path], path, t)
+        table, void = tablegen.merge(tablegen.skeleton(d.manifests, t, for_tables), existing)
+        tables.parse(table, path, t)  # never write a table the runtime would refuse
+        made[path] = tables.dumps(table)
+        voided += void
+    files_ = [TrackedFile(p, sha, role) for p, (sha, role) in d.file_hashes.items()]
+    files_ += [TrackedFile(p, sha256_bytes(text.encode()), "table") for p, text in made.items()]
+    lock = Lock(toolchains=used, files=tuple(sorted(files_, key=lambda f: f.path)), artifacts=artifacts)
+    return Fresh(lock=lock, tables=made, voided=voided, derived=d)
+
+
+def make_lock(
+    root: Path,
+    *,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    tools: dict[str, Tools] | None = None,
+) -> Fresh:
+    """What `netra lock` writes: the lock and tables the sources make now."""
+    root = Path(root)
+    for dest in [root / lockfile.LOCK_PATH, *sorted((root / tables.TABLES_DIR).glob("*.json"))]:
+        _replaceable(dest)  # refused before the work, not after it (write_lock checks again)
+    with tempfile.TemporaryDirectory(prefix="netra-lock-") as tmp:
+        d = derive(root, Path(tmp), tools=tools, jobs=jobs, progress=progress)
+        return lock_of(d)
+
+
+@contextmanager
+def committing(what: str) -> Iterator[None]:
+    """A step whose files must all land or none: a SIGINT/SIGTERM arriving inside it is held until the
+    step has finished, then raised with `written` set to `what` (the CLI says what was completed).
+
+    Everything before such a step works in temporary folders that the interruption removes; the step
+    itself only renames or writes whole files, so it is short.
+    """
+    from netra.core import interrupts
+
+    done = False
+    try:
+        with interrupts.deferred():
+            yield
+            done = True
+    except interrupts.Interrupted as e:
+        if done:
+            e.written = what  # type: ignore[attr-defined]
+        raise
+
+
+def _replaceable(path: Path) -> None:
+    """What is about to be replaced by a file must be one, or absent: checked before anything is written."""
+    if path.is_dir():
+        raise PathError(
+            f"{path}: is a folder where netra writes a file", "move it away, then run the command again"
+        )
+    for parent in path.parents:
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                raise PathError(
+                    f"{parent}: exists and is not a folder", "remove it or pick another output folder"
+                )
+            break
+
+
+def _unwritable(e: OSError) -> NetraError:
+    return NetraError(
+        f"{e.filename or 'a file'}: cannot be written ({e.strerror or e})",
+        "check that the folder is writable by this user and the disk has room",
+    )
+
+
+def write_lock(root: Path, fresh: Fresh) -> None:
+    """Tables first, then the lock: the lock is the commit point that names them."""
+    dests = [Path(root) / rel for rel in sorted(fresh.tables)] + [Path(root) / lockfile.LOCK_PATH]
+    for dest in dests:
+        _replaceable(dest)
+    try:
+        for rel, text in sorted(fresh.tables.items()):
+            files.atomic_write(Path(root) / rel, text.encode())
+        locking.write(fresh.lock, Path(root) / lockfile.LOCK_PATH)
+    except OSError as e:
+        raise _unwritable(e) from None
+
+
+def differences(root: Path, d: Derived, locked: Lock) -> tuple[Fresh, list[str]]:
+    """Every way the lock on disk and its tables differ from what the tree gives now."""
+    fresh = lock_of(d, locked.toolchains)
+    out = locking.compare(locked, fresh.lock)
+    for rel, text in sorted(fresh.tables.items()):
+        if d.tree_tables.get(rel) != text.encode():
+            state = "missing" if rel not in d.tree_tables else "out of date with the lock and sources"
+            out.append(f"table {rel}: {state} (`netra lock` regenerates it)")
+    out += [f"certification void: {v}" for v in fresh.voided]
+    return fresh, out
+
+
+def verify_tracked(root: Path, locked: Lock) -> None:
+    """The cheap half of the gate (the sdist's): every tracked file present with its locked sha256 and no
+    file where tracked files live that the lock does not know. No compiler runs; the wheel build from
+    the sdist proves the rest."""
+    root = Path(root).resolve()
+    now = {
+        p: (sha256_bytes(files.read_bytes(root, p, limit=files.SOURCE_LIMIT, where=p)), role)
+        for p, role in manifests.tracked_files(root)
+    }
+    fresh = Lock(toolchains=locked.toolchains, files=tuple(TrackedFile(p, h, r) for p, (h, r) in sorted(now.items())),
+                 artifacts=locked.artifacts)  # fmt: skip
+    diffs = locking.compare(locked, fresh)
+    if diffs:
+        raise LockError(
+            f"{lockfile.LOCK_PATH} does not match the tree ({len(diffs)} difference(s)): {diffs[0]}",
+            LOCK_HINT,
+            tuple(diffs) if len(diffs) > 1 else (),
+        )
+
+
+def check_lock(
+    root: Path,
+    *,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    tools: dict[str, Tools] | None = None,
+) -> list[str]:
+    """`netra lock --check`: the differences, empty when the lock is up to date."""
+    root = Path(root).resolve()
+    _, locked = lockfile.read_with_bytes(root / lockfile.LOCK_PATH)
+    with tempfile.TemporaryDirectory(prefix="netra-check-") as tmp:
+        d = derive(root, Path(tmp), tools=tools, jobs=jobs, progress=progress)
+        return differences(root, d, locked)[1]
+
+
+@dataclass
+class Report:
+    tools: dict[str, Tools]
+    examined: list[Examined]
+    lock: Lock
+    lock_bytes: bytes
+    seconds: float
+
+
+def build(
+    root: Path,
+    out_dir: Path | None,
+    *,
+    tools: dict[str, Tools] | None = None,
+    jobs: int | None = None,
+    reference: Path | None = None,
+    keep: Path | None = None,
+    progress: Progress | None = None,
+) -> Report:
+    """Prove the lock is exactly what the sources declare, then publish the code objects into out_dir."""
+    t0 = time.monotonic()
+    root = Path(root).resolve()
+    lock_bytes, locked = lockfile.read_with_bytes(root / lockfile.LOCK_PATH)
+    if out_dir is not None:
+        _check_out_dir(Path(out_dir))
+        for a in locked.artifacts:  # where the code objects will land: refused before the work
+            _replaceable(Path(out_dir) / a.file)
+    with tempfile.TemporaryDirectory(prefix="netra-build-") as tmp:
+        d = derive(root, Path(tmp), tools=tools, jobs=jobs, progress=progress)
+        if keep is not None:
+            shutil.copytree(Path(tmp) / "src", keep, dirs_exist_ok=True)
+        _, diffs = differences(root, d, locked)
+        if diffs:
+            if reference is not None:
+                diffs += _first_differences(d, locked, reference)
+            raise LockError(
+                f"{lockfile.LOCK_PATH} is not what the sources declare ({len(diffs)} difference(s)): {diffs[0]}",
+                LOCK_HINT + _toolchain_hint(d, locked),
+                tuple(diffs) if len(diffs) > 1 else (),
+            )
+        # Checked before anything is published: a refused build leaves no output.
+        if lockfile.read_with_bytes(root / lockfile.LOCK_PATH)[0] != lock_bytes:
+            raise LockError(f"{lockfile.LOCK_PATH} changed during the build", "build again")
+        if out_dir is not None:
+            names = [e.spec.file for e in d.examined]
+            with committing(f"the {len(names)} code objects in {out_dir}"):
+                publish(Path(tmp) / "out", Path(out_dir), names)
+        return Report(d.tools, d.examined, locked, lock_bytes, time.monotonic() - t0)
+
+
+def _toolchain_hint(d: Derived, locked: Lock) -> str:
+    other = [
+        f"{t} with {tc}"
+        for t, tc in sorted(locked.toolchains.items())
+        if t in d.tools and d.tools[t].identity != tc
+    ]
+    return f"; if only the toolchain differs, build {', '.join(other)}" if other else ""
+
+
+def _first_differences(d: Derived, locked: Lock, reference: Path) -> list[str]:
+    out = []
+    for e in d.examined:
+        want = locked.artifact(e.spec.name)
+        if want is None or want.text_sha256 == e.text_sha256:
+            continue
+        theirs = _reference_bytes(reference, e.spec.file)
+        tgt = targets.get(e.spec.target)
+        if theirs is None:
+            out.append(f"{e.spec.name}: {reference} has no {e.spec.file}")
+        else:
+            out.append(
+                f"{e.spec.name}: {tgt.first_difference(d.tools[e.spec.target], e.path, theirs, e.spec)}"
+            )
+    return out
+
+
+def _reference_bytes(reference: Path, spec_file: str) -> bytes | None:
+    if reference.is_dir():
+        p = reference / spec_file
+        return p.read_bytes() if p.is_file() else None
+    if reference.suffix == ".whl" and reference.is_file():
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(reference) as z:
+                return z.read(f"{PACKAGE_DATA}/{spec_file}")
+        except KeyError:
+            return None
+        except (OSError, zipfile.BadZipFile) as e:
+            raise NetraError(
+                f"{reference}: not a readable wheel ({e})", "pass a wheel or a build folder"
+            ) from None
+    raise NetraError(
+        f"{reference}: not a build folder or a .whl", "pass a previous `netra build` output or a wheel"
+    )
+
+
+def _check_out_dir(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise NetraError(
+            f"{out}: exists and is not a folder", "pass a folder (or a path that does not exist yet)"
+        )
+
+
+def publish(src: Path, dest: Path, names: list[str]) -> None:
+    """Copy the gated code objects out; each file lands whole under a unique temporary name."""
+    _check_out_dir(dest)
+    for rel in sorted(names):  # every destination first: a refusal must not come half way through
+        _replaceable(dest / rel)
+    for rel in sorted(names):
+        target = dest / rel
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise NetraError(
+                f"{target.parent}: exists and is not a folder", "remove it or pick another output folder"
+            ) from None
+        except OSError as e:
+            raise _unwritable(e) from None
+        try:
+            files.atomic_write(target, (src / rel).read_bytes())
+        except OSError as e:
+            raise _unwritable(e) from None

@@ -1,0 +1,398 @@
+"""From manifests and templates to the list of artifacts a release must contain (the release's catalog).
+
+Inputs: template manifests (kernels/<class>/<template>.toml, whose source lives in one of the class's
+`sources` folders: its own, or one it shares with other classes), tactic lists
+(manifests/<class>/tactics.toml) and model manifests (manifests/models/*.toml), each read through one
+strict schema (netra.core.schema) with every path checked and every file read without following links.
+Output: `Manifests`, with one ArtifactSpec per (exact contract, GPU class, tactic), deduplicated across
+models, sorted by class and name. Every contract parameter is range-checked against the template's
+declared range here, before anything is assembled or compiled; what the class makes of a template and
+a tactic (definitions, rows per block, file) is asked of it once, here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from netra import targets
+from netra.core import files, models
+from netra.core import schema as s
+from netra.core import toml as _toml
+from netra.core.ops import FAMILIES, contract_key
+from netra.core.types import (
+    CERTIFICATIONS,
+    MATURITIES,
+    Arg,
+    ArtifactSpec,
+    ModelFallback,
+    Range,
+    Tactic,
+    Template,
+    artifact_file,
+    artifact_name,
+)
+from netra.errors import ManifestError
+
+VALUE_KINDS = ("global_buffer", "by_value")
+ARG_SIZES = (1, 2, 4, 8)
+# What each tracked folder holds, and the role the lock gives its files.
+TRACKED = (("kernels", "source"), ("manifests", "manifest"), ("release/tables", "table"))
+HINT = models.HINT
+
+_UPPER = re.compile(r"[A-Z][A-Z0-9_]*")
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_TACTIC = re.compile(r"[a-z0-9]+")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TYPE = re.compile(r"(bf16|f16|f32|f64|u8|u16|u32|u64|i8|i16|i32|i64)\*?")
+
+
+@dataclass(frozen=True)
+class Manifests:
+    """Everything the tree declares: templates, tactics, the artifacts they make, the models' gaps."""
+
+    root: Path
+    templates: dict[tuple[str, str], Template]  # (class, template name) -> template
+    tactics: tuple[Tactic, ...]
+    artifacts: tuple[ArtifactSpec, ...]
+    fallbacks: tuple[ModelFallback, ...]
+    models: dict[str, str]  # manifest path -> model name
+    certification: dict[str, str]  # class -> how its tables are certified ("static" or "hardware")
+
+    def artifact(self, name: str) -> ArtifactSpec | None:
+        return next((a for a in self.artifacts if a.name == name), None)
+
+    def targets(self) -> list[str]:
+        return sorted(self.certification)
+
+
+# -- schemas ----------------------------------------------------------------------------------------
+
+_RANGE = s.Table(
+    {
+        "min": s.opt(s.Int(min=0, max=2**31 - 1)),
+        "max": s.opt(s.Int(min=0, max=2**31 - 1)),
+        "multiple_of": s.opt(s.Int(min=1, max=2**20)),
+        "values": s.opt(s.ListOf(s.Int(min=0, max=2**31 - 1), min_len=1, max_len=64, unique=lambda v: v)),
+        "note": s.opt(s.Str(max_len=300), ""),
+    }
+)
+_ARG = s.Table(
+    {
+        "name": s.Str(pattern=_IDENT, max_len=64),
+        "size": s.Int(min=1, max=8),
+        "value_kind": s.Str(choices=VALUE_KINDS),
+        "type": s.Str(pattern=_TYPE),
+        "address_space": s.opt(s.Str(choices=("global",))),
+        "access": s.opt(s.Str(choices=("read_only", "write_only", "read_write"))),
+    },
+    label="name",
+)
+
+
+def _template_schema(budget: Mapping[str, s.Field]) -> s.Table:
+    return s.Table(
+        {
+            "template": s.Str(pattern=s.NAME, max_len=64),
+            "op": s.Str(choices=tuple(sorted(FAMILIES))),
+            "source": s.Str(pattern=_FILE_NAME, max_len=128),
+            "constants": s.MapOf(s.Str(pattern=_UPPER, max_len=64), _RANGE, max_len=16),
+            "tactic_constants": s.opt(s.MapOf(s.Str(pattern=_UPPER, max_len=64), _RANGE, max_len=16), {}),
+            "args": s.ListOf(_ARG, min_len=1, max_len=64, unique="name"),
+            **budget,
+        }
+    )
+
+
+_TACTICS = s.Table(
+    {
+        "target": s.Str(pattern=s.NAME),
+        "certification": s.Str(choices=CERTIFICATIONS),
+        "tactics": s.ListOf(
+            s.Table(
+                {
+                    "op": s.Str(choices=tuple(sorted(FAMILIES))),
+                    "name": s.Str(pattern=_TACTIC, max_len=16),
+                    "template": s.Str(pattern=s.NAME, max_len=64),
+                    "block": s.Int(min=1, max=1024),
+                    "rows_per_block": s.opt(s.Int(min=1, max=1024)),
+                    "grid_y": s.opt(s.Int(min=1, max=65535), 1),
+                    "maturity": s.Str(choices=MATURITIES),
+                    "why": s.Str(max_len=500),
+                    "constants": s.opt(
+                        s.MapOf(s.Str(pattern=_UPPER, max_len=64), s.Int(min=0, max=2**20)), {}
+                    ),
+                },
+                label="name",
+            ),
+            min_len=1,
+            max_len=256,
+            unique=lambda t: (t["op"], t["name"]),
+        ),
+    }
+)
+
+
+def _read_toml(root: Path, rel: str, reader: s.Reader | None) -> Any:
+    """A tracked TOML file, parsed and (with a reader) checked against its schema."""
+    text = files.read_text(root, rel, limit=files.SOURCE_LIMIT, where=rel)
+    try:
+        data = _toml.loads(text)
+    except _toml.TOMLDecodeError as e:
+        raise ManifestError(f"{rel}: not valid TOML ({e})", "fix the syntax") from e
+    except RecursionError:  # arrays or inline tables nested thousands deep
+        raise ManifestError(f"{rel}: not valid TOML (nested too deeply)", "fix the syntax") from None
+    return data if reader is None else reader.read(data, rel)
+
+
+def _range(raw: dict[str, Any], at: str) -> Range:
+    values = tuple(raw["values"]) if raw["values"] is not None else None
+    r = Range(raw["min"], raw["max"], raw["multiple_of"], values, raw["note"])
+    if values is None and (r.min is None or r.max is None):
+        raise ManifestError(f"{at}: a range needs min and max, or values", HINT)
+    if r.min is not None and r.max is not None and r.min > r.max:
+        raise ManifestError(f"{at}: min {r.min} is above max {r.max}", HINT)
+    return r
+
+
+def _source(rel: str, name: str, target: str, present: set[str]) -> str:
+    """Where a template's source is: the first of the class's `sources` folders that has it."""
+    where = [f"{d}/{name}" for d in targets.get(target).sources]
+    found = next((w for w in where if w in present), None)
+    if found is None:
+        others = (
+            f" (nor in {', '.join(w.rsplit('/', 1)[0] + '/' for w in where[1:])})" if len(where) > 1 else ""
+        )
+        raise ManifestError(
+            f"{rel}: its source {where[0]} is missing{others}", "restore the template source (git checkout)"
+        )
+    return found
+
+
+def _template(root: Path, rel: str, target: str, present: set[str]) -> Template:
+    tgt = targets.get(target)
+    raw = _read_toml(root, rel, s.Reader(_template_schema(tgt.budget), ManifestError, HINT))
+    stem = rel.rsplit("/", 1)[1][: -len(".toml")]
+    if raw["template"] != stem:
+        raise ManifestError(
+            f"{rel}: template {raw['template']!r} must match its file name {stem!r}", "rename one"
+        )
+    op = raw["op"]
+    source = _source(rel, raw["source"], target, present)
+    constants = {k: _range(v, f"{rel}: constants.{k}") for k, v in raw["constants"].items()}
+    expected = {p.upper() for p in FAMILIES[op].params}
+    if set(constants) != expected:
+        raise ManifestError(
+            f"{rel}: [constants] must be exactly the {op} contract parameters {sorted(expected)}",
+            "declare one constant per contract parameter",
+        )
+    args: list[Arg] = []
+    offset = 0
+    for i, a in enumerate(raw["args"]):
+        at = f"{rel}: args[{i}] ({a['name']})"
+        size, kind = a["size"], a["value_kind"]
+        if size not in ARG_SIZES:
+            raise ManifestError(f"{at}: size {size} must be one of {ARG_SIZES}", HINT)
+        if (kind == "global_buffer") != (size == 8 and a["type"].endswith("*")):
+            raise ManifestError(f"{at}: a global_buffer is an 8-byte pointer type (ends in '*')", HINT)
+        offset = (offset + size - 1) // size * size  # natural alignment, as the HIP and CUDA ABIs lay them
+        args.append(Arg(a["name"], offset, size, kind, a["type"], a["address_space"], a["access"]))
+        offset += size
+    tactic_constants = {
+        k: _range(v, f"{rel}: tactic_constants.{k}") for k, v in raw["tactic_constants"].items()
+    }
+    budget = {k: raw[k] for k in tgt.budget}
+    return Template(raw["template"], target, op, source, constants, tuple(args), budget, tactic_constants)
+
+
+def _tactics(
+    root: Path, rel: str, target: str, templates: dict[tuple[str, str], Template]
+) -> tuple[str, list[Tactic]]:
+    raw = _read_toml(root, rel, s.Reader(_TACTICS, ManifestError, HINT))
+    if raw["target"] != target:
+        raise ManifestError(f"{rel}: target must be {target!r}", f"set target = {target!r}")
+    certification = raw["certification"]
+    tgt = targets.get(target)
+    out = []
+    for i, t in enumerate(raw["tactics"]):
+        at = f"{rel}: tactics[{i}] ({t['op']}/{t['name']})"
+        tac = Tactic(
+            op=t["op"], name=t["name"], template=t["template"], block=t["block"], maturity=t["maturity"],
+            why=t["why"], target=target, rows_per_block=t["rows_per_block"], grid_y=t["grid_y"],
+            constants=dict(sorted(t["constants"].items())),
+        )  # fmt: skip
+        tpl = templates.get((target, tac.template))
+        if tpl is None or tpl.op != tac.op:
+            raise ManifestError(f"{at}: no {tac.op} template named {tac.template!r} for {target}", "add it")
+        if certification == "static" and tac.maturity == "accepted":
+            raise ManifestError(
+                f"{at}: tactic {tac.op}/{tac.name} claims 'accepted' on {target}, whose evidence is static only",
+                "use 'verified' until hardware certification for this GPU class exists",
+            )
+        if certification == "hardware" and tac.maturity not in ("experiment", "rejected"):
+            raise ManifestError(
+                f"{at}: tactic {tac.op}/{tac.name} claims {tac.maturity!r} before certification; on a "
+                f"hardware-certified class only `netra certify` raises a tactic above experiment",
+                "set maturity = 'experiment' (the certified table records the result)",
+            )
+        problem = tgt.tactic_problem(tpl, tac)
+        if problem:
+            raise ManifestError(f"{at}: {problem}", HINT)
+        for k, v in tac.constants.items():
+            rng = tpl.tactic_constants.get(k)
+            if rng is None:
+                raise ManifestError(f"{at}: template {tpl.name} declares no tactic constant {k}", HINT)
+            if not rng.admits(v):
+                raise ManifestError(f"{at}: {k} = {v} is not {rng} ({tpl.source})", HINT)
+        missing = sorted(set(tpl.tactic_constants) - set(tac.constants))
+        if missing:
+            raise ManifestError(f"{at}: missing tactic constants {', '.join(missing)} of {tpl.name}", HINT)
+        out.append(tac)
+    return certification, out
+
+
+def _shared_folders() -> set[str]:
+    """Folders under kernels/ that registered classes list among their `sources` besides their own."""
+    return {
+        d.removeprefix("kernels/") for t in targets.every() for d in t.sources if d != f"kernels/{t.name}"
+    }
+
+
+def load(root: str | Path) -> Manifests:
+    root = Path(root).resolve()
+    if not (root / "kernels").is_dir():
+        raise ManifestError(f"{root}: no kernels/ folder", "run from the netra source tree or pass --root")
+    present = {p for p, _ in tracked_files(root)}
+    templates: dict[tuple[str, str], Template] = {}
+    tactics: list[Tactic] = []
+    certification: dict[str, str] = {}
+    folders = sorted({p.split("/")[1] for p in present if p.startswith("kernels/") and p.count("/") >= 2})
+    shared = _shared_folders()
+    for target in folders:
+        if target in shared and not targets.known(target):
+            manifest = next(
+                (p for p in sorted(present) if p.startswith(f"kernels/{target}/") and p.endswith(".toml")),
+                None,
+            )
+            if manifest is not None:
+                raise ManifestError(
+                    f"{manifest}: kernels/{target}/ holds template sources shared by several classes, not manifests",
+                    "move the template manifest to the folder of its class, kernels/<class>/",
+                )
+            continue  # read through the manifests of the classes that share it
+        if not targets.known(target):
+            raise ManifestError(
+                f"kernels/{target}: not a GPU class this netra knows ({', '.join(targets.names())})",
+                "remove the folder, or add the class (docs/authoring.md)",
+            )
+        for rel in sorted(p for p in present if p.startswith(f"kernels/{target}/") and p.count("/") == 2):
+            if rel.endswith(".toml"):
+                t = _template(root, rel, target, present)
+                templates[(target, t.name)] = t
+        trel = f"manifests/{target}/tactics.toml"
+        if trel not in present:
+            raise ManifestError(f"{trel}: missing: kernels/{target}/ has templates but no tactics", "add it")
+        certification[target], found = _tactics(root, trel, target, templates)
+        tactics.extend(found)
+    stray = sorted(
+        p for p in present
+        if p.startswith("manifests/") and not p.startswith("manifests/models/")
+        and p.split("/")[1] not in certification
+    )  # fmt: skip
+    if stray:
+        raise ManifestError(
+            f"{stray[0]}: no kernels/ folder for its GPU class", "remove it or add the templates"
+        )
+
+    uses: dict[tuple[str, tuple[tuple[str, int], ...]], list[str]] = {}
+    fallbacks: list[ModelFallback] = []
+    model_names: dict[str, str] = {}
+    model_files = sorted(p for p in present if p.startswith("manifests/models/"))
+    for rel in model_files:
+        if not rel.endswith(".toml") or rel.count("/") != 2:
+            raise ManifestError(
+                f"{rel}: manifests/models/ holds <model>.toml files only", "move or remove it"
+            )
+        data = _read_toml(root, rel, None)
+        m = models.parse(data, rel)
+        if m.model in model_names.values():
+            raise ManifestError(
+                f"{rel}: model {m.model!r} is also described by another manifest", "merge them"
+            )
+        model_names[rel] = m.model
+        for op, params in m.needs:
+            uses.setdefault((op, tuple(params.items())), []).append(m.model)
+        fallbacks.extend(m.fallbacks)
+
+    artifacts: list[ArtifactSpec] = []
+    for (op, items), users in sorted(uses.items()):
+        contract = dict(items)
+        key = contract_key(op, contract)
+        matching = [t for t in tactics if t.op == op]
+        if not matching:
+            raise ManifestError(
+                f"contract {key} (used by {', '.join(sorted(set(users)))}) has no tactic",
+                f"add a [[tactics]] entry for {op} in manifests/<class>/tactics.toml",
+            )
+        for tac in matching:
+            tpl = templates[(tac.target, tac.template)]
+            tgt = targets.get(tac.target)
+            for p, v in contract.items():
+                rng = tpl.constants[p.upper()]
+                if not rng.admits(v):
+                    raise ManifestError(
+                        f"contract {key} (used by {', '.join(sorted(set(users)))}): {p} = {v} is not {rng}, "
+                        f"the range {tpl.source} declares for {p.upper()}",
+                        "fix the model manifest, or widen the template and its declared range",
+                    )
+            name = artifact_name(op, contract, tac.name)
+            definitions = {k.upper(): v for k, v in contract.items()}
+            definitions["NETRA_BLOCK"] = tac.block
+            definitions.update(tgt.tactic_defines(tac))
+            artifacts.append(
+                ArtifactSpec(
+                    name=name,
+                    target=tac.target,
+                    template=tpl,
+                    tactic=tac,
+                    contract=contract,
+                    definitions=dict(sorted(definitions.items())),
+                    rows_per_block=tgt.rows_per_block(tpl, tac),
+                    file=artifact_file(tac.target, name, tgt.suffix),
+                    used_by=tuple(sorted(set(users))),
+                )
+            )
+    artifacts.sort(key=lambda a: (a.target, a.name))
+    seen: dict[str, str] = {}
+    for a in artifacts:
+        if a.name in seen:
+            raise ManifestError(
+                f"artifact {a.name} is made by both {seen[a.name]} and {a.target} (tactic names collide)",
+                "give one of the tactics another name: artifact names are global",
+            )
+        seen[a.name] = a.target
+    return Manifests(
+        root=root,
+        templates=templates,
+        tactics=tuple(tactics),
+        artifacts=tuple(artifacts),
+        fallbacks=tuple(fallbacks),
+        models=model_names,
+        certification=certification,
+    )
+
+
+def tracked_files(root: str | Path) -> list[tuple[str, str]]:
+    """Every file a release depends on, with its role, sorted: kernels/ sources, manifests, tables.
+
+    Walked without following links; a link, FIFO, device or hidden file there is refused (every file
+    where tracked files live must be an ordinary, trackable file).
+    """
+    root = Path(root)
+    out: list[tuple[str, str]] = []
+    for base, role in TRACKED:
+        out += [(p, role) for p in files.walk(root, base, where=base)]
+    return sorted(out)

@@ -1,0 +1,160 @@
+"""Making a class's certified table at `netra lock`: the skeleton from the manifests and the lock, and
+the hardware evidence carried over from the table in the tree where it still applies.
+
+- static classes (gfx950 today): the table is the skeleton; no candidate may claim more than `verified`;
+- hardware classes (sm_90): everything derived (entries, launch data, kernarg layouts, hashes) is
+  regenerated, and each candidate's hardware evidence is kept only while the machine code it was
+  certified with is the machine code locked now; a changed instruction voids that candidate's
+  certification (`merge`). The format and its reader are netra.runtime.tables.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from netra import targets
+from netra.core.ops import FAMILIES
+from netra.runtime.tables import HARDWARE_NOTE, SCHEMA, STATIC_NOTE, UNCERTIFIED_NOTE, Table
+
+if TYPE_CHECKING:
+    from netra.core.types import ArtifactSpec
+    from netra.release.manifests import Manifests
+    from netra.runtime.lockfile import Lock, LockedArtifact
+
+
+def _kernarg(spec: ArtifactSpec) -> dict[str, Any]:
+    return {
+        "size": spec.template.kernarg_bytes,
+        "args": [
+            {"name": a.name, "offset": a.offset, "size": a.size, "kind": a.value_kind, "type": a.type}
+            for a in spec.template.args
+        ],
+    }
+
+
+def candidate(spec: ArtifactSpec, locked: LockedArtifact, checks: list[str], lock: Lock) -> dict[str, Any]:
+    tc = lock.toolchains[spec.target]
+    maturity = spec.tactic.maturity
+    return {
+        "tactic": spec.tactic.name,
+        "artifact": spec.name,
+        "file": spec.file,
+        "symbol": spec.symbol,
+        "text_sha256": locked.text_sha256,
+        "launch": {
+            "block": [spec.tactic.block, 1, 1],
+            "grid": [{"rows_per_block": spec.rows_per_block}, spec.tactic.grid_y, 1],
+            "dynamic_lds_bytes": 0,
+        },
+        "lds_bytes": locked.lds_bytes,
+        "workspace_bytes": 0,
+        "kernarg": _kernarg(spec),
+        "maturity": maturity,
+        "evidence": {
+            "static": {"checks": sorted(checks), "toolchain": {"flavour": tc.flavour, "version": tc.version}},
+            "hardware": None,
+        },
+    }
+
+
+def skeleton(manifests: Manifests, target: str, lock: Lock) -> dict[str, Any]:
+    """The table as the manifests and the lock make it, before any hardware evidence."""
+    tgt = targets.get(target)
+    checks = list(tgt.checks)
+    order = {(t.op, t.name): i for i, t in enumerate(manifests.tactics)}
+    by_contract: dict[str, list[ArtifactSpec]] = {}
+    for spec in manifests.artifacts:
+        if spec.target == target:
+            by_contract.setdefault(spec.key, []).append(spec)
+    entries = []
+    for key in sorted(by_contract):
+        specs = sorted(by_contract[key], key=lambda sp: order[(sp.op, sp.tactic.name)])
+        first = specs[0]
+        fam = FAMILIES[first.op]
+        entries.append(
+            {
+                "contract": {
+                    "op": first.op,
+                    "params": dict(first.contract),
+                    "dtypes": dict(sorted(fam.dtypes.items())),
+                    "layout": fam.layout,
+                    "quant": fam.quant,
+                },
+                "key": key,
+                "candidates": [candidate(sp, _locked(lock, sp.name), checks, lock) for sp in specs],
+                "dispatch": None,
+            }
+        )
+    kind = manifests.certification[target]
+    return {
+        "schema": SCHEMA,
+        "gpu_class": target,
+        "vendor": tgt.vendor.name,
+        "loader": tgt.vendor.loader,
+        "certification": {
+            "kind": kind,
+            "note": (STATIC_NOTE if kind == "static" else UNCERTIFIED_NOTE).format(target=target),
+            "runs": [],
+        },
+        "entries": entries,
+        "fallbacks": sorted(
+            ({"model": f.model, "op": f.op, "use": f.use, "reason": f.reason} for f in manifests.fallbacks),
+            key=lambda f: (f["op"], f["model"]),
+        ),
+    }
+
+
+def _locked(lock: Lock, name: str) -> LockedArtifact:
+    a = lock.artifact(name)
+    assert a is not None, name  # the lock was derived from this catalog
+    return a
+
+
+def merge(fresh: dict[str, Any], existing: Table | None) -> tuple[dict[str, Any], list[str]]:
+    """Carry hardware evidence from the existing table into a fresh skeleton where it still applies.
+
+    A candidate keeps its certified maturity and evidence only if the existing table certified the
+    same artifact with the same machine code (.text sha256) as the fresh lock; certified candidates
+    keep their certified order, uncertified ones follow in tactic order. Returns the table and one
+    line per voided certification (so `netra lock` can say what needs `netra certify` again).
+    """
+    if existing is None or fresh["certification"]["kind"] != "hardware":
+        return fresh, []
+    voided: list[str] = []
+    used_runs: dict[int, int] = {}
+    runs: list[dict[str, Any]] = []
+    for entry in fresh["entries"]:
+        old = existing.entries.get(entry["key"])
+        old_by_tactic = {c.tactic: c for c in old.candidates} if old else {}
+        carried, fresh_only = [], []
+        for cand in entry["candidates"]:
+            o = old_by_tactic.get(cand["tactic"])
+            if o is None or o.hardware is None:
+                fresh_only.append(cand)
+                continue
+            if o.artifact != cand["artifact"] or o.hardware.text_sha256 != cand["text_sha256"]:
+                voided.append(
+                    f"{cand['artifact']}: certified with .text {o.hardware.text_sha256[:16]}..., locked now "
+                    f"{cand['text_sha256'][:16]}...: its {o.maturity} certification is void"
+                )
+                fresh_only.append(cand)
+                continue
+            hw = dict(o.evidence["hardware"])
+            if hw["run"] not in used_runs:
+                used_runs[hw["run"]] = len(runs)
+                runs.append(existing.runs[hw["run"]])
+            hw["run"] = used_runs[hw["run"]]
+            cand = {**cand, "maturity": o.maturity, "evidence": {**cand["evidence"], "hardware": hw}}
+            assert old is not None  # o is one of its candidates
+            carried.append((old.candidates.index(o), cand))
+        entry["candidates"] = [c for _, c in sorted(carried, key=lambda x: x[0])] + fresh_only
+        accepted = {c["tactic"] for c in entry["candidates"] if c["maturity"] == "accepted"}
+        if old is not None and old.dispatch:
+            if all(d.tactic in accepted for d in old.dispatch):
+                entry["dispatch"] = [{"max_rows": d.max_rows, "tactic": d.tactic} for d in old.dispatch]
+            else:
+                voided.append(f"{entry['key']}: its row-count dispatch named a voided tactic and is dropped")
+    fresh["certification"]["runs"] = runs
+    if runs:
+        fresh["certification"]["note"] = HARDWARE_NOTE.format(target=fresh["gpu_class"])
+    return fresh, voided

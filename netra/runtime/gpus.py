@@ -1,0 +1,41 @@
+"""Which GPUs this host has, and their Netra GPU class, without vendor tools where files suffice.
+
+Each registered vendor is asked in turn (netra.targets: AMD reads the KFD topology in sysfs, then
+rocminfo or amd-smi; NVIDIA asks nvidia-smi, else the CUDA driver API), and each device's identity is
+named by the registry: the class that declares it, else the vendor's own name for it. No GPU is a
+normal answer: every source that found nothing or failed says so in `notes`, and nothing here raises
+for it. The sysfs root is a parameter so tests can point it at a directory of real files in the sysfs
+format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from netra.targets.vendor import GPU
+
+__all__ = ["GPU", "Detection", "detect"]
+
+
+@dataclass(frozen=True)
+class Detection:
+    gpus: tuple[GPU, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def classes(self) -> list[str]:
+        return sorted({g.gpu_class for g in self.gpus})
+
+
+def detect(sysfs_nodes: str | Path | None = None, *, tools: bool = True) -> Detection:
+    """Every GPU this host shows; `tools=False` reads files only (no subprocess, no library loaded)."""
+    from netra import targets
+
+    gpus: list[GPU] = []
+    notes: list[str] = []
+    for vendor in targets.vendors():
+        found, said = vendor.detect(sysfs_nodes, tools=tools)
+        gpus += found
+        notes += said
+    return Detection(tuple(gpus), tuple(notes))

@@ -1,0 +1,291 @@
+"""Which netra this is, where its release data lives, and how to restore it: from the distribution's records.
+
+The kind of install is read from what the installer recorded (importlib.metadata: the dist-info's
+RECORD, and PEP 610's direct_url.json), never guessed from the folder layout:
+
+- "wheel": an installed netra-kernel distribution whose RECORD lists this very package (pip, uv or
+  installer put it there, from an index, a wheel file, a URL, a directory or a VCS). Its data is
+  netra/_data beside the code (netra/runtime/layout.py says what is in it).
+- "editable": a netra-kernel distribution installed in editable mode (`pip install -e`; direct_url.json
+  says `dir_info.editable`) from the source tree this package sits in. Nothing is packaged: the lock
+  and tables are the tree's release/, and the code objects come from `netra build build/kernels`.
+  A package with netra/_data that no distribution records (copied without its .dist-info) is a wheel
+  install too, with no `distribution`: its data is checked as any wheel's, its Python files cannot be.
+- "source": no installed distribution records this package: a source checkout on sys.path (PYTHONPATH,
+  or `python -m netra` run in the checkout, whose cwd comes first on sys.path). Data as for editable. If
+  a netra-kernel distribution is installed as well, this checkout hides it: `shadowed` names it.
+
+How to restore a damaged install is derived from the same records: reinstall from where it was
+installed (direct_url.json: the wheel file, URL, directory or commit), else the same version from the
+index; always `--no-deps`, with the interpreter of this environment. Locating reads metadata files
+only (no release data: the runtime and doctor check that).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from netra import __version__
+from netra.runtime.layout import BUILD_RECORD, PACKAGE_DATA, data_path
+from netra.runtime.lockfile import LOCK_PATH
+
+PACKAGE_DIR = (
+    Path(__file__).resolve().parents[1]
+)  # the netra package (this file is netra/runtime/installed.py)
+EDITABLE_BUILD = "build/kernels"  # `netra build build/kernels` output, relative to the source root
+DISTRIBUTION = "netra-kernel"
+KINDS = ("wheel", "editable", "source")
+ISSUES = "https://github.com/netra-kernel/netra/issues"
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """An installed netra-kernel distribution, as its dist-info records it."""
+
+    version: str
+    dist_info: str  # the .dist-info folder
+    installer: str  # INSTALLER's first line ("pip", "uv", ...), "" when absent
+    origin: str  # "index", "file", "url", "directory", "editable" or "vcs" (PEP 610)
+    url: str | None = None  # direct_url.json's url; None when installed from an index
+    commit: str | None = None  # vcs_info.commit_id
+    vcs: str | None = None
+    subdirectory: str | None = None
+
+    @property
+    def site(self) -> str:
+        """The folder the distribution is installed into (site-packages)."""
+        return str(Path(self.dist_info).parent)
+
+    @property
+    def local_path(self) -> str | None:
+        """The file or folder of a file:// url."""
+        if self.url is None or not self.url.startswith("file:"):
+            return None
+        return unquote(urlsplit(self.url).path)
+
+    def describe(self) -> str:
+        """Where it was installed from, in words."""
+        by = f" by {self.installer}" if self.installer else ""
+        if self.origin == "index":
+            return f"installed{by} from a package index"
+        if self.origin == "vcs":
+            return f"installed{by} from {self.vcs}+{self.url} at {self.commit}"
+        return f"installed{by} from {self.local_path or self.url}"
+
+    def spec(self) -> tuple[str, str]:
+        """(what to reinstall from, why not the recorded source when it is not): the recorded source
+        while it is still there, else this version from the index."""
+        fallback = f"{DISTRIBUTION}=={self.version}"
+        if self.origin == "index":
+            return fallback, ""
+        if self.origin == "vcs" and self.url and self.commit:
+            sub = f"#subdirectory={self.subdirectory}" if self.subdirectory else ""
+            return f"{DISTRIBUTION} @ {self.vcs}+{self.url}@{self.commit}{sub}", ""
+        local = self.local_path
+        if local is not None:
+            if Path(local).exists():
+                return local, ""
+            return fallback, f"it was installed from {local}, which no longer exists"
+        if self.url:
+            return f"{DISTRIBUTION} @ {self.url}", ""
+        return fallback, ""
+
+    def reinstall(self, spec: str | None = None, python: str | None = None) -> str:
+        """The command that puts every file of the distribution back (dependencies untouched)."""
+        what = shlex.quote(spec if spec is not None else self.spec()[0])
+        py = shlex.quote(python or sys.executable)
+        if self.installer == "uv":
+            # uv hard-links installed files to its cache: a damaged file is damaged in the cache too, and
+            # a reinstall from it would link the same bytes back. Drop netra-kernel's cache entries first.
+            return (
+                f"uv cache clean {DISTRIBUTION} && uv pip install --python {py} --reinstall --no-deps {what}"
+            )
+        return f"{py} -m pip install --force-reinstall --no-deps {what}"
+
+
+@dataclass(frozen=True)
+class Install:
+    """One install's layout: kind (KINDS), where its data is, and the records it was found by."""
+
+    kind: str
+    root: Path  # wheel: netra/_data; editable and source: the source tree
+    version: str = __version__
+    distribution: Distribution | None = None  # the record of this install (wheel, editable)
+    shadowed: Distribution | None = None  # source: the installed distribution this checkout hides
+    package: Path = PACKAGE_DIR  # the netra package this install is
+
+    @property
+    def lock_file(self) -> Path:
+        return self.root / ("manifest.lock" if self.kind == "wheel" else LOCK_PATH)
+
+    @property
+    def build_record(self) -> Path | None:
+        """build.json: the whole-file sha256 of each code object as built (wheel installs only)."""
+        return self.root / BUILD_RECORD if self.kind == "wheel" else None
+
+    @property
+    def code_dir(self) -> Path:
+        return self.root if self.kind == "wheel" else self.root / EDITABLE_BUILD
+
+    def tracked(self, lock_path: str) -> Path | None:
+        """Where a file the lock tracks lives in this install; None when it is not shipped (sources)."""
+        if self.kind != "wheel":
+            return self.root / lock_path
+        dp = data_path(lock_path)
+        return None if dp is None else self.root / dp
+
+    def code_object(self, artifact_file: str) -> Path:
+        return self.code_dir / artifact_file
+
+    def describe(self) -> str:
+        """What this install is, in words (doctor's first line)."""
+        if self.kind == "wheel":
+            return "wheel install" if self.distribution else "wheel package without its .dist-info records"
+        if self.kind == "editable":
+            return "editable install"
+        return "source checkout on sys.path"
+
+    @property
+    def reinstall(self) -> str:
+        """The one command that restores a damaged install (the runtime's hint)."""
+        if self.kind == "wheel":
+            return _reinstall(self)
+        return self.restore("release")
+
+    def restore(self, rel: str) -> str:
+        """How to restore one tracked file of this install (path relative to root): a command, and for a
+        source tree the alternative."""
+        cmd, note = self.restore_command(rel)
+        return f"{cmd} ({note})" if note else cmd
+
+    def restore_command(self, rel: str) -> tuple[str, str]:
+        """(the command that restores one tracked file, what else would do): a reinstall for a wheel; for
+        a source tree, version control when it is a git checkout, else regenerating lock and tables."""
+        if self.kind == "wheel":
+            return _reinstall(self), ""
+        if (self.root / ".git").exists():
+            return (
+                f"{_git(self.root)} checkout -- {shlex.quote(rel)}",
+                f"or, if the change is intended, run `netra lock` in {self.root}",
+            )
+        py = shlex.quote(sys.executable)
+        return (
+            f"cd {shlex.quote(str(self.root))} && {py} -m netra lock",
+            "regenerates the lock and tables from the sources",
+        )
+
+    @property
+    def rebuild(self) -> str:
+        """The fix for a missing or altered code object."""
+        if self.kind == "wheel":
+            return _reinstall(self)
+        return f"cd {shlex.quote(str(self.root))} && {shlex.quote(sys.executable)} -m netra build {EDITABLE_BUILD}"
+
+
+def _git(root: Path) -> str:
+    return f"git -C {shlex.quote(str(root))}"
+
+
+def _reinstall(inst: Install) -> str:
+    if inst.distribution is None:
+        return f"{shlex.quote(sys.executable)} -m pip install --force-reinstall --no-deps {DISTRIBUTION}=={inst.version}"
+    return inst.distribution.reinstall()
+
+
+def wheel(data_dir: str | Path, distribution: Distribution | None = None) -> Install:
+    data = Path(data_dir)
+    return Install("wheel", data, distribution=distribution, package=data.parent)
+
+
+def editable(source_root: str | Path, distribution: Distribution | None = None) -> Install:
+    root = Path(source_root)
+    return Install("editable", root, distribution=distribution, package=root / "netra")
+
+
+def source(source_root: str | Path, shadowed: Distribution | None = None) -> Install:
+    root = Path(source_root)
+    return Install("source", root, shadowed=shadowed, package=root / "netra")
+
+
+def distributions() -> list[tuple[Distribution, object]]:
+    """Every installed netra-kernel distribution on sys.path, in sys.path order, with its
+    importlib.metadata object (duplicates of one dist-info folder once)."""
+    from importlib import metadata
+
+    out: list[tuple[Distribution, object]] = []
+    seen: set[str] = set()
+    for dist in metadata.distributions(name=DISTRIBUTION):
+        info = _dist_info(dist)
+        if info is None or info in seen:
+            continue
+        seen.add(info)
+        out.append((_record(dist, info), dist))
+    return out
+
+
+def _dist_info(dist: object) -> str | None:
+    """The .dist-info folder of a distribution, from its own RECORD (or its metadata path)."""
+    for f in getattr(dist, "files", None) or ():
+        if f.name == "METADATA" and f.parent.name.endswith(".dist-info"):
+            return str(Path(dist.locate_file(f)).resolve().parent)  # type: ignore[attr-defined]
+    path = getattr(dist, "_path", None)  # no RECORD: importlib's own path to the metadata
+    return str(Path(path).resolve()) if path is not None else None
+
+
+def _record(dist: object, info: str) -> Distribution:
+    read = dist.read_text  # type: ignore[attr-defined]
+    installer = ((read("INSTALLER") or "").strip().splitlines() or [""])[0]
+    try:
+        direct = json.loads(read("direct_url.json") or "null")
+    except ValueError:
+        direct = None
+    version = dist.version  # type: ignore[attr-defined]
+    if not isinstance(direct, dict) or not isinstance(direct.get("url"), str):
+        return Distribution(version, info, installer, "index")
+    url = direct["url"]
+    sub = direct.get("subdirectory") if isinstance(direct.get("subdirectory"), str) else None
+    if isinstance(direct.get("vcs_info"), dict):
+        vcs = direct["vcs_info"]
+        return Distribution(version, info, installer, "vcs", url, vcs.get("commit_id"), vcs.get("vcs"), sub)
+    if isinstance(direct.get("dir_info"), dict):
+        kind = "editable" if direct["dir_info"].get("editable") else "directory"
+        return Distribution(version, info, installer, kind, url, subdirectory=sub)
+    return Distribution(
+        version, info, installer, "file" if url.startswith("file:") else "url", url, subdirectory=sub
+    )
+
+
+def _owns(dist: object, pkg: Path) -> bool:
+    """The distribution's RECORD lists this package's __init__.py at this very place."""
+    init = pkg / "__init__.py"
+    for f in getattr(dist, "files", None) or ():
+        if f.name == "__init__.py" and f.parent.name == pkg.name and len(f.parts) == 2:
+            try:
+                return Path(dist.locate_file(f)).resolve() == init.resolve()  # type: ignore[attr-defined]
+            except OSError:
+                return False
+    return False
+
+
+def locate(package_dir: str | Path | None = None) -> Install:
+    """The install this netra package belongs to, from the installed distributions' records."""
+    pkg = Path(package_dir).resolve() if package_dir is not None else PACKAGE_DIR
+    found = distributions()
+    for rec, dist in found:
+        if rec.origin != "editable" and _owns(dist, pkg):
+            return Install("wheel", pkg.parent / PACKAGE_DATA, distribution=rec, package=pkg)
+    for rec, _ in found:
+        local = rec.local_path
+        if rec.origin == "editable" and local is not None and Path(local).resolve() == pkg.parent:
+            return Install("editable", pkg.parent, distribution=rec, package=pkg)
+    data = pkg.parent / PACKAGE_DATA
+    if (data / "manifest.lock").is_file() and not (pkg.parent / LOCK_PATH).exists():
+        # A wheel's package without its .dist-info (copied into an image, or the dist-info removed):
+        # its data is beside it, but no RECORD vouches for its Python files.
+        return Install("wheel", data, package=pkg)
+    return Install("source", pkg.parent, shadowed=found[0][0] if found else None, package=pkg)

@@ -1,0 +1,167 @@
+"""AMD: the HIP loader and libamdhip64, GPUs found in the KFD topology (then rocminfo, amd-smi).
+
+A device's identity is its KFD gfx_target_version (major*10000 + minor*100 + stepping: 90500); LLVM
+names it gfx<major><minor:x><stepping:x> (gfx950), which is also how rocminfo and amd-smi report it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Hashable
+from pathlib import Path
+
+from netra.targets.vendor import GPU, Vendor
+
+SYSFS_NODES = "/sys/class/kfd/kfd/topology/nodes"
+AMD_VENDOR_ID = 0x1002
+_TIMEOUT_S = 10
+_GFX = re.compile(r"gfx([0-9]+)([0-9a-f])([0-9a-f])")
+
+
+def gfx_name(gfx_target_version: int) -> str | None:
+    """KFD's major*10000 + minor*100 + stepping as LLVM's target name: 90500 -> gfx950, 90010 -> gfx90a."""
+    major, minor, step = (
+        gfx_target_version // 10000,
+        gfx_target_version // 100 % 100,
+        gfx_target_version % 100,
+    )
+    if gfx_target_version <= 0 or minor > 15 or step > 15:
+        return None
+    return f"gfx{major}{minor:x}{step:x}"
+
+
+def gfx_version(name: str) -> int | None:
+    """The inverse of gfx_name for a name a tool reports: gfx950 -> 90500, gfx90a -> 90010."""
+    m = _GFX.fullmatch(name)
+    return int(m.group(1)) * 10000 + int(m.group(2), 16) * 100 + int(m.group(3), 16) if m else None
+
+
+def _properties(text: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(" ")
+        try:
+            out[key] = int(value.strip(), 0)
+        except ValueError:
+            continue
+    return out
+
+
+def _run(argv: list[str]) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_S, check=True).stdout
+
+
+class Amd(Vendor):
+    name = "amd"
+    loader = "hip"
+    loader_module = "netra.loaders.hip"
+    loader_class = "Hip"
+    runtime = "HIP"
+    # Runtime packages often ship only the versioned name; the unversioned one comes with -dev packages.
+    libraries = ("libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6")
+    sources = ("kfd-sysfs", "rocminfo", "amd-smi")
+    install_hint = (
+        "install a ROCm release that supports gfx950 (the MI350 series), e.g. its rocm-hip-runtime package, and "
+        "make libamdhip64.so findable (ROCM_PATH, or LD_LIBRARY_PATH=/opt/rocm/lib), or pass Hip(library=PATH)"
+    )
+
+    def library_dirs(self) -> list[str]:
+        dirs = [
+            os.path.join(os.environ[var], "lib") for var in ("ROCM_PATH", "HIP_PATH") if os.environ.get(var)
+        ]
+        dirs.append("/opt/rocm/lib")
+        with contextlib.suppress(OSError):
+            dirs.extend(sorted((str(p / "lib") for p in Path("/opt").glob("rocm-*")), reverse=True))
+        return dirs
+
+    def conventional_name(self, identity: Hashable) -> str | None:
+        return gfx_name(identity) if isinstance(identity, int) else None
+
+    def _named(self, name: str) -> str:
+        """A class for a gfx name a tool reported (the name itself when it is not one LLVM would write)."""
+        version = gfx_version(name)
+        return (self.gpu_class(version) if version is not None else None) or name
+
+    def sysfs(self, nodes: str | Path | None = None) -> tuple[list[GPU], str]:
+        """GPU nodes of the KFD topology: every node whose gfx_target_version is not 0."""
+        root = Path(nodes if nodes is not None else SYSFS_NODES)
+        if not root.is_dir():
+            return [], f"kfd sysfs: {root} not present (no amdgpu kernel driver)"
+        gpus: list[GPU] = []
+        skipped: list[str] = []
+        entries = sorted((p for p in root.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+        for node in entries:
+            try:
+                props = _properties((node / "properties").read_text())
+            except OSError as e:
+                skipped.append(f"node {node.name}: unreadable ({e.strerror or e})")
+                continue
+            version = props.get("gfx_target_version", 0)
+            if version == 0:
+                continue  # a CPU node
+            vendor = props.get("vendor_id", AMD_VENDOR_ID)
+            cls = self.gpu_class(version)
+            if cls is None or vendor != AMD_VENDOR_ID:
+                skipped.append(
+                    f"node {node.name}: gfx_target_version {version}, vendor_id {vendor:#x} not understood"
+                )
+                continue
+            name = cls
+            with contextlib.suppress(OSError):
+                name = (node / "name").read_text().strip() or cls
+            gpus.append(GPU(self.name, cls, name, int(node.name), "kfd-sysfs"))
+        note = f"kfd sysfs: {len(gpus)} GPU node(s) in {root}" + (
+            f" ({'; '.join(skipped)})" if skipped else ""
+        )
+        return gpus, note
+
+    def rocminfo(self) -> tuple[list[GPU], str]:
+        exe = shutil.which("rocminfo")
+        if exe is None:
+            return [], "rocminfo: not on PATH"
+        try:
+            out = _run([exe])
+        except (OSError, subprocess.SubprocessError) as e:
+            return [], f"rocminfo: failed ({e})"
+        gpus: list[GPU] = []
+        for block in re.split(r"\n(?=\s*Agent \d+\s*\n)", out):
+            if not re.search(r"Device Type:\s*GPU", block):
+                continue
+            m = re.search(r"^\s*Name:\s*(gfx[0-9a-f]+)", block, re.M)
+            if m:
+                mk = re.search(r"^\s*Marketing Name:\s*(.+)$", block, re.M)
+                label = mk.group(1).strip() if mk else m.group(1)
+                gpus.append(GPU(self.name, self._named(m.group(1)), label, len(gpus), "rocminfo"))
+        return gpus, f"rocminfo: {len(gpus)} GPU agent(s)"
+
+    def smi(self) -> tuple[list[GPU], str]:
+        exe = shutil.which("amd-smi")
+        if exe is None:
+            return [], "amd-smi: not on PATH"
+        try:
+            out = _run([exe, "static", "--asic"])
+        except (OSError, subprocess.SubprocessError) as e:
+            return [], f"amd-smi: failed ({e})"
+        found = re.findall(r"TARGET_GRAPHICS_VERSION:\s*(gfx[0-9a-f]+)", out)
+        gpus = [GPU(self.name, self._named(c), c, i, "amd-smi") for i, c in enumerate(found)]
+        return gpus, f"amd-smi: {len(found)} GPU(s)"
+
+    def detect(self, sysfs_nodes: str | Path | None, *, tools: bool) -> tuple[list[GPU], list[str]]:
+        """The KFD topology; rocminfo, then amd-smi, only when sysfs shows no GPU."""
+        gpus, note = self.sysfs(sysfs_nodes)
+        notes = [note]
+        if tools and not gpus:
+            for probe in (self.rocminfo, self.smi):
+                found, note = probe()
+                notes.append(note)
+                if found:
+                    gpus = found
+                    break
+        return gpus, notes
+
+
+AMD = Amd()

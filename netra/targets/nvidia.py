@@ -1,0 +1,161 @@
+"""NVIDIA: the CUDA loader and libcuda, GPUs found by nvidia-smi (else the CUDA driver API), its probes.
+
+A device's identity is its compute capability (major, minor); NVIDIA names it sm_<major><minor>. CUDA C++
+templates that several NVIDIA classes compile live in one folder (`shared_templates`); each class keeps
+its own template manifests there beside nothing else, in kernels/<class>/.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import shutil
+import subprocess
+from collections.abc import Hashable
+from pathlib import Path
+
+from netra.targets.vendor import GPU, Vendor
+
+_TIMEOUT_S = 10
+# CUDA driver API (cuda.h): device attributes for the compute capability.
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+CUDA_ERROR_NO_DEVICE = 100
+
+
+def sm_name(major: int, minor: int) -> str:
+    """A CUDA compute capability as NVIDIA names the architecture: 9.0 -> sm_90."""
+    return f"sm_{major}{minor}"
+
+
+def _run(argv: list[str], timeout: float = _TIMEOUT_S) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=True).stdout
+
+
+def _smi_query(query: str) -> str | None:
+    """One nvidia-smi --query-gpu value of the first GPU, None when it cannot be read."""
+    try:
+        r = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.splitlines()[0].strip() if r.returncode == 0 and r.stdout.strip() else None
+
+
+class Nvidia(Vendor):
+    name = "nvidia"
+    loader = "cuda"
+    loader_module = "netra.loaders.cuda"
+    loader_class = "Cuda"
+    runtime = "CUDA"
+    libraries = ("libcuda.so.1", "libcuda.so")
+    sources = ("nvidia-smi", "libcuda")
+    install_hint = (
+        "install the NVIDIA driver (it provides libcuda.so.1) and make it findable (LD_LIBRARY_PATH), or pass "
+        "Cuda(library=PATH); `netra doctor` shows which runtime libraries this host has"
+    )
+    # CUDA C++ templates shared by NVIDIA classes (each class lists it in its `sources`, after its own folder).
+    shared_templates = "kernels/cuda"
+
+    def library_dirs(self) -> list[str]:
+        return ["/usr/local/nvidia/lib64"]  # the NVIDIA container runtime's
+
+    def conventional_name(self, identity: Hashable) -> str | None:
+        if isinstance(identity, tuple) and len(identity) == 2 and all(isinstance(x, int) for x in identity):
+            return sm_name(identity[0], identity[1])
+        return None
+
+    def _cls(self, major: int, minor: int) -> str:
+        return self.gpu_class((major, minor)) or sm_name(major, minor)
+
+    def smi(self) -> tuple[list[GPU], str] | None:
+        """None when nvidia-smi is not installed (then the driver API is asked instead)."""
+        exe = shutil.which("nvidia-smi")
+        if exe is None:
+            return None
+        try:
+            out = _run([exe, "--query-gpu=index,name,compute_cap", "--format=csv,noheader"])
+        except (OSError, subprocess.SubprocessError) as e:
+            return [], f"nvidia-smi: failed ({e})"
+        gpus: list[GPU] = []
+        for line in out.splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) < 3:
+                continue
+            index, name, cap = parts[0], ", ".join(parts[1:-1]), parts[-1]
+            m = re.fullmatch(r"(\d+)\.(\d+)", cap)
+            if m and index.isdigit():
+                cls = self._cls(int(m.group(1)), int(m.group(2)))
+                gpus.append(GPU(self.name, cls, name, int(index), "nvidia-smi"))
+        return gpus, f"nvidia-smi: {len(gpus)} GPU(s)"
+
+    def driver_api(self, library: str | Path | None = None) -> tuple[list[GPU], str]:
+        """The CUDA driver API: cuInit, cuDeviceGetCount, and each device's compute capability and name."""
+        path = Path(library) if library is not None else self.find_library()
+        if path is None:
+            return [], f"CUDA driver: {self.libraries[0]} not found"
+        try:
+            cu = ctypes.CDLL(str(path))
+        except OSError as e:
+            return [], f"CUDA driver: {path} could not be loaded ({e})"
+        rc = cu.cuInit(0)
+        if rc == CUDA_ERROR_NO_DEVICE:
+            return [], f"CUDA driver: {path}: no CUDA device"
+        if rc != 0:
+            return [], f"CUDA driver: {path}: cuInit failed with CUresult {rc}"
+        count = ctypes.c_int(0)
+        if cu.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return [], f"CUDA driver: {path}: cuDeviceGetCount failed"
+        gpus: list[GPU] = []
+        for i in range(count.value):
+            dev, major, minor = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
+            name = ctypes.create_string_buffer(256)
+            if (
+                cu.cuDeviceGet(ctypes.byref(dev), i) != 0
+                or cu.cuDeviceGetAttribute(
+                    ctypes.byref(major), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev
+                )
+                != 0
+                or cu.cuDeviceGetAttribute(
+                    ctypes.byref(minor), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev
+                )
+                != 0
+            ):
+                continue
+            cu.cuDeviceGetName(name, 256, dev)
+            label = name.value.decode(errors="replace") or f"CUDA device {i}"
+            gpus.append(GPU(self.name, self._cls(major.value, minor.value), label, i, "libcuda"))
+        return gpus, f"CUDA driver: {len(gpus)} GPU(s) via {path}"
+
+    def detect(self, sysfs_nodes: str | Path | None, *, tools: bool) -> tuple[list[GPU], list[str]]:
+        """nvidia-smi when installed, else the driver API; nothing without tools (both run code)."""
+        if not tools:
+            return [], []
+        notes = []
+        smi = self.smi()
+        if smi is None:
+            notes.append("nvidia-smi: not on PATH")
+            smi = self.driver_api()
+        notes.append(smi[1])
+        return smi[0], notes
+
+    def driver(self) -> str:
+        import platform
+
+        return _smi_query("driver_version") or platform.release()
+
+    def clocks(self) -> dict[str, int] | None:
+        raw = _smi_query("clocks.max.sm,clocks.max.mem")
+        try:
+            sm, mem = (int(float(x)) for x in (raw or "").split(","))
+        except ValueError:
+            return None
+        return {"max_sm_mhz": sm, "max_mem_mhz": mem}
+
+
+NVIDIA = Nvidia()
