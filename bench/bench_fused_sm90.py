@@ -65,18 +65,42 @@ def build(out: Path) -> int:
     jobs = []
     for t in tactics():
         for h, wo in CONTRACTS:
-            defs = {"HIDDEN": h, "WEIGHT_OFFSET": wo, "GROUP": 128, "NETRA_BLOCK": t["block"],
-                    "NETRA_ROWS_PER_BLOCK": t["rows_per_block"], "NETRA_GRID_Y": t.get("grid_y", 1), **t["constants"]}
+            defs = {
+                "HIDDEN": h,
+                "WEIGHT_OFFSET": wo,
+                "GROUP": 128,
+                "NETRA_BLOCK": t["block"],
+                "NETRA_ROWS_PER_BLOCK": t["rows_per_block"],
+                "NETRA_GRID_Y": t.get("grid_y", 1),
+                **t["constants"],
+            }
             jobs.append((t["op"], symbol(t["op"], h, wo, t["name"]), defs))
 
     def one(job: tuple[str, str, dict[str, int]]) -> str:
         op, sym, defs = job
         with tempfile.TemporaryDirectory() as tmp:
             src = Path(tmp) / f"{sym}.cu"
-            src.write_text("".join(f"#define {k} {v}\n" for k, v in {"NETRA_SYMBOL": sym, **defs}.items())
-                           + f'#include "{op}.cu"\n')
-            r = subprocess.run(["nvcc", *FLAGS, "-Xptxas=-v", "-I", str(FUSED), "-I", str(FUSED.parent),
-                                "-o", str(out / f"{sym}.cubin"), src.name], cwd=tmp, capture_output=True, text=True)
+            src.write_text(
+                "".join(f"#define {k} {v}\n" for k, v in {"NETRA_SYMBOL": sym, **defs}.items())
+                + f'#include "{op}.cu"\n'
+            )
+            r = subprocess.run(
+                [
+                    "nvcc",
+                    *FLAGS,
+                    "-Xptxas=-v",
+                    "-I",
+                    str(FUSED),
+                    "-I",
+                    str(FUSED.parent),
+                    "-o",
+                    str(out / f"{sym}.cubin"),
+                    src.name,
+                ],
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+            )
         if r.returncode:
             raise SystemExit(f"{sym}: nvcc failed:\n{r.stderr}")
         used = next((ln.split("Used", 1)[1].strip() for ln in r.stderr.splitlines() if "Used" in ln), "?")
@@ -98,7 +122,7 @@ class Fused:
         sys.path.insert(0, str(ROOT / "bench"))
         import bench_sm90
 
-        from netra.cuda import Cuda
+        from netra.loaders.cuda import Cuda
         from netra.runtime import open_catalog
 
         self.torch, self.b = torch, bench_sm90
@@ -157,7 +181,7 @@ class Fused:
     def check_case(self, op: str, t: dict[str, Any], h: int, wo: int, rows: int, seed: int) -> dict[str, Any]:
         import numpy as np
 
-        from netra import conformance
+        from netra.certify import conformance
 
         torch = self.torch
         add, store_y, quant = OPS[op]
@@ -167,25 +191,48 @@ class Fused:
         tpr = t["constants"]["THREADS_PER_ROW"]
         rms_tactic = {128: "t128", 256: "t256", 512: "t512"}[tpr]
         y_n = torch.empty_like(x)
-        self.netra(f"rmsnorm(hidden={h},weight_offset={wo})", rms_tactic,
-                   {"y": y_n.data_ptr(), "x": r_ref.data_ptr(), "w": w.data_ptr(), "eps": EPS}, rows)
+        self.netra(
+            f"rmsnorm(hidden={h},weight_offset={wo})",
+            rms_tactic,
+            {"y": y_n.data_ptr(), "x": r_ref.data_ptr(), "w": w.data_ptr(), "eps": EPS},
+            rows,
+        )
         q_n = torch.empty(rows, h, dtype=torch.uint8, device="cuda")
         s_n = torch.empty(rows, h // 128, dtype=torch.float32, device="cuda")
-        self.netra(f"fp8_group_quant(hidden={h},group=128)", "r1",
-                   {"q": q_n.data_ptr(), "scales": s_n.data_ptr(), "x": y_n.data_ptr()}, rows)
+        self.netra(
+            f"fp8_group_quant(hidden={h},group=128)",
+            "r1",
+            {"q": q_n.data_ptr(), "scales": s_n.data_ptr(), "x": y_n.data_ptr()},
+            rows,
+        )
         result: dict[str, Any] = {"rows": rows, "failures": []}
-        for inplace in ((False, True) if add else (False,)):
-            bufs = {"residual_out": self.out(rows * h, torch.bfloat16), "y": self.out(rows * h, torch.bfloat16),
-                    "q": self.out(rows * h, torch.uint8), "scales": self.out(rows * h // 128, torch.float32)}
+        for inplace in (False, True) if add else (False,):
+            bufs = {
+                "residual_out": self.out(rows * h, torch.bfloat16),
+                "y": self.out(rows * h, torch.bfloat16),
+                "q": self.out(rows * h, torch.uint8),
+                "scales": self.out(rows * h // 128, torch.float32),
+            }
             res_in = res.clone()
             ro = res_in.data_ptr() if inplace else bufs["residual_out"].data_ptr() + GUARD
             if op == "fused_add_rmsnorm":
                 ptrs = [ro, bufs["y"].data_ptr() + GUARD, x.data_ptr(), res_in.data_ptr(), w.data_ptr()]
             elif op == "rmsnorm_fp8_group_quant":
-                ptrs = [bufs["q"].data_ptr() + GUARD, bufs["scales"].data_ptr() + GUARD, x.data_ptr(), w.data_ptr()]
+                ptrs = [
+                    bufs["q"].data_ptr() + GUARD,
+                    bufs["scales"].data_ptr() + GUARD,
+                    x.data_ptr(),
+                    w.data_ptr(),
+                ]
             else:
-                ptrs = [ro, bufs["q"].data_ptr() + GUARD, bufs["scales"].data_ptr() + GUARD, x.data_ptr(),
-                        res_in.data_ptr(), w.data_ptr()]
+                ptrs = [
+                    ro,
+                    bufs["q"].data_ptr() + GUARD,
+                    bufs["scales"].data_ptr() + GUARD,
+                    x.data_ptr(),
+                    res_in.data_ptr(),
+                    w.data_ptr(),
+                ]
             self.launcher(symbol(op, h, wo, t["name"]), t, ptrs, rows)()
             torch.cuda.synchronize()
             tag = " (in place)" if inplace else ""
@@ -194,7 +241,9 @@ class Fused:
                 if used[name] and (bool((b[:GUARD] != 0xA5).any()) or bool((b[-GUARD:] != 0xA5).any())):
                     result["failures"].append(f"{name}{tag}: guard bytes written")
             got = {
-                "residual_out": res_in if inplace else bufs["residual_out"][GUARD:-GUARD].view(torch.bfloat16).view(rows, h),
+                "residual_out": res_in
+                if inplace
+                else bufs["residual_out"][GUARD:-GUARD].view(torch.bfloat16).view(rows, h),
                 "y": bufs["y"][GUARD:-GUARD].view(torch.bfloat16).view(rows, h),
                 "q": bufs["q"][GUARD:-GUARD].view(rows, h),
                 "scales": bufs["scales"][GUARD:-GUARD].view(torch.float32).view(rows, h // 128),
@@ -204,8 +253,14 @@ class Fused:
                 if (name == "residual_out" and add) or used[name]:
                     a, b = got[name].view(torch.uint8), want[name].view(torch.uint8)
                     if not torch.equal(a, b):
-                        n = int((got[name].view(-1).view(torch.uint8) != want[name].view(-1).view(torch.uint8)).sum())
-                        result["failures"].append(f"{name}{tag}: {n} bytes differ from the unfused Netra chain")
+                        n = int(
+                            (
+                                got[name].view(-1).view(torch.uint8) != want[name].view(-1).view(torch.uint8)
+                            ).sum()
+                        )
+                        result["failures"].append(
+                            f"{name}{tag}: {n} bytes differ from the unfused Netra chain"
+                        )
         # float64 judges (netra.conformance, as certify judges the unfused kernels)
         rb = r_ref.view(torch.int16).cpu().numpy().view(np.uint16)
         wb = w.view(torch.int16).cpu().numpy().view(np.uint16)
@@ -220,7 +275,9 @@ class Fused:
         if quant:
             pq = {"hidden": h, "group": 128}
             qc = conformance.Case("fused", rows, {"x": yb})
-            vq = conformance.judge("fp8_group_quant", pq, qc, {"q": q_n.cpu().numpy(), "scales": s_n.cpu().numpy()})
+            vq = conformance.judge(
+                "fp8_group_quant", pq, qc, {"q": q_n.cpu().numpy(), "scales": s_n.cpu().numpy()}
+            )
             result["dequant_max_rel_deviation"] = vq.deviations.get("dequant")
             result["fp8_one_step_at_midpoint"] = vq.counts.get("fp8_one_step_at_midpoint", 0)
             if not vq.passed:
@@ -232,7 +289,9 @@ class Fused:
     def time_fused(self, op: str, t: dict[str, Any], h: int, wo: int, rows: int) -> float:
         torch = self.torch
         add, store_y, quant = OPS[op]
-        per_set = rows * h * 2 * (2 if add else 1) + rows * h * (2 if store_y else 0) + rows * h * (2 if add else 0)
+        per_set = (
+            rows * h * 2 * (2 if add else 1) + rows * h * (2 if store_y else 0) + rows * h * (2 if add else 0)
+        )
         per_set += rows * (h + h // 32) if quant else 0
         sets = self.b.sets_for(per_set, rows, self.l2)
         launches, keep = [], []
@@ -243,9 +302,11 @@ class Fused:
             s = torch.empty(rows, h // 128, dtype=torch.float32, device="cuda")
             keep += [inp, ro, y, q, s]
             x, res, w = inp["x"].data_ptr(), inp["residual"].data_ptr(), inp["w"].data_ptr()
-            ptrs = {"fused_add_rmsnorm": [ro.data_ptr(), y.data_ptr(), x, res, w],
-                    "rmsnorm_fp8_group_quant": [q.data_ptr(), s.data_ptr(), x, w],
-                    "fused_add_rmsnorm_fp8_group_quant": [ro.data_ptr(), q.data_ptr(), s.data_ptr(), x, res, w]}[op]
+            ptrs = {
+                "fused_add_rmsnorm": [ro.data_ptr(), y.data_ptr(), x, res, w],
+                "rmsnorm_fp8_group_quant": [q.data_ptr(), s.data_ptr(), x, w],
+                "fused_add_rmsnorm_fp8_group_quant": [ro.data_ptr(), q.data_ptr(), s.data_ptr(), x, res, w],
+            }[op]
             launches.append(self.launcher(symbol(op, h, wo, t["name"]), t, ptrs, rows))
         us = self.b.graph_us(torch, lambda i: launches[i % sets](i), self.b.per_graph(per_set, sets))
         del keep
@@ -255,10 +316,19 @@ class Fused:
         torch = self.torch
         per_set = rows * h * 6
         sets = self.b.sets_for(per_set, rows, self.l2)
-        xs = [(torch.randn(rows, h, device="cuda").bfloat16(), torch.randn(rows, h, device="cuda").bfloat16(),
-               torch.empty(rows, h, device="cuda", dtype=torch.bfloat16)) for _ in range(sets)]
-        return self.b.graph_us(torch, lambda i: torch.add(xs[i % sets][0], xs[i % sets][1], out=xs[i % sets][2]),
-                               self.b.per_graph(per_set, sets))
+        xs = [
+            (
+                torch.randn(rows, h, device="cuda").bfloat16(),
+                torch.randn(rows, h, device="cuda").bfloat16(),
+                torch.empty(rows, h, device="cuda", dtype=torch.bfloat16),
+            )
+            for _ in range(sets)
+        ]
+        return self.b.graph_us(
+            torch,
+            lambda i: torch.add(xs[i % sets][0], xs[i % sets][1], out=xs[i % sets][2]),
+            self.b.per_graph(per_set, sets),
+        )
 
 
 def best_certified(table: dict[str, Any] | None, key: str, rows: int) -> tuple[str, float] | None:
@@ -278,8 +348,16 @@ def best_certified(table: dict[str, Any] | None, key: str, rows: int) -> tuple[s
 
 def bytes_moved(op: str, h: int, rows: int) -> int:
     add, store_y, quant = OPS[op]
-    return rows * (2 * h * (2 if add else 1) + (2 * h if add else 0) + (2 * h if store_y else 0)
-                   + ((h + h // 32) if quant else 0)) + 2 * h
+    return (
+        rows
+        * (
+            2 * h * (2 if add else 1)
+            + (2 * h if add else 0)
+            + (2 * h if store_y else 0)
+            + ((h + h // 32) if quant else 0)
+        )
+        + 2 * h
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -314,19 +392,35 @@ def run(args: argparse.Namespace) -> int:
                     add_cache[(h, rows)] = round(f.time_add(h, rows), 3)
                 chain, parts = 0.0, []
                 rk = best_certified(table, f"rmsnorm(hidden={h},weight_offset={wo})", rows)
-                qk = best_certified(table, f"fp8_group_quant(hidden={h},group=128)", rows) if quant else ("", 0.0)
+                qk = (
+                    best_certified(table, f"fp8_group_quant(hidden={h},group=128)", rows)
+                    if quant
+                    else ("", 0.0)
+                )
                 if rk and qk:
                     chain = rk[1] + qk[1] + (add_cache[(h, rows)] if add else 0.0)
                     parts = [f"rmsnorm {rk[0]} {rk[1]:.2f}"] + ([f"fp8 {qk[0]} {qk[1]:.2f}"] if quant else [])
                     parts += [f"add {add_cache[(h, rows)]:.2f}"] if add else []
-                row = {"op": op, "hidden": h, "weight_offset": wo, "tactic": t["name"], "rows": rows, "us": round(us, 3),
-                       "bytes": nb, "copy_best_us": min(copy.values()) if copy else None, "copy_us": copy,
-                       "add_us": add_cache.get((h, rows)) if add else None,
-                       "chain_us": round(chain, 3) if chain else None, "chain": parts}
+                row = {
+                    "op": op,
+                    "hidden": h,
+                    "weight_offset": wo,
+                    "tactic": t["name"],
+                    "rows": rows,
+                    "us": round(us, 3),
+                    "bytes": nb,
+                    "copy_best_us": min(copy.values()) if copy else None,
+                    "copy_us": copy,
+                    "add_us": add_cache.get((h, rows)) if add else None,
+                    "chain_us": round(chain, 3) if chain else None,
+                    "chain": parts,
+                }
                 out["timings"].append(row)
-                lines.append(f"{op:34} h{h:<5} {t['name']:5} {rows:>6} {us:8.2f} us  {nb / us / 1e6:5.2f} TB/s  "
-                             + (f"x copy {us / row['copy_best_us']:4.2f}  " if copy else "")
-                             + (f"chain {chain:8.2f} ({chain / us:4.2f}x: {', '.join(parts)})" if chain else ""))
+                lines.append(
+                    f"{op:34} h{h:<5} {t['name']:5} {rows:>6} {us:8.2f} us  {nb / us / 1e6:5.2f} TB/s  "
+                    + (f"x copy {us / row['copy_best_us']:4.2f}  " if copy else "")
+                    + (f"chain {chain:8.2f} ({chain / us:4.2f}x: {', '.join(parts)})" if chain else "")
+                )
                 print(lines[-1], flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
@@ -343,9 +437,15 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run")
     r.add_argument("cubins")
     r.add_argument("--json")
-    r.add_argument("--table", help="a certified sm_90 table: the unfused chain's fastest tactics per row count")
-    r.add_argument("--check-rows", type=lambda v: tuple(int(x) for x in v.split(",")), default=CHECK_ROWS,
-                   help="row counts of the correctness checks (default: %(default)s)")
+    r.add_argument(
+        "--table", help="a certified sm_90 table: the unfused chain's fastest tactics per row count"
+    )
+    r.add_argument(
+        "--check-rows",
+        type=lambda v: tuple(int(x) for x in v.split(",")),
+        default=CHECK_ROWS,
+        help="row counts of the correctness checks (default: %(default)s)",
+    )
     r.add_argument("--no-copies", action="store_true", help="skip the same-bytes copy kernels")
     args = ap.parse_args(argv)
     return build(Path(args.out)) if args.cmd == "build" else run(args)

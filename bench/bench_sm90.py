@@ -468,8 +468,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the policy Netra's kernels are selected with (default: %(default)s)",
     )
     ap.add_argument("--all-tactics", action="store_true", help="also time every candidate of each entry")
-    ap.add_argument("--table", help="serve each row count with the fastest passing candidate of this `netra certify` "
-                                    "output (an uncertified install cannot serve by policy)")
+    ap.add_argument(
+        "--table",
+        help="serve each row count with the fastest passing candidate of this `netra certify` "
+        "output (an uncertified install cannot serve by policy)",
+    )
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
     ap.add_argument("--no-eager", action="store_true", help="skip the torch eager baselines")
     ap.add_argument("--no-liger", action="store_true", help="skip Liger-kernel even when it is installed")
