@@ -176,11 +176,12 @@ _DONE = re.compile(r"done (\d+)")
 
 
 def marker(line: str) -> Marker | None:
-    """The worker's line as a Marker; None for any other line (a line that starts with the mark but
-    does not parse is not the worker's either: certify then finds its markers missing)."""
-    if not line.startswith(MARK):
+    """The worker's line as a Marker; None for any other line (a line with the mark that does not parse
+    is not the worker's either: certify then finds its markers missing, and says so)."""
+    at = line.find(MARK)  # a tool may print its own progress on the line before the worker's
+    if at < 0:
         return None
-    body = line[len(MARK) :].strip()
+    body = line[at + len(MARK) :].strip()
     if m := _BEGIN.fullmatch(body):
         return Marker("begin", int(m.group(1)), m.group(2), text_sha256=m.group(3))
     if m := _END.fullmatch(body):

@@ -161,7 +161,7 @@ class _Entry:
     index: int
     entry: tables.Entry
     cases_f: Future[Any]
-    timing_f: Future[Any]
+    timing_f: Future[Any] | None = None
     cases: prepare.Cases | None = None
     spans: list[Future[Any]] = field(default_factory=list)
     launched: dict[str, tuple[list[prepare.CaseFiles], list[dict[str, Any]], list[list[str]]]] = field(
@@ -221,7 +221,9 @@ def certify(
     logs = opts.logs if opts.logs is not None else Path(tempfile.mkdtemp(prefix="netra-certify-logs-"))
     logs.mkdir(parents=True, exist_ok=True)
     scratch = _scratch()
-    workers = opts.workers or max(1, min(12, (os.cpu_count() or 2) - 2))
+    # Judging an 8192-row case of a wide contract takes several GiB of temporaries: 8 at once fit the
+    # host beside the scratch folder, and leave cores for this process and the driver.
+    workers = opts.workers or max(1, min(8, (os.cpu_count() or 2) - 2))
     ok = False
     try:
         results = _measure(cat, dev, tools, opts, rows, replays, seed, l2, scratch, logs, workers, progress)
@@ -250,16 +252,16 @@ def _measure(
     state: list[_Entry] = []
     preflight: dict[str, Any] = {}
     try:
-        # Biggest contracts first: their cases and references take the longest.
+        # The pool runs its tasks in the order given: every contract's cases first (biggest first: they
+        # take the longest), then, as each contract's cases are in, its references, then its timing
+        # inputs (needed only once the launches are judged), then the judges.
         order = sorted(range(len(entries)), key=lambda i: -_size(entries[i][1]))
-        futures: dict[int, tuple[Future[Any], Future[Any]]] = {}
+        futures: dict[int, Future[Any]] = {}
         for i in order:
             e = entries[i][1]
-            folder = str(scratch / f"e{i}")
             rpbs = sorted({c.launch.rows_per_block for c in e.candidates})
-            futures[i] = (pool.submit(prepare.cases, e.op, e.params, rpbs, seed, folder),
-                          pool.submit(prepare.timing, e.op, e.params, list(rows), seed, folder))  # fmt: skip
-        state = [_Entry(i, e, *futures[i]) for i, (_, e) in enumerate(entries)]
+            futures[i] = pool.submit(prepare.cases, e.op, e.params, rpbs, seed, str(scratch / f"e{i}"))
+        state = [_Entry(i, e, futures[i]) for i, (_, e) in enumerate(entries)]
         t0 = time.monotonic()
         n, done = sum(len(s.entry.candidates) for s in state), 0
         pending = list(state)
@@ -275,6 +277,8 @@ def _measure(
             for cf in s.cases.cases.values():
                 s.spans += [pool.submit(prepare.expected, s.entry.op, s.entry.params, cf, a, b)
                             for a, b in prepare.spans(cf)]  # fmt: skip
+            s.timing_f = pool.submit(prepare.timing, s.entry.op, s.entry.params, list(rows), seed,
+                                     str(scratch / f"e{s.index}"))  # fmt: skip
             if not preflight and (tools.checkers or tools.profiler):
                 preflight = _start_preflight(cat, tools, s, scratch, logs, symbols, opts)
             try:
@@ -298,10 +302,11 @@ def _measure(
             _pump(pool, state)
             ready = [s for s in state if not s.timed and len(s.verdicts) == len(s.entry.candidates)]
             if not ready:
-                waiting = [
-                    f for s in state for f in (*s.spans, *s.judges.values(), s.timing_f) if not f.done()
-                ]
-                wait(waiting or [s.timing_f for s in state], timeout=1.0, return_when=FIRST_COMPLETED)
+                waiting = [f for s in state for f in (*s.spans, *s.judges.values()) if not f.done()]
+                if waiting:
+                    wait(waiting, timeout=1.0, return_when=FIRST_COMPLETED)
+                else:
+                    time.sleep(0.05)  # judges were just handed out: collect them on the next round
                 continue
             s = ready[0]
             _time_entry(cat, dev, s, rows, replays, l2)
@@ -413,6 +418,7 @@ def _time_entry(cat: Any, dev: Any, s: _Entry, rows: tuple[int, ...], replays: i
     from netra.certify import prepare
 
     assert s.cases is not None
+    assert s.timing_f is not None
     timing = _result(s.timing_f, f"{s.entry.key}: making its timing inputs")
     passing = [c for c in s.entry.candidates if s.verdicts[c.artifact][0]]
     like = s.cases.cases[s.cases.by_rows_per_block[min(s.cases.by_rows_per_block)][0]]
@@ -468,6 +474,7 @@ def _profile_item(s: _Entry, cand: tables.Candidate) -> planfile.Item:
     from netra.certify import conformance
 
     assert s.cases is not None
+    assert s.timing_f is not None
     timing = _result(s.timing_f, f"{s.entry.key}: making its timing inputs")
     like = s.cases.cases[s.cases.by_rows_per_block[min(s.cases.by_rows_per_block)][0]]
     outs = conformance.outputs(s.entry.op, s.entry.params, PREFILL_ROWS)

@@ -310,6 +310,7 @@ def _candidate_lines(k: dict[str, Any]) -> list[str]:
         times = ", ".join(f"{t['rows']} rows {t['median_us']} us" for t in hw.get("timings", []))
         if times:
             lines.append(f"timings (median): {times}")
+        lines += _tool_lines(hw)
     ln = k["launch"]
     grid = ", ".join(
         f"ceil(rows/{a['rows_per_block']})" if isinstance(a, dict) else str(a) for a in ln["grid"]
@@ -327,6 +328,32 @@ def _candidate_lines(k: dict[str, Any]) -> list[str]:
     lines.append(f".text sha256 {h['text_sha256']}; launch sha256 {h['launch_sha256']}")
     whole = f"{h['file_sha256']} (build.json)" if h["file_sha256"] else "not recorded (a source checkout)"
     lines.append(f"code object sha256 {whole}; as locked {h['code_sha256']}")
+    return lines
+
+
+def _tool_lines(hw: dict[str, Any]) -> list[str]:
+    """The memory checkers' and the profiler's evidence, one line each (docs/certify.md)."""
+    lines = []
+    sz = hw.get("sanitizer")
+    if sz:
+        checks = ", ".join(
+            f"{c['check']} {c['result']}"
+            + (f" ({c['findings']}, first: {c['first']})" if c["findings"] else "")
+            for c in sz["checks"]
+        )
+        ran = next((f" [{c['tool']} {c['version']}]" for c in sz["checks"] if c["version"]), "")
+        line = f"memory checkers: {sz['result']}" + (f" ({sz['note']})" if sz["note"] else "")
+        line += (f": {checks}" if checks else "") + ran
+        if sz["result"] in ("skipped", "unavailable"):
+            line += "; without them a passing candidate is only verified, never served by the default policy"
+        lines.append(line)
+    pr = hw.get("profile")
+    if pr and pr["result"] == "measured":
+        lines.append(f"profile ({pr['tool']} {pr['version']}, {pr['rows']} rows): DRAM {pr['dram_throughput_pct']}% "
+                     f"of peak, {pr['duration_us']} us, {pr['dram_read_bytes']} bytes read, "
+                     f"{pr['dram_write_bytes']} written")  # fmt: skip
+    elif pr:
+        lines.append(f"profile: {pr['result']} ({pr['note']})")
     return lines
 
 
