@@ -334,6 +334,21 @@ def test_a_report_naming_no_kernel_belongs_to_the_launch_it_was_printed_in() -> 
     assert _findings(s) == {A: 0, B: 1, C: 0}
 
 
+def test_racecheck_warnings_are_findings_whatever_the_exit_status_and_tool_warnings_are_not() -> None:
+    warning = RACECHECK_C.replace("Error: Race", "Warning: Race")
+    out = _worker(0, A) + _worker(1, B) + _worker(2, C, warning) + planfile.done(3) + "\n"
+    summary = "========= RACECHECK SUMMARY: 1 hazard displayed (0 errors, 1 warnings)\n"
+    for rc in (0, sanitizer.EXIT_FINDINGS):  # the manual does not say whether a warning sets --error-exitcode
+        assert _findings(_settle("racecheck", out + summary, rc)) == {A: 0, B: 0, C: 1}
+    note = "========= Warning: the tool's own remark about this host\n"
+    clean = note + _worker(0, A) + _worker(1, B) + _worker(2, C) + planfile.done(3) + "\n"
+    assert _findings(_settle("memcheck", clean + "========= ERROR SUMMARY: 0 errors\n", 0)) == {
+        A: 0,
+        B: 0,
+        C: 0,
+    }
+
+
 def test_what_cannot_be_attributed_or_trusted_fails_the_run() -> None:
     done = planfile.done(3) + "\n"
     every = _worker(0, A) + _worker(1, B) + _worker(2, C)

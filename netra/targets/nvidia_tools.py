@@ -42,6 +42,7 @@ _VERSION_TIMEOUT_S = 60.0
 # A summary line: `ERROR SUMMARY: 3 errors`, `RACECHECK SUMMARY: 1 hazard displayed (...)`; the first
 # number is what the tool printed (errors, or hazards displayed).
 _SUMMARY = re.compile(r"^([A-Z]+) SUMMARY:\s*(\d+)\s+(?:errors?|hazards?)\b")
+_SPLIT = re.compile(r"\((\d+) errors?, (\d+) warnings?")  # racecheck's "(1 error, 0 warnings)"
 # The tool's own informational lines (not findings): its banner, a leak summary, the program's exit.
 _INFO = re.compile(
     r"^(COMPUTE-SANITIZER$|LEAK SUMMARY:|Target application returned an error|"
@@ -139,7 +140,7 @@ class Sanitizer(MemoryChecker):
     def read(self, text: str) -> CheckerOutput:
         events: list[Report | str] = []
         notes: list[str] = []
-        counts: dict[str, int] = {}
+        counts: dict[str, tuple[int, int, int]] = {}  # kind -> (printed, errors, warnings)
         block: list[str] | None = None
 
         def close() -> None:
@@ -161,7 +162,11 @@ class Sanitizer(MemoryChecker):
                 block.append(stripped)
             elif m := _SUMMARY.match(stripped):
                 close()
-                counts[m.group(1)] = counts.get(m.group(1), 0) + int(m.group(2))
+                n = int(m.group(2))
+                split = _SPLIT.search(stripped)
+                errors, warnings = (int(split.group(1)), int(split.group(2))) if split else (n, 0)
+                was = counts.get(m.group(1), (0, 0, 0))
+                counts[m.group(1)] = (was[0] + n, was[1] + errors, was[2] + warnings)
                 notes.append(stripped)
             elif _INFO.match(stripped):
                 close()
@@ -170,8 +175,10 @@ class Sanitizer(MemoryChecker):
                 close()
                 block = [stripped]
         close()
-        summary = next((counts[k] for k in self.summaries if k in counts), None)
-        return CheckerOutput(tuple(events), summary, tuple(notes))
+        mine = next((counts[k] for k in self.summaries if k in counts), None)
+        if mine is None:
+            return CheckerOutput(tuple(events), None, tuple(notes))
+        return CheckerOutput(tuple(events), mine[0], tuple(notes), errors=mine[1], warnings=mine[2])
 
 
 # The memory checkers, in the order the evidence lists them. --padding 4096 (memcheck): a buffer after

@@ -62,12 +62,15 @@ class Report:
 @dataclass(frozen=True)
 class CheckerOutput:
     """A memory checker's output, read: its reports and the program's own lines in the order printed,
-    the count the tool's own summary line gives (None when it printed none: it did not finish), and its
-    informational lines."""
+    the number of reports the tool's own summary line says it printed (None when it printed none: it
+    did not finish), how many of them it counts as errors and as warnings (errors decide its exit
+    status; warnings may), and its informational lines."""
 
     events: tuple[Report | str, ...]  # a str is a line the program printed (not the tool's)
     summary: int | None
     notes: tuple[str, ...]
+    errors: int = 0
+    warnings: int = 0
 
 
 class MemoryChecker(ABC):
