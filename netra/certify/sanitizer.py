@@ -18,6 +18,7 @@ initcheck one whose input was never written, racecheck and synccheck must finish
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -31,7 +32,7 @@ from typing import Any
 
 from netra.certify import plan as planfile
 from netra.core import proc
-from netra.errors import CertificationError, NetraError, ToolError, ToolTimeoutError
+from netra.errors import CertificationError, ToolError, ToolTimeoutError
 from netra.targets.vendor import CheckerOutput, MemoryChecker, Report
 
 EXIT_FINDINGS = 86  # the checker's exit status when it reported anything (--error-exitcode)
@@ -256,16 +257,18 @@ def run_all(
     label: str = "",
 ) -> dict[str, list[Checked]]:
     """Every checker over the plan, concurrently; the first failure stops the others and is raised."""
-    failed = threading.Event()
+    first: list[BaseException] = []  # the failure that stopped the others (theirs follow from it)
+    mutex = threading.Lock()
 
     def one(checker: MemoryChecker, exe: Path) -> list[Checked]:
         t0 = time.monotonic()
         try:
             got = run_checker(checker, exe, p, symbols, folder, timeout=timeout, label=label)
-        except BaseException:
-            if not failed.is_set():
-                failed.set()
-                proc.kill_all()  # the other checkers' processes: their results no longer matter
+        except BaseException as e:
+            with mutex:
+                if not first:
+                    first.append(e)
+                    proc.kill_all()  # the other checkers' processes: their results no longer matter
             raise
         if progress:
             found = sum(1 for c in got if c.findings)
@@ -275,18 +278,12 @@ def run_all(
 
     with ThreadPoolExecutor(max_workers=max(1, len(checkers))) as ex:
         futures = {c.check: ex.submit(one, c, exe) for c, exe in checkers}
-        errors: list[BaseException] = []
         out: dict[str, list[Checked]] = {}
         for check, f in futures.items():
-            try:
+            with contextlib.suppress(BaseException):  # the first failure is raised below, once all are done
                 out[check] = f.result()
-            except NetraError as e:
-                errors.append(e)
-            except BaseException as e:  # interrupted while the others ran
-                errors.append(e)
-    if errors:
-        first = next((e for e in errors if isinstance(e, CertificationError)), errors[0])
-        raise first
+    if first:
+        raise first[0]
     return out
 
 
