@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import certevidence
 import pytest
 
 from netra import certify
@@ -42,11 +43,7 @@ def certified(raw: dict[str, Any], *, text: str | None = None) -> dict[str, Any]
     t["certification"]["note"] = tables.HARDWARE_NOTE.format(target="sm_90")
     c = t["entries"][0]["candidates"][0]
     c["maturity"] = "accepted"
-    c["evidence"]["hardware"] = {
-        "run": 0, "text_sha256": text or c["text_sha256"], "passed": True, "reason": "", "reference": "float64",
-        "max_rel_deviation": 1e-3, "tolerance": 4e-3, "cases": 1, "counts": {},
-        "timings": [{"rows": 8192, "median_us": 10.0}],
-    }  # fmt: skip
+    c["evidence"]["hardware"] = certevidence.hardware(text or c["text_sha256"])
     return t
 
 
@@ -140,11 +137,14 @@ def test_a_table_whose_candidate_text_differs_from_the_lock_fails_against_lock(t
     assert any("missing from the sm_90 table" in w for w in wrong)
 
 
-def _result(tactic: str, timings: dict[int, float], passed: bool = True) -> certify.Result:
+def _result(
+    tactic: str, timings: dict[int, float], passed: bool = True, memory: str = "clean"
+) -> certify.Result:
     cand = type("C", (), {"tactic": tactic})()
     return certify.Result(
-        candidate=cand, passed=passed, reason="" if passed else "case x: wrong", max_rel_deviation=0.0,  # type: ignore[arg-type]
+        candidate=cand, passed=passed, reason="" if passed else "case x: wrong", max_rel_deviation=0.0,
         tolerance=1.0, cases=1, counts={}, timings=[{"rows": r, "median_us": us} for r, us in timings.items()],
+        sanitizer=certevidence.sanitizer("a" * 64, memory),
     )  # fmt: skip
 
 
@@ -173,11 +173,20 @@ def test_ranking_is_deterministic_and_dispatch_follows_the_measurements() -> Non
     assert d is None  # dec wins everywhere once noise within 3% is ignored
     only = certify.rank([decode, broken])
     assert only[1] is None and [r.candidate.tactic for r in only[0]] == ["dec", "bad"]
+    # Fastest everywhere but not memory-checked (skipped): verified, after the accepted, out of the dispatch;
+    # a memory-checker finding rejects a candidate that passed conformance.
+    unchecked = _result("fast", {1: 1.0, 16: 1.0, 512: 1.0, 8192: 1.0}, memory="skipped")
+    found = _result("leak", {1: 0.5, 16: 0.5, 512: 0.5, 8192: 0.5}, memory="findings")
+    ranked2, dispatch2 = certify.rank([unchecked, found, decode, prefill])
+    assert [(r.candidate.tactic, r.maturity) for r in ranked2] == [
+        ("pre", "accepted"), ("dec", "accepted"), ("fast", "verified"), ("leak", "rejected"),
+    ]  # fmt: skip
+    assert dispatch2 == dispatch
 
 
 def test_certify_without_a_gpu_is_one_line_and_writes_nothing(installed_venv: Any, tmp_path: Path) -> None:
-    out = tmp_path / "sm_90.json"
-    r = installed_venv.run("netra", "certify", "--gpu-class", "sm_90", "--out", out)
+    out = tmp_path / "sm_90.json"  # --quick: no memory checker or profiler is looked for (CI has neither)
+    r = installed_venv.run("netra", "certify", "--gpu-class", "sm_90", "--out", out, "--quick")
     assert r.returncode == 1 and not out.exists()
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("netra: error:"), r.stderr

@@ -48,8 +48,7 @@ def test_doctor_require_gpu_passes_and_reports_sm_90_accepted() -> None:
 
 
 def test_every_accepted_kernel_matches_the_reference_through_the_public_api() -> None:
-    from netra.certify import conformance
-    from netra.certify import run as certify
+    from netra.certify import conformance, measure
     from netra.loaders.cuda import Cuda
     from netra.runtime import open_catalog
 
@@ -69,7 +68,7 @@ def test_every_accepted_kernel_matches_the_reference_through_the_public_api() ->
             cases = conformance.cases(
                 entry.op, entry.params, rows_per_block=k.candidate.launch.rows_per_block
             )
-            ok, reason, dev, tol, _ = certify._correctness(cu, k, entry, cases)
+            ok, reason, dev, tol, _ = measure.correctness(cu, k, entry, cases)
             ran.append((k.artifact, ok, dev, tol))
             assert ok, f"{k.artifact}: {reason}"
             assert dev is not None and dev <= tol

@@ -1,10 +1,15 @@
-"""Certification: a class's table judged and timed on its hardware (`netra certify`, docs/certify.md).
+"""Certification: a class's table judged, timed, memory-checked and profiled on its hardware (`netra
+certify`, docs/certify.md).
 
-run: the certification run itself (every candidate on the device, ranked, the table written);
-conformance: the test vectors and the judge; reference: the float64 reference of every op family.
-numpy (the certify extra) is imported by the functions that need it.
+run: the certification run (the phases, the table); measure: launching and timing on the device;
+prepare: the host work in worker processes (cases, references, judging); sanitizer and profile: the
+vendor's memory checkers and profiler over every candidate, through the worker (worker, plan); ranking:
+order, maturity and dispatch from the evidence; conformance: the test vectors and the judge;
+reference: the float64 reference of every op family. numpy (the certify extra) is imported by the
+functions that need it.
 """
 
-from netra.certify.run import Result, certify, rank, rerank, write
+from netra.certify.ranking import Result, rank, rerank
+from netra.certify.run import Options, certify, write
 
-__all__ = ["Result", "certify", "rank", "rerank", "write"]
+__all__ = ["Options", "Result", "certify", "rank", "rerank", "write"]

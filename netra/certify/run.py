@@ -1,244 +1,569 @@
 """`netra certify`: run every candidate of a GPU class's table on that GPU, judge it against the float64
-reference, time it, rank it, and write the hardware-certified table.
+reference, time it, run its vendor's memory checkers and profiler over it, rank it, and write the
+hardware-certified table (docs/certify.md).
 
 It runs from an installed wheel: the kernels are the install's verified code objects (the runtime's
-integrity checks run first), the loader is the class's vendor's (netra.loaders.cuda for sm_90,
-netra.loaders.hip for gfx950), and nothing but numpy is needed besides. Per candidate:
+integrity checks run first), the loader is the class's vendor's, and nothing but numpy is needed
+besides (and the vendor's tools for the memory checkers and the profiler). Phases, each timed in the
+progress lines:
 
-- correctness: every netra.certify.conformance case (row counts 1, a few, not a multiple of the block's rows,
-  large; several value scales, zeros, saturation, FP8 midpoints, tied router logits), outputs
-  poisoned before the launch and fenced by guard bytes on both sides that must come back untouched;
-  judged by netra.certify.conformance against netra.certify.reference (float64);
-- timing: CUDA events around CUDA-graph replays (what a serving engine runs), warm-up first, the median
-  of many, at decode and prefill row counts; inputs rotate through several buffer sets where one set
-  would fit in L2; effective bandwidth = the bytes the op must move / time.
+1. tools: the vendor's memory checkers and profiler found and their versions read, before anything
+   runs (a missing one is a one-line error unless its phase is skipped);
+2. correctness: every netra.certify.conformance case of every candidate launched on poisoned, fenced
+   outputs (netra.certify.measure); the cases, their float64 references and the judging are computed
+   in worker processes meanwhile (netra.certify.prepare); a one-candidate run of each tool proves it
+   works on this host (netra.certify.sanitizer.preflight) while the launches run;
+3. timing: each candidate that passed, by CUDA-graph replay at every row count (nothing else on the GPU);
+4. memory checkers: all of them concurrently over every passing candidate's cases (netra.certify.sanitizer);
+5. profile: every passing candidate once at the prefill row count under the profiler (netra.certify.profile);
+6. ranking (netra.certify.ranking) and the table, checked by the runtime's own reader before it is returned.
 
-Ranking (given the measurements, deterministic): candidates that pass every case are `accepted`,
-ordered by their median at the prefill row count; the others are `rejected` with the first failing
-case as the reason. Where different accepted tactics are fastest at different row counts, the entry
-gets a `dispatch`: per measured row count the fastest, keeping the previous winner unless another is
-faster by more than HYSTERESIS, merged into row ranges. The table holds no timestamps and no paths.
+Nothing is written before the end; `write` writes the table atomically.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import statistics
+import multiprocessing
+import os
+import shutil
+import tempfile
+import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from netra import __version__, targets
+from netra.certify import measure
+from netra.certify import plan as planfile
+from netra.certify import profile as profiling
+from netra.certify import sanitizer as sanitizing
+from netra.certify.ranking import HYSTERESIS, PREFILL_ROWS, Result, rank, rerank
 from netra.errors import CertificationError, NetraError
 from netra.runtime import tables
 
+if TYPE_CHECKING:
+    from netra.certify import prepare
+
+__all__ = ["HYSTERESIS", "PREFILL_ROWS", "ROWS", "Options", "Result", "certify", "rank", "rerank", "write"]
+
 ROWS = (1, 16, 64, 512, 8192, 32768)
-PREFILL_ROWS = 8192
-ROTATE_FROM_ROWS = 512  # from here up inputs rotate through buffer sets larger than L2
-WARMUP = 3
 REPLAYS = 25
-TARGET_REPLAY_US = 500.0  # launches per graph so that one replay lasts about this long
-HYSTERESIS = 0.03
-GUARD = 256  # bytes fenced on each side of every output
-POISON = 0xFF  # NaN in bf16/f32/FP8, -1 as an expert id: an unwritten output fails the judge
-FENCE = 0xA5
+CANARY_ROWS = 64  # the memory checkers' deliberately bad launch: this many rows past its buffers
+SCRATCH_BYTES = 24 << 30  # what the cases, references and timing inputs of a class may take on disk
 Progress = Callable[[str], None]
 
 
+@dataclass(frozen=True)
+class Options:
+    """What certify runs besides the judge and the timing, and where the tools' logs go."""
+
+    sanitize: bool = True  # False: the memory checkers are recorded as skipped (never as clean)
+    profile: bool = True  # False: the profile is recorded as skipped
+    tool_timeout: float = sanitizing.TIMEOUT_S  # per memory checker and for the profiler
+    logs: Path | None = None  # the tools' logs (None: a temporary folder, kept only when certify fails)
+    workers: int | None = None  # host worker processes (None: from the CPU count)
+
+
 @dataclass
-class Result:
-    candidate: tables.Candidate
-    passed: bool
-    reason: str
-    max_rel_deviation: float | None
-    tolerance: float
-    cases: int
-    counts: dict[str, int]
-    timings: list[dict[str, Any]] = field(default_factory=list)
+class _Tools:
+    vendor: str  # the vendor's name
+    every: list[Any]  # the vendor's memory checkers, run or not (what a skipped result lists)
+    skipped_sanitizer: bool
+    skipped_profile: bool
+    checkers: list[tuple[Any, Path, str]] = field(
+        default_factory=list
+    )  # (MemoryChecker, exe, version) to run
+    profiler: tuple[Any, Path, str] | None = None
 
 
-def _loader(table: tables.Table) -> Any:
-    """A new instance of the class's vendor's loader (netra.loaders.<loader>)."""
-    return targets.get(table.gpu_class).vendor.open_loader()
+def _say(progress: Progress | None, msg: str) -> None:
+    if progress:
+        progress(msg)
 
 
-class _Buffers:
-    """Device allocations of one launch: inputs uploaded, outputs poisoned and fenced."""
-
-    def __init__(self, dev: Any) -> None:
-        self.dev = dev
-        self.ptrs: list[int] = []
-        # name -> (base, size, dtype, shape)
-        self.outputs: dict[str, tuple[int, int, Any, tuple[int, ...]]] = {}
-        self.args: dict[str, Any] = {}
-
-    def input(self, name: str, data: bytes) -> None:
-        p = self.dev.alloc(len(data))
-        self.ptrs.append(p)
-        self.dev.upload(p, data)
-        self.args[name] = p
-
-    def output(self, name: str, dtype: Any, shape: tuple[int, ...]) -> None:
-        import numpy as np
-
-        size = int(np.dtype(dtype).itemsize * math.prod(shape))
-        base = self.dev.alloc(size + 2 * GUARD)
-        self.ptrs.append(base)
-        self.dev.fill(base, FENCE, GUARD)
-        self.dev.fill(base + GUARD, POISON, size)
-        self.dev.fill(base + GUARD + size, FENCE, GUARD)
-        self.outputs[name] = (base, size, dtype, shape)
-        self.args[name] = base + GUARD
-
-    def read(self) -> tuple[dict[str, Any], list[str]]:
-        import numpy as np
-
-        got, fences = {}, []
-        for name, (base, size, dtype, shape) in self.outputs.items():
-            raw = self.dev.download(base, size + 2 * GUARD)
-            if raw[:GUARD] != bytes([FENCE]) * GUARD:
-                fences.append(f"{name}: bytes before the output were written")
-            if raw[GUARD + size :] != bytes([FENCE]) * GUARD:
-                fences.append(f"{name}: bytes after the output were written")
-            got[name] = np.frombuffer(raw[GUARD : GUARD + size], dtype=dtype).reshape(shape)
-        return got, fences
-
-    def free(self) -> None:
-        for p in self.ptrs:
-            self.dev.free(p)
-        self.ptrs.clear()
-
-
-def _correctness(
-    dev: Any,
-    kernel: Any,
-    entry: tables.Entry,
-    cases: list[Any],
-    expected: dict[tuple[str, int], Any] | None = None,
-) -> tuple[bool, str, float | None, float, dict[str, int]]:
-    """Run every case on the device and judge it; `expected` caches the float64 reference across tactics."""
-    import os
-
-    from netra.certify import conformance
-
-    expected = {} if expected is None else expected
-    passed, reason = True, ""
-    worst: float | None = 0.0
-    tol = 0.0
-    counts: dict[str, int] = {}
-    for case in cases:
-        buf = _Buffers(dev)
-        try:
-            for name, arr in case.inputs.items():
-                buf.input(name, arr.tobytes())
-            for name, (dtype, shape) in conformance.outputs(entry.op, entry.params, case.rows).items():
-                buf.output(name, dtype, shape)
-            args = {**buf.args, **case.scalars, "rows": case.rows}
-            dev.launch(kernel, case.rows, 0, args)
-            dev.synchronize()
-            got, fences = buf.read()
-        finally:
-            buf.free()
-        key = (case.name, case.rows)
-        if key not in expected:
-            expected[key] = conformance.expected(entry.op, entry.params, case, workers=os.cpu_count() or 1)
-        v = conformance.judge(entry.op, entry.params, case, got, expected[key])
-        tol = max(tol, v.tolerance)
-        for k, n in v.counts.items():
-            counts[k] = counts.get(k, 0) + n
-        if fences:
-            counts["guard_violations"] = counts.get("guard_violations", 0) + len(fences)
-        if worst is not None:
-            worst = (
-                None
-                if v.max_rel_deviation is None or not math.isfinite(v.max_rel_deviation)
-                else max(worst, v.max_rel_deviation)
-            )
-        if passed and (fences or not v.passed):
-            passed = False
-            reason = f"case {case.name} (rows {case.rows}): " + ("; ".join(fences) if fences else v.reason)
-    return passed, reason[:600], worst, tol, counts
-
-
-def _timing_bytes(like: Any, rows: int, seed: int) -> dict[str, bytes]:
-    """Random bf16 inputs of `rows` rows shaped like a conformance case's (activations: never zeros)."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, arr in sorted(like.inputs.items()):
-        shape = (rows, *arr.shape[1:]) if arr.ndim == 2 else arr.shape
-        n = math.prod(shape)
-        base = min(n, 1 << 22)
-        bits = (rng.standard_normal(base, dtype=np.float32).view(np.uint32) >> 16).astype(arr.dtype)
-        reps = -(-n // base)
-        out[name] = np.tile(bits, reps)[:n].tobytes() if reps > 1 else bits.tobytes()
+def _tools(vendor: Any, opts: Options) -> _Tools:
+    """The vendor's memory checkers and profiler, found and asked for their versions (or why not)."""
+    out = _Tools(vendor.name, list(vendor.memory_checkers()), not opts.sanitize, not opts.profile)
+    versions: dict[Path, str] = {}
+    if opts.sanitize:
+        for c in out.every:
+            exe = c.find()
+            if exe is None:
+                raise CertificationError(
+                    f"{c.tool} ({c.check}, a memory checker `netra certify` runs for {vendor.name}) is not found "
+                    f"(looked in {', '.join(c.searched())})",
+                    f"{c.install_hint}; or pass --skip-sanitizer (recorded as skipped, and a candidate without "
+                    "memory-checker evidence is at most verified)",
+                )
+            if exe not in versions:
+                versions[exe] = c.version(exe)
+            out.checkers.append((c, exe, versions[exe]))
+    if opts.profile:
+        pr = vendor.profiler()
+        if pr is not None:
+            exe = pr.find()
+            if exe is None:
+                raise CertificationError(
+                    f"{pr.tool} (the profiler `netra certify` runs for {vendor.name}) is not found (looked in "
+                    f"{', '.join(pr.searched())})",
+                    f"{pr.install_hint}; or pass --skip-profile (recorded as skipped)",
+                )
+            out.profiler = (pr, exe, pr.version(exe))
     return out
 
 
-def _time(
-    dev: Any,
-    kernel: Any,
-    entry: tables.Entry,
-    like: Any,
-    rows: int,
-    l2_bytes: int,
-    inputs: dict[str, bytes],
-    replays: int,
-) -> dict[str, Any]:
-    import numpy as np
+def _scratch() -> Path:
+    """A folder for the cases, references and timing inputs: memory-backed where it has the room."""
+    places = [Path("/dev/shm"), Path(tempfile.gettempdir())]
+    usable = []
+    for p in places:
+        try:
+            if p.is_dir() and os.access(p, os.W_OK):
+                usable.append((shutil.disk_usage(p).free, p))
+        except OSError:
+            continue
+    roomy = [p for free, p in usable if free >= SCRATCH_BYTES]
+    base = roomy[0] if roomy else max(usable, default=(0, Path(tempfile.gettempdir())))[1]
+    return Path(tempfile.mkdtemp(prefix="netra-certify-", dir=base))
 
+
+class _Pool:
+    """The host work in worker processes (netra.certify.prepare), and what is waiting on what."""
+
+    def __init__(self, workers: int) -> None:
+        self.ex = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        return self.ex.submit(fn, *args)
+
+    def shutdown(self) -> None:
+        self.ex.shutdown(wait=True, cancel_futures=True)
+
+
+def _result(f: Future[Any], what: str) -> Any:
+    try:
+        return f.result()
+    except NetraError:
+        raise
+    except Exception as e:  # a worker process failed (or died: BrokenProcessPool)
+        raise CertificationError(f"{what} failed in a worker process: {type(e).__name__}: {e}"[:600],
+                                 "a bug or the host running out of memory; certify again") from None  # fmt: skip
+
+
+@dataclass
+class _Entry:
+    """One contract's progress through the phases."""
+
+    index: int
+    entry: tables.Entry
+    cases_f: Future[Any]
+    timing_f: Future[Any] | None = None
+    cases: prepare.Cases | None = None
+    spans: list[Future[Any]] = field(default_factory=list)
+    launched: dict[str, tuple[list[prepare.CaseFiles], list[dict[str, Any]], list[list[str]]]] = field(
+        default_factory=dict
+    )
+    judges: dict[str, Future[Any]] = field(default_factory=dict)
+    verdicts: dict[str, measure.Judged] = field(default_factory=dict)
+    timings: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    timed: bool = False
+    buffers: dict[str, measure.Buffers] = field(default_factory=dict)  # per case, shared by the candidates
+    cleared: bool = False  # its reference files removed (every verdict is in)
+
+
+def certify(
+    gpu_class: str,
+    *,
+    install: Any = None,
+    rows: tuple[int, ...] = ROWS,
+    replays: int = REPLAYS,
+    seed: int = 0,
+    progress: Progress | None = None,
+    options: Options | None = None,
+) -> dict[str, Any]:
+    """The certified table of `gpu_class` for this install, measured on this host's GPU."""
+    from netra import runtime
+
+    opts = options or Options()
+    t_start = time.monotonic()
+    cat = runtime.open_catalog(gpu_class, install=install)
+    table = cat.table
+    if table.certification != "hardware":
+        raise CertificationError(
+            f"the {gpu_class} table of this install is certified {table.certification!r}: its catalog "
+            f'declares certification = "static" for {gpu_class}',
+            f'set certification = "hardware" in manifests/{gpu_class}/tactics.toml, `netra lock`, rebuild, '
+            "then certify from that wheel",
+        )
+    vendor = targets.get(gpu_class).vendor
+    tools = _tools(vendor, opts)
+    dev = vendor.open_loader()
+    have = dev.gpu_class()
+    if have != gpu_class:
+        raise CertificationError(
+            f"this host's GPU is {have} ({dev.device_name()}); certifying {gpu_class} needs an {gpu_class} GPU",
+            f"run `netra certify --gpu-class {gpu_class}` on a host with that GPU",
+        )
+    cat.verify()  # every code object against the lock before anything runs
+    l2 = measure.l2_bytes(dev)
+    total = sum(len(e.candidates) for e in table.entries.values())
+    checkers = ", ".join(c.check for c, _, _ in tools.checkers)
+    _say(progress, f"certify {gpu_class} on {dev.device_name()}: {total} candidates of {len(table.entries)} contracts; "
+                   + (f"memory checkers {checkers} ({tools.checkers[0][0].tool} {tools.checkers[0][2]})"
+                      if tools.checkers else "memory checkers " + ("skipped" if tools.skipped_sanitizer else "unavailable"))
+                   + "; profiler " + (f"{tools.profiler[0].tool} {tools.profiler[2]}" if tools.profiler
+                                      else "skipped" if tools.skipped_profile else "unavailable"))  # fmt: skip
+    logs_given = opts.logs is not None
+    logs = opts.logs if opts.logs is not None else Path(tempfile.mkdtemp(prefix="netra-certify-logs-"))
+    logs.mkdir(parents=True, exist_ok=True)
+    scratch = _scratch()
+    # Judging an 8192-row case of a wide contract takes several GiB of temporaries: 8 at once fit the
+    # host beside the scratch folder, and leave cores for this process and the driver.
+    workers = opts.workers or max(1, min(8, (os.cpu_count() or 2) - 2))
+    ok = False
+    try:
+        results = _measure(cat, dev, tools, opts, rows, replays, seed, l2, scratch, logs, workers, progress)
+        raw = _table(cat, _run_info(dev, table, cat.lock, rows, replays, seed), results, logs)
+        ok = True
+        _say(progress, f"certified in {time.monotonic() - t_start:.1f} s")
+        return raw
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if not logs_given and ok:
+            shutil.rmtree(logs, ignore_errors=True)
+        elif not ok:
+            _say(progress, f"the tools' logs are kept in {logs}")
+
+
+def _measure(
+    cat: Any, dev: Any, tools: _Tools, opts: Options, rows: tuple[int, ...], replays: int, seed: int, l2: int,
+    scratch: Path, logs: Path, workers: int, progress: Progress | None,
+) -> dict[str, list[Result]]:  # fmt: skip
+    from netra.certify import prepare
+
+    table = cat.table
+    entries = sorted(table.entries.items())
+    symbols = {c.artifact: c.symbol for c in table.candidates()}
+    pool = _Pool(workers)
+    state: list[_Entry] = []
+    preflight: dict[str, Any] = {}
+    try:
+        # The pool runs its tasks in the order given: every contract's cases first (biggest first: they
+        # take the longest), then, as each contract's cases are in, its references, then its timing
+        # inputs (needed only once the launches are judged), then the judges.
+        order = sorted(range(len(entries)), key=lambda i: -_size(entries[i][1]))
+        futures: dict[int, Future[Any]] = {}
+        for i in order:
+            e = entries[i][1]
+            rpbs = sorted({c.launch.rows_per_block for c in e.candidates})
+            futures[i] = pool.submit(prepare.cases, e.op, e.params, rpbs, seed, str(scratch / f"e{i}"))
+        state = [_Entry(i, e, futures[i]) for i, (_, e) in enumerate(entries)]
+        t0 = time.monotonic()
+        n, done = sum(len(s.entry.candidates) for s in state), 0
+        pending = list(state)
+        while pending:
+            ready = [s for s in pending if s.cases_f.done()]
+            if not ready:
+                _pump(pool, state)
+                wait([s.cases_f for s in pending], timeout=1.0, return_when=FIRST_COMPLETED)
+                continue
+            s = ready[0]
+            pending.remove(s)
+            s.cases = _result(s.cases_f, f"{s.entry.key}: making its conformance cases")
+            for cf in s.cases.cases.values():
+                s.spans += [pool.submit(prepare.expected, s.entry.op, s.entry.params, cf, a, b)
+                            for a, b in prepare.spans(cf)]  # fmt: skip
+            s.timing_f = pool.submit(prepare.timing, s.entry.op, s.entry.params, list(rows), seed,
+                                     str(scratch / f"e{s.index}"))  # fmt: skip
+            if not preflight and (tools.checkers or tools.profiler):
+                preflight = _start_preflight(cat, tools, s, scratch, logs, symbols, opts)
+            try:
+                for cand in s.entry.candidates:
+                    done += 1
+                    _launch(cat, dev, s, cand, scratch)
+                    _say(progress, f"[{done}/{n}] {cand.artifact}: launched")
+            finally:
+                for b in s.buffers.values():
+                    b.free()
+                s.buffers.clear()
+            if "error" in preflight:
+                _join_preflight(preflight, progress)
+            _pump(pool, state)
+        _say(progress, f"correctness: {n} candidates launched in {time.monotonic() - t0:.1f} s")
+        if preflight:
+            _join_preflight(preflight, progress)
+        t1 = time.monotonic()
+        done = 0
+        while any(not s.timed for s in state):
+            _pump(pool, state)
+            ready = [s for s in state if not s.timed and len(s.verdicts) == len(s.entry.candidates)]
+            if not ready:
+                waiting = [f for s in state for f in (*s.spans, *s.judges.values()) if not f.done()]
+                if waiting:
+                    wait(waiting, timeout=1.0, return_when=FIRST_COMPLETED)
+                else:
+                    time.sleep(0.05)  # judges were just handed out: collect them on the next round
+                continue
+            s = ready[0]
+            _time_entry(cat, dev, s, rows, replays, l2)
+            for cand in s.entry.candidates:
+                done += 1
+                ok = s.verdicts[cand.artifact][0]
+                _say(progress, f"[{done}/{n}] {cand.artifact}: " + ("passed, timed" if ok else
+                                                                    "FAILED: " + s.verdicts[cand.artifact][1][:160]))  # fmt: skip
+        _say(progress, f"timing: {n} candidates in {time.monotonic() - t1:.1f} s")
+    except BaseException:
+        pool.shutdown()
+        _stop_preflight(preflight)
+        raise
+    pool.shutdown()
+    results = {s.entry.key: _results(s) for s in state}
+    passed = [(s, c) for s in state for c in s.entry.candidates if s.verdicts[c.artifact][0]]
+    checked: dict[str, dict[str, sanitizing.Checked]] = {}
+    if tools.checkers and passed:
+        t2 = time.monotonic()
+        p = planfile.Plan(table.gpu_class, cat.install.kind, str(cat.install.root),
+                          tuple(_item(s, c) for s, c in passed))  # fmt: skip
+        runs = sanitizing.run_all([(c, exe) for c, exe, _ in tools.checkers], p, symbols, logs,
+                                  timeout=opts.tool_timeout, progress=progress)  # fmt: skip
+        checked = {check: {r.artifact: r for r in got} for check, got in runs.items()}
+        _say(progress, f"memory checkers: {len(passed)} candidates in {time.monotonic() - t2:.1f} s")
+    profiled: dict[str, tuple[str, Any]] = {}
+    if tools.profiler and passed:
+        t3 = time.monotonic()
+        pr, exe, _ = tools.profiler
+        p = planfile.Plan(table.gpu_class, cat.install.kind, str(cat.install.root),
+                          tuple(_profile_item(s, c) for s, c in passed))  # fmt: skip
+        profiled = profiling.run(pr, exe, p, symbols, logs, timeout=opts.tool_timeout)
+        _say(progress, f"profile: {len(passed)} candidates in {time.monotonic() - t3:.1f} s")
+    for s in state:
+        for r in results[s.entry.key]:
+            _evidence(r, tools, checked, profiled)
+    return results
+
+
+def _size(e: tables.Entry) -> int:
+    """A contract's host work, roughly: the bytes of its large case times its tactics."""
     from netra.certify import conformance
 
-    outs = conformance.outputs(entry.op, entry.params, rows)
-    moved = conformance.bytes_moved(entry.op, entry.params, rows)
-    footprint = sum(len(b) for b in inputs.values()) + sum(
-        int(np.dtype(d).itemsize * math.prod(shape)) for d, shape in outs.values()
-    )
-    sets = 1 if rows < ROTATE_FROM_ROWS else max(1, min(8, -(-3 * l2_bytes // max(footprint, 1))))
-    bufs = []
-    stream = dev.stream()
+    return conformance.bytes_moved(e.op, e.params, PREFILL_ROWS) * len(e.candidates)
+
+
+def _pump(pool: _Pool, state: list[_Entry]) -> None:
+    """Hand the judge every candidate whose outputs are written and whose references are complete;
+    collect the verdicts that are in."""
+    from netra.certify import prepare
+
+    for s in state:
+        if s.spans and all(f.done() for f in s.spans):
+            for f in s.spans:
+                _result(f, f"{s.entry.key}: its float64 reference")
+            for artifact, (cfs, outs, fences) in s.launched.items():
+                if artifact not in s.judges:
+                    s.judges[artifact] = pool.submit(
+                        prepare.judge, s.entry.op, s.entry.params, cfs, outs, fences
+                    )
+        for artifact, f in s.judges.items():
+            if artifact not in s.verdicts and f.done():
+                s.verdicts[artifact] = _result(f, f"{artifact}: judging")
+                for written in s.launched[artifact][1]:
+                    for path, _, _ in written.values():
+                        Path(path).unlink(missing_ok=True)
+        if not s.cleared and s.cases is not None and len(s.verdicts) == len(s.entry.candidates):
+            s.cleared = True  # the references are no longer needed: free the scratch space they take
+            for cf in s.cases.cases.values():
+                for path, _, _ in cf.expected.values():
+                    Path(path).unlink(missing_ok=True)
+
+
+def _launch(cat: Any, dev: Any, s: _Entry, cand: tables.Candidate, scratch: Path) -> None:
+    """Every case of one candidate on the device; its outputs written for the judge."""
+    import numpy as np
+
+    assert s.cases is not None
+    kernel = cat.kernel(cand)
+    cfs = [s.cases.cases[k] for k in s.cases.by_rows_per_block[cand.launch.rows_per_block]]
+    outs: list[dict[str, Any]] = []
+    fences: list[list[str]] = []
+    folder = scratch / f"e{s.index}" / f"out.{cand.tactic}"
+    folder.mkdir(parents=True, exist_ok=True)
     try:
-        for _ in range(sets):
-            b = _Buffers(dev)
-            for name, data in inputs.items():
-                b.input(name, data)
-            for name, (dtype, shape) in outs.items():
-                b.output(name, dtype, shape)
-            bufs.append(b)
-        packed = [kernel.pack(**b.args, **like.scalars, rows=rows) for b in bufs]
-        est_us = moved / 3.0e6 + 2.0  # a guess at 3 TB/s plus launch cost, only to size the graph
-        per_graph = max(4, min(200, math.ceil(TARGET_REPLAY_US / est_us)))
-        per_graph = -(-per_graph // sets) * sets
+        for j, cf in enumerate(cfs):
+            buf = s.buffers.get(cf.key)
+            if buf is None:
+                buf = s.buffers[cf.key] = measure.case_buffers(dev, s.entry, cf.load())
+            raw, f = measure.launch(dev, kernel, buf, cf.stub())
+            files = {}
+            for name, (_, _, dtype, shape) in buf.outputs.items():
+                path = folder / f"{j}.{name}.bin"
+                path.write_bytes(raw[name])
+                files[name] = (str(path), np.dtype(dtype).name, tuple(shape))
+            outs.append(files)
+            fences.append(f)
+    except NetraError as e:
+        raise CertificationError(
+            f"{cand.artifact}: the GPU failed while certifying it ({e.message})",
+            "a kernel that faults the device cannot be certified; fix it (or mark the tactic rejected) "
+            "and certify again",
+        ) from None
+    s.launched[cand.artifact] = (cfs, outs, fences)
 
-        def body() -> None:
-            for i in range(per_graph):
-                dev.launch(kernel, rows, stream, packed[i % sets])
 
-        graph = dev.graph(stream, body)
-        try:
-            dev.replay_ms(graph, stream, WARMUP)
-            ms = dev.replay_ms(graph, stream, replays)
-        finally:
-            dev.destroy_graph(graph)
-    finally:
-        dev.synchronize()
-        for b in bufs:
-            b.free()
-        dev.destroy_stream(stream)
-    us = sorted(m * 1000.0 / per_graph for m in ms)
-    med = statistics.median(us)
-    return {
-        "rows": rows,
-        "median_us": round(med, 3),
-        "p10_us": round(us[max(0, len(us) // 10)], 3),
-        "p90_us": round(us[min(len(us) - 1, len(us) * 9 // 10)], 3),
-        "runs": len(us) * per_graph,
-        "bytes": moved,
-        "tb_per_s": round(moved / (med * 1e-6) / 1e12, 4),
+def _time_entry(cat: Any, dev: Any, s: _Entry, rows: tuple[int, ...], replays: int, l2: int) -> None:
+    """Every passing candidate of one contract at every row count, on buffers they share."""
+    from netra.certify import prepare
+
+    assert s.cases is not None
+    assert s.timing_f is not None
+    timing = _result(s.timing_f, f"{s.entry.key}: making its timing inputs")
+    passing = [c for c in s.entry.candidates if s.verdicts[c.artifact][0]]
+    like = s.cases.cases[s.cases.by_rows_per_block[min(s.cases.by_rows_per_block)][0]]
+    kernels = {c.artifact: cat.kernel(c) for c in passing}
+    s.timings = {c.artifact: [] for c in s.entry.candidates}
+    try:
+        for r in rows if passing else ():
+            sets = measure.TimingSets(dev, s.entry, r, l2, {k: prepare.load(a) for k, a in timing[r].items()})
+            try:
+                for c in passing:
+                    s.timings[c.artifact].append(sets.time(kernels[c.artifact], like.scalars, replays))
+            finally:
+                sets.free()
+    except NetraError as e:
+        raise CertificationError(
+            f"{s.entry.key}: the GPU failed while timing its candidates ({e.message})",
+            "a kernel that faults the device cannot be certified; fix it (or mark the tactic rejected) "
+            "and certify again",
+        ) from None
+    s.timed = True
+
+
+def _results(s: _Entry) -> list[Result]:
+    out = []
+    for cand in s.entry.candidates:
+        ok, reason, dev_max, tol, counts = s.verdicts[cand.artifact]
+        ncases = len(s.launched[cand.artifact][0])
+        out.append(Result(cand, ok, reason, dev_max, tol, ncases, counts, s.timings.get(cand.artifact, [])))
+    return out
+
+
+def _launch_of(cf: prepare.CaseFiles, s: _Entry, *, initialized: bool = True) -> planfile.Launch:
+    from netra.certify import conformance
+
+    outs = conformance.outputs(s.entry.op, s.entry.params, cf.rows)
+    return planfile.Launch(
+        rows=cf.rows,
+        scalars=dict(cf.scalars),
+        inputs={k: (a[0], initialized) for k, a in cf.inputs.items()},
+        outputs={k: (dt.name, tuple(sh)) for k, (dt, sh) in outs.items()},
+    )
+
+
+def _item(s: _Entry, cand: tables.Candidate) -> planfile.Item:
+    """A candidate's conformance cases, as the memory checkers' worker launches them."""
+    assert s.cases is not None
+    keys = s.cases.by_rows_per_block[cand.launch.rows_per_block]
+    return planfile.Item(cand.artifact, tuple(_launch_of(s.cases.cases[k], s) for k in keys))
+
+
+def _profile_item(s: _Entry, cand: tables.Candidate) -> planfile.Item:
+    """A candidate's prefill-sized launch with the timing inputs, as the profiler's worker launches it."""
+    from netra.certify import conformance
+
+    assert s.cases is not None
+    assert s.timing_f is not None
+    timing = _result(s.timing_f, f"{s.entry.key}: making its timing inputs")
+    like = s.cases.cases[s.cases.by_rows_per_block[min(s.cases.by_rows_per_block)][0]]
+    outs = conformance.outputs(s.entry.op, s.entry.params, PREFILL_ROWS)
+    launch = planfile.Launch(
+        rows=PREFILL_ROWS,
+        scalars=dict(like.scalars),
+        inputs={k: (a[0], True) for k, a in timing[PREFILL_ROWS].items()},
+        outputs={k: (dt.name, tuple(sh)) for k, (dt, sh) in outs.items()},
+    )
+    return planfile.Item(cand.artifact, (launch,))
+
+
+def _start_preflight(
+    cat: Any, tools: _Tools, s: _Entry, scratch: Path, logs: Path, symbols: dict[str, str], opts: Options
+) -> dict[str, Any]:
+    """Each tool once over one candidate of the first contract ready, in a thread, while the launches run."""
+    assert s.cases is not None
+    cand = s.entry.candidates[0]
+    keys = s.cases.by_rows_per_block[cand.launch.rows_per_block]
+    small = min((s.cases.cases[k] for k in keys), key=lambda c: (c.rows < 3, c.rows))
+    inst = cat.install
+
+    def one(item: planfile.Item) -> planfile.Plan:
+        return planfile.Plan(cat.table.gpu_class, inst.kind, str(inst.root), (item,))
+
+    plans: dict[str | None, planfile.Plan] = {
+        None: one(planfile.Item(cand.artifact, (_launch_of(small, s),))),
+        "overrun": one(planfile.Item(cand.artifact, (_launch_of(small, s),), extra_rows=CANARY_ROWS)),
+        "uninitialized": one(planfile.Item(cand.artifact, (_launch_of(small, s, initialized=False),))),
     }
+    box: dict[str, Any] = {"t0": time.monotonic()}
+
+    def body() -> None:
+        try:
+            if tools.checkers:
+                sanitizing.preflight([(c, exe) for c, exe, _ in tools.checkers], plans, symbols, logs,
+                                     timeout=opts.tool_timeout)  # fmt: skip
+            if tools.profiler:
+                pr, exe, _ = tools.profiler
+                profiling.run(pr, exe, one(_profile_item(s, cand)), symbols, logs, timeout=opts.tool_timeout,
+                              label="preflight.")  # fmt: skip
+        except BaseException as e:
+            box["error"] = e
+
+    t = threading.Thread(target=body, name="netra-certify-preflight", daemon=True)
+    t.start()
+    box["thread"] = t
+    return box
+
+
+def _join_preflight(box: dict[str, Any], progress: Progress | None) -> None:
+    box["thread"].join()
+    if "error" in box:
+        raise box["error"]
+    _say(progress, f"tools: each ran on this host and was read back in {time.monotonic() - box['t0']:.1f} s")
+
+
+def _stop_preflight(box: dict[str, Any]) -> None:
+    if box:
+        from netra.core import proc
+
+        proc.kill_all()
+        box["thread"].join(timeout=30)
+
+
+def _evidence(r: Result, tools: _Tools, checked: dict[str, dict[str, Any]], profiled: dict[str, Any]) -> None:
+    """The memory-checker and profile evidence of one candidate, and the reason a finding rejects it."""
+    cand = r.candidate
+    if tools.skipped_sanitizer:
+        r.sanitizer = sanitizing.evidence_skipped(tools.every, "skipped: certified with --skip-sanitizer")
+    elif not tools.checkers:
+        r.sanitizer = sanitizing.evidence_unavailable(tools.vendor)
+    elif not r.passed:
+        r.sanitizer = sanitizing.evidence_skipped(tools.every, "not run: the candidate failed conformance")
+    else:
+        runs = [(c, version, checked[c.check][cand.artifact]) for c, _, version in tools.checkers]
+        r.sanitizer = sanitizing.evidence(cand.text_sha256, runs)
+        if r.sanitizer["result"] == "findings":
+            r.reason = sanitizing.reason(r.sanitizer)
+    if tools.skipped_profile:
+        r.profile = profiling.evidence_skipped("skipped: certified with --skip-profile")
+    elif tools.profiler is None:
+        r.profile = profiling.evidence_unavailable(tools.vendor)
+    elif not r.passed:
+        r.profile = profiling.evidence_skipped("not run: the candidate failed conformance")
+    else:
+        pr, _, version = tools.profiler
+        loaded, prof = profiled[cand.artifact]
+        r.profile = profiling.evidence(cand.text_sha256, loaded, pr.tool, version, PREFILL_ROWS, prof)
 
 
 def _run_info(
@@ -254,151 +579,26 @@ def _run_info(
         "clocks": vendor.clocks(),
         "netra": __version__,
         "seed": seed,
-        "protocol": {"rows": list(rows), "warmup": WARMUP, "replays": replays, "prefill_rows": PREFILL_ROWS},
-    }
-
-
-def rank(results: list[Result]) -> tuple[list[Result], list[dict[str, Any]] | None]:
-    """The entry's candidate order and row dispatch, from the measurements alone.
-
-    Per measured row count the fastest passing candidate wins, except that the previous row count's
-    winner stays while it is within HYSTERESIS of the fastest (noise must not flip tactics); runs of
-    one winner become row ranges. The candidate serving the prefill row count comes first (it is
-    what select() serves when the caller gives no row count), then the other passing candidates by
-    their prefill median, then the rejected ones; ties by tactic name.
-    """
-    ok = [r for r in results if r.passed]
-    bad = sorted((r for r in results if not r.passed), key=lambda r: r.candidate.tactic)
-
-    def median(r: Result, rows: int) -> float:
-        return next((t["median_us"] for t in r.timings if t["rows"] == rows), math.inf)
-
-    ok.sort(key=lambda r: (median(r, PREFILL_ROWS), r.candidate.tactic))
-    if len(ok) < 2:
-        return ok + bad, None
-    measured = sorted({t["rows"] for r in ok for t in r.timings})
-    winners: list[tuple[int, str]] = []
-    current: str | None = None
-    for rows in measured:
-        best = min(ok, key=lambda r: (median(r, rows), r.candidate.tactic))
-        keep = next((r for r in ok if r.candidate.tactic == current), None)
-        if keep is not None and median(keep, rows) <= median(best, rows) * (1 + HYSTERESIS):
-            best = keep
-        current = best.candidate.tactic
-        winners.append((rows, current))
-    rules: list[dict[str, Any]] = []
-    for i, (rows, tactic) in enumerate(winners):
-        if i + 1 < len(winners) and winners[i + 1][1] == tactic:
-            continue
-        rules.append({"max_rows": rows, "tactic": tactic})
-    rules[-1]["max_rows"] = None
-    prefill = next((t for rows, t in winners if rows >= PREFILL_ROWS), winners[-1][1])
-    ok.sort(key=lambda r: r.candidate.tactic != prefill)  # stable: the others keep their prefill order
-    return ok + bad, (rules if len(rules) > 1 else None)
-
-
-def rerank(table: dict[str, Any]) -> dict[str, Any]:
-    """The table's order, maturity and dispatch recomputed from the measurements it records: the same
-    table when it came from `certify` (ranking is a function of the measurements)."""
-    out = json.loads(json.dumps(table))
-    for entry in out["entries"]:
-        cands = entry["candidates"]
-        results = []
-        for c in cands:
-            hw = c["evidence"]["hardware"]
-            if hw is None:
-                raise CertificationError(
-                    f"{c['artifact']}: has no hardware evidence to rank", "certify the class first"
-                )
-            cand = type("Measured", (), {"tactic": c["tactic"]})()
-            results.append(Result(cand, hw["passed"], hw["reason"], hw["max_rel_deviation"], hw["tolerance"],
-                                  hw["cases"], hw["counts"], hw["timings"]))  # fmt: skip
-        ranked, dispatch = rank(results)
-        by_tactic = {c["tactic"]: c for c in cands}
-        entry["candidates"] = [dict(by_tactic[r.candidate.tactic], maturity="accepted" if r.passed else "rejected")
-                               for r in ranked]  # fmt: skip
-        entry["dispatch"] = dispatch
-    return out
-
-
-def certify(
-    gpu_class: str,
-    *,
-    install: Any = None,
-    rows: tuple[int, ...] = ROWS,
-    replays: int = REPLAYS,
-    seed: int = 0,
-    progress: Progress | None = None,
-) -> dict[str, Any]:
-    """The certified table of `gpu_class` for this install, measured on this host's GPU."""
-    from netra import runtime
-    from netra.certify import conformance
-
-    cat = runtime.open_catalog(gpu_class, install=install)
-    table = cat.table
-    if table.certification != "hardware":
-        raise CertificationError(
-            f"the {gpu_class} table of this install is certified {table.certification!r}: its catalog "
-            f'declares certification = "static" for {gpu_class}',
-            f'set certification = "hardware" in manifests/{gpu_class}/tactics.toml, `netra lock`, rebuild, '
-            "then certify from that wheel",
-        )
-    dev = _loader(table)
-    have = dev.gpu_class()
-    if have != gpu_class:
-        raise CertificationError(
-            f"this host's GPU is {have} ({dev.device_name()}); certifying {gpu_class} needs an {gpu_class} GPU",
-            f"run `netra certify --gpu-class {gpu_class}` on a host with that GPU",
-        )
-    cat.verify()  # every code object against the lock before anything runs
-    l2 = dev.attribute(38) if hasattr(dev, "attribute") else 64 << 20
-    results_by_entry: dict[str, list[Result]] = {}
-    total = sum(len(e.candidates) for e in table.entries.values())
-    done = 0
-    for key, entry in sorted(table.entries.items()):
-        per_entry: list[Result] = []
-        expected: dict[tuple[str, int], Any] = {}  # the float64 reference of each case, shared by tactics
-        timing_inputs: dict[int, dict[str, bytes]] = {}
-        for cand in entry.candidates:
-            done += 1
-            if progress:
-                progress(f"[{done}/{total}] {cand.artifact}")
-            kernel = cat.kernel(cand)
-            cases = conformance.cases(
-                entry.op, entry.params, rows_per_block=cand.launch.rows_per_block, seed=seed
-            )
-            try:
-                ok, reason, dev_max, tol, counts = _correctness(dev, kernel, entry, cases, expected)
-                timings = []
-                for r in rows if ok else ():
-                    if r not in timing_inputs:  # the same random inputs for every tactic of the entry
-                        timing_inputs[r] = _timing_bytes(cases[0], r, seed)
-                    timings.append(_time(dev, kernel, entry, cases[0], r, l2, timing_inputs[r], replays))
-            except NetraError as e:
-                raise CertificationError(
-                    f"{cand.artifact}: the GPU failed while certifying it ({e.message})",
-                    "a kernel that faults the device cannot be certified; fix it (or mark the tactic rejected) "
-                    "and certify again",
-                ) from None
-            per_entry.append(Result(cand, ok, reason, dev_max, tol, len(cases), counts, timings))
-        results_by_entry[key] = per_entry
-    return _table(cat, dev, results_by_entry, rows, replays, seed)
+        "protocol": {
+            "rows": list(rows), "warmup": measure.WARMUP, "replays": replays, "prefill_rows": PREFILL_ROWS,
+        },
+    }  # fmt: skip
 
 
 def _table(
-    cat: Any, dev: Any, results: dict[str, list[Result]], rows: tuple[int, ...], replays: int, seed: int
+    cat: Any, run: dict[str, Any], results: dict[str, list[Result]], logs: Path | None = None
 ) -> dict[str, Any]:
-    """The installed table with this run's evidence, order, maturity and dispatch; checked before returned."""
+    """The installed table with this run's evidence, order, maturity and dispatch; checked before returned
+    (when the check fails, the unchecked table is kept in `logs` beside the tools' logs)."""
     inst, table = cat.install, cat.table
     raw = json.loads(inst.tracked(tables.table_path(table.gpu_class)).read_bytes())
-    run = _run_info(dev, table, cat.lock, rows, replays, seed)
     for entry in raw["entries"]:
         ranked, dispatch = rank(results[entry["key"]])
         by_tactic = {c["tactic"]: c for c in entry["candidates"]}
         cands = []
         for r in ranked:
             c = dict(by_tactic[r.candidate.tactic])
-            c["maturity"] = "accepted" if r.passed else "rejected"
+            c["maturity"] = r.maturity
             c["evidence"] = {
                 **c["evidence"],
                 "hardware": {
@@ -412,6 +612,8 @@ def _table(
                     "cases": r.cases,
                     "counts": dict(sorted(r.counts.items())),
                     "timings": r.timings,
+                    "sanitizer": r.sanitizer,
+                    "profile": r.profile,
                 },
             }
             cands.append(c)
@@ -423,12 +625,17 @@ def _table(
         "runs": [run],
     }
     where = f"certified {table.gpu_class} table"
-    parsed = tables.parse(raw, where, table.gpu_class)
-    wrong = tables.against_lock(parsed, cat.lock)
-    if wrong:
-        raise CertificationError(
-            f"{where}: disagrees with the install's lock ({wrong[0]})", "reinstall and certify again"
-        )
+    try:
+        parsed = tables.parse(raw, where, table.gpu_class)
+        wrong = tables.against_lock(parsed, cat.lock)
+        if wrong:
+            raise CertificationError(
+                f"{where}: disagrees with the install's lock ({wrong[0]})", "reinstall and certify again"
+            )
+    except NetraError:
+        if logs is not None:
+            (logs / f"{table.gpu_class}.unchecked.json").write_text(tables.dumps(raw))
+        raise
     return raw
 
 

@@ -310,6 +310,7 @@ def _candidate_lines(k: dict[str, Any]) -> list[str]:
         times = ", ".join(f"{t['rows']} rows {t['median_us']} us" for t in hw.get("timings", []))
         if times:
             lines.append(f"timings (median): {times}")
+        lines += _tool_lines(hw)
     ln = k["launch"]
     grid = ", ".join(
         f"ceil(rows/{a['rows_per_block']})" if isinstance(a, dict) else str(a) for a in ln["grid"]
@@ -327,6 +328,32 @@ def _candidate_lines(k: dict[str, Any]) -> list[str]:
     lines.append(f".text sha256 {h['text_sha256']}; launch sha256 {h['launch_sha256']}")
     whole = f"{h['file_sha256']} (build.json)" if h["file_sha256"] else "not recorded (a source checkout)"
     lines.append(f"code object sha256 {whole}; as locked {h['code_sha256']}")
+    return lines
+
+
+def _tool_lines(hw: dict[str, Any]) -> list[str]:
+    """The memory checkers' and the profiler's evidence, one line each (docs/certify.md)."""
+    lines = []
+    sz = hw.get("sanitizer")
+    if sz:
+        checks = ", ".join(
+            f"{c['check']} {c['result']}"
+            + (f" ({c['findings']}, first: {c['first']})" if c["findings"] else "")
+            for c in sz["checks"]
+        )
+        ran = next((f" [{c['tool']} {c['version']}]" for c in sz["checks"] if c["version"]), "")
+        line = f"memory checkers: {sz['result']}" + (f" ({sz['note']})" if sz["note"] else "")
+        line += (f": {checks}" if checks else "") + ran
+        if sz["result"] in ("skipped", "unavailable"):
+            line += "; without them a passing candidate is only verified, never served by the default policy"
+        lines.append(line)
+    pr = hw.get("profile")
+    if pr and pr["result"] == "measured":
+        lines.append(f"profile ({pr['tool']} {pr['version']}, {pr['rows']} rows): DRAM {pr['dram_throughput_pct']}% "
+                     f"of peak, {pr['duration_us']} us, {pr['dram_read_bytes']} bytes read, "
+                     f"{pr['dram_write_bytes']} written")  # fmt: skip
+    elif pr:
+        lines.append(f"profile: {pr['result']} ({pr['note']})")
     return lines
 
 
@@ -397,29 +424,55 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_certify(args: argparse.Namespace) -> int:
-    """Run and time every candidate of a class's table on this host's GPU; write the certified table."""
+    """Run, judge, time, memory-check and profile every candidate of a class's table on this host's GPU;
+    write the certified table."""
     _need("numpy", "netra certify")
     from netra import certify
 
     out = Path(args.out) if args.out else Path.cwd() / f"{args.gpu_class}.json"
-    table = certify.certify(args.gpu_class, progress=_progress(args), seed=args.seed)
+    if args.tool_timeout is not None and args.tool_timeout <= 0:
+        raise NetraError(
+            f"--tool-timeout {args.tool_timeout:g}: must be a positive number of seconds",
+            "e.g. --tool-timeout 600",
+        )
+    opts = certify.Options(
+        sanitize=not (args.skip_sanitizer or args.quick),
+        profile=not (args.skip_profile or args.quick),
+        logs=Path(args.logs) if args.logs else None,
+        **({"tool_timeout": args.tool_timeout} if args.tool_timeout is not None else {}),
+    )
+    table = certify.certify(args.gpu_class, progress=_progress(args), seed=args.seed, options=opts)
     certify.write(table, out)
     _PROGRESS.end()
     counts = dict.fromkeys(MATURITIES, 0)
+    checks: dict[str, int] = {}
+    profiles: dict[str, int] = {}
     for e in table["entries"]:
         for c in e["candidates"]:
             counts[c["maturity"]] = counts.get(c["maturity"], 0) + 1
+            hw = c["evidence"]["hardware"]
+            checks[hw["sanitizer"]["result"]] = checks.get(hw["sanitizer"]["result"], 0) + 1
+            profiles[hw["profile"]["result"]] = profiles.get(hw["profile"]["result"], 0) + 1
     if args.json:
         from netra.core.hashing import sha256_bytes
 
         _json({
             "schema": 1, "command": "certify", "gpu_class": args.gpu_class, "out": str(out),
             "table_sha256": sha256_bytes(out.read_bytes()), "contracts": len(table["entries"]),
-            "candidates": counts, "run": table["certification"]["runs"][-1],
+            "candidates": counts, "memory_checks": dict(sorted(checks.items())),
+            "profiles": dict(sorted(profiles.items())), "run": table["certification"]["runs"][-1],
         })  # fmt: skip
         return 0
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v)
     print(f"wrote {out}: {len(table['entries'])} contracts, candidates {summary}")
+    print("memory checkers: " + ", ".join(f"{k} {v}" for k, v in sorted(checks.items()))
+          + "; profile: " + ", ".join(f"{k} {v}" for k, v in sorted(profiles.items())))  # fmt: skip
+    if counts.get("verified"):
+        print(
+            f"note: {counts['verified']} candidates passed on the GPU without memory-checker evidence: they are "
+            "'verified', which the default policy does not serve; certify without --skip-sanitizer / --quick to "
+            "accept them"
+        )
     print(
         f"next: copy it to release/tables/{args.gpu_class}.json in the source tree, run `netra lock`, commit both"
     )
@@ -549,6 +602,25 @@ def parser() -> argparse.ArgumentParser:
         "--out", help="where to write the certified table (default: ./<class>.json)"
     ).complete = _FILE  # type: ignore[attr-defined]
     ce.add_argument("--seed", type=int, default=0, help="seed of the test vectors (recorded in the table)")
+    ce.add_argument(
+        "--skip-sanitizer",
+        action="store_true",
+        help="do not run the vendor's memory checkers: recorded as skipped, so no candidate is accepted (at most verified)",
+    )
+    ce.add_argument(
+        "--skip-profile", action="store_true", help="do not run the vendor's profiler: recorded as skipped"
+    )
+    ce.add_argument("--quick", action="store_true", help="both: --skip-sanitizer --skip-profile")
+    ce.add_argument(
+        "--logs",
+        help="keep the memory checkers' and the profiler's logs here (default: kept only on failure)",
+    ).complete = _DIR  # type: ignore[attr-defined]
+    ce.add_argument(
+        "--tool-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="the most one memory checker, or the profiler, may take over all candidates (default: 600)",
+    )
     quiet(ce)
     as_json(ce, "certify")
     ce.set_defaults(func=cmd_certify)

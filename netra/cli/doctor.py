@@ -663,6 +663,9 @@ def render(r: dict[str, Any]) -> str:
             per = ", ".join(f"{k} {m[k]}" for k in reversed(MATURITIES))
             kind = f"{c['certification']}, loader {c['loader']}"
             lines.append(f"certified: {cls} ({kind}): {c['contracts']} contracts; candidates {per}")
+            if c["certification"] == "hardware" and m.get("verified"):
+                lines.append(f"  {m['verified']} {cls} candidates passed on the GPU but their memory checkers were "
+                             "skipped or are unavailable: verified only, not served by default")  # fmt: skip
         else:
             lines.append(f"certified: {cls}: table {c['table']} is not intact")
     if r["gpus"]:

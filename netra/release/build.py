@@ -161,7 +161,13 @@ def lock_of(d: Derived, table_toolchains: dict[str, Toolchain] | None = None) ->
         path = tables.table_path(t)
         existing = None
         if path in d.tree_tables and d.manifests.certification[t] == "hardware":
-            existing = tables.loads(d.tree_tables[path], path, t)
+            older = tables.older_schema(d.tree_tables[path])
+            if older is None:
+                existing = tables.loads(d.tree_tables[path], path, t)
+            else:  # evidence in a format this netra no longer reads is not carried: certify again
+                voided.append(
+                    f"{path}: written in table schema {older} (this netra reads {tables.SCHEMA}): not carried"
+                )
         table, void = tablegen.merge(tablegen.skeleton(d.manifests, t, for_tables), existing)
         tables.parse(table, path, t)  # never write a table the runtime would refuse
         made[path] = tables.dumps(table)

@@ -31,7 +31,7 @@ from netra.runtime.kernarg import BY_VALUE_TYPES, KernargArg, KernargLayout
 if TYPE_CHECKING:
     from netra.runtime.lockfile import Lock, LockedArtifact
 
-SCHEMA = 3
+SCHEMA = 4
 TABLES_DIR = "release/tables"
 STATIC_NOTE = (
     "Statically verified only: assembled, .text locked and the code object validated against its "
@@ -39,8 +39,9 @@ STATIC_NOTE = (
 )
 HARDWARE_NOTE = (
     "Certified on {target} hardware by `netra certify`: every accepted candidate ran on the device, "
-    "matched the float64 reference within its stated tolerance and was timed; its evidence names the "
-    "machine code (.text sha256) it was certified with."
+    "matched the float64 reference within its stated tolerance, was timed and was found clean by every "
+    "memory checker of its vendor; its evidence names the machine code (.text sha256) it was certified "
+    "with."
 )
 UNCERTIFIED_NOTE = (
     "Awaiting hardware certification: no {target} candidate has been certified by `netra certify` for "
@@ -100,6 +101,8 @@ class HardwareEvidence:
     max_rel_deviation: float | None  # None: not finite (a NaN or inf where the reference had none)
     tolerance: float
     timings: tuple[dict[str, Any], ...]
+    sanitizer: str = "skipped"  # memory checkers, SANITIZER_RESULTS: only "clean" may be served by default
+    profile: str = "skipped"  # PROFILE_RESULTS
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,46 @@ _TIMING = s.Table(
         "tb_per_s": s.maybe(s.Num(min=0, max=1e3)),
     }
 )
+# Memory checkers (sanitizer) and profiler evidence: what certify ran besides the judge and the timing.
+# "skipped" (by an option, or not run because the candidate failed conformance) and "unavailable" (the
+# vendor has no such tool) are never "clean": such a candidate is at most `verified` (netra.certify.ranking).
+SANITIZER_RESULTS = ("clean", "findings", "skipped", "unavailable")
+PROFILE_RESULTS = ("measured", "skipped", "unavailable")
+_TOOL_NAME = s.Str(pattern=re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*"), max_len=64)
+_CHECK = s.Table(
+    {
+        "check": s.Str(pattern=_NAME, max_len=32),
+        "tool": s.Nullable(_TOOL_NAME),
+        "version": s.Nullable(s.Str(max_len=64)),
+        "result": s.Str(choices=SANITIZER_RESULTS),
+        "findings": s.Int(min=0, max=1 << 40),
+        "first": s.Str(max_len=300, empty=True),
+        "launches": s.Int(min=0, max=1 << 20),
+    },
+    label="check",
+)
+_SANITIZER = s.Table(
+    {
+        "result": s.Str(choices=SANITIZER_RESULTS),
+        "note": s.Str(max_len=300, empty=True),
+        "text_sha256": s.Nullable(_SHA),
+        "checks": s.ListOf(_CHECK, max_len=16, unique="check"),
+    }
+)
+_PROFILE = s.Table(
+    {
+        "result": s.Str(choices=PROFILE_RESULTS),
+        "note": s.Str(max_len=300, empty=True),
+        "text_sha256": s.Nullable(_SHA),
+        "tool": s.Nullable(_TOOL_NAME),
+        "version": s.Nullable(s.Str(max_len=64)),
+        "rows": s.Nullable(s.Int(min=1, max=1 << 24)),
+        "dram_throughput_pct": s.Nullable(s.Num(min=0, max=1000)),
+        "duration_us": s.Nullable(_US),
+        "dram_read_bytes": s.Nullable(s.Int(min=0, max=1 << 50)),
+        "dram_write_bytes": s.Nullable(s.Int(min=0, max=1 << 50)),
+    }
+)
 _BASELINE = s.Table({"rows": s.Int(min=1, max=1 << 24), "impl": s.Str(max_len=64), "median_us": _US})
 _HARDWARE = s.Table(
     {
@@ -197,6 +240,8 @@ _HARDWARE = s.Table(
         "counts": s.MapOf(s.Str(pattern=_NAME, max_len=64), s.Int(min=0, max=1 << 40), max_len=32),
         "timings": s.ListOf(_TIMING, max_len=64, unique="rows"),
         "baselines": s.maybe(s.ListOf(_BASELINE, max_len=64, unique=lambda b: (b["rows"], b["impl"]))),
+        "sanitizer": _SANITIZER,
+        "profile": _PROFILE,
     }
 )
 _KERNARG_ARG = s.Table(
@@ -366,6 +411,79 @@ def _kernarg_layout(raw: dict[str, Any], at: str, p: s.Problems) -> KernargLayou
     return KernargLayout(size=raw["size"], args=tuple(args))
 
 
+def sanitizer_result(checks: list[dict[str, Any]]) -> str | None:
+    """The memory-checker result of a candidate from its checks' (None when it lists none): any finding
+    is "findings"; "clean" only when every check ran and was clean; else "skipped", else "unavailable"."""
+    results = [c["result"] for c in checks]
+    if not results:
+        return None
+    if "findings" in results:
+        return "findings"
+    if all(r == "clean" for r in results):
+        return "clean"
+    return "skipped" if "skipped" in results else "unavailable"
+
+
+def maturity_of(passed: bool, sanitizer: str) -> str:
+    """The maturity hardware evidence gives: failed conformance or a memory-checker finding rejects; only
+    memory checkers that all ran and were clean make a passing candidate `accepted` (what the default
+    policy serves); skipped or unavailable ones leave it `verified` (served only to a caller who opts in)."""
+    if not passed or sanitizer == "findings":
+        return "rejected"
+    return "accepted" if sanitizer == "clean" else "verified"
+
+
+def _sanitizer_rules(sz: dict[str, Any], text: str, at: str, p: s.Problems) -> None:
+    ran = False
+    for c in sz["checks"]:
+        cat = f"{at}.checks ({c['check']})"
+        r = c["result"]
+        if r in ("clean", "findings"):
+            ran = True
+            if c["tool"] is None or c["version"] is None or c["launches"] < 1:
+                p.add(cat, f"a {r!r} result names its tool and version and ran at least one launch")
+        if r == "findings":
+            if c["findings"] < 1 or not c["first"]:
+                p.add(cat, "'findings' counts at least one and gives the first one's summary")
+        elif c["findings"] or c["first"]:
+            p.add(cat, f"a {r!r} result has no findings")
+    derived = sanitizer_result(sz["checks"])
+    if derived is None and sz["result"] not in ("skipped", "unavailable"):
+        p.add(at, f"result {sz['result']!r} with no checks (only 'skipped' or 'unavailable' lists none)")
+    elif derived is not None and sz["result"] != derived:
+        p.add(at, f"result {sz['result']!r} but its checks give {derived!r}")
+    if sz["result"] in ("skipped", "unavailable") and not sz["note"]:
+        p.add(at, f"a {sz['result']!r} result says why (note)")
+    _bound(sz["text_sha256"], ran, text, at, p)
+
+
+def _profile_rules(pr: dict[str, Any], text: str, at: str, p: s.Problems) -> None:
+    numbers = ("tool", "version", "rows", "dram_throughput_pct", "duration_us", "dram_read_bytes",
+               "dram_write_bytes")  # fmt: skip
+    if pr["result"] == "measured":
+        missing = [k for k in numbers if pr[k] is None]
+        if missing:
+            p.add(at, f"a 'measured' profile lacks {', '.join(missing)}")
+    else:
+        given = [k for k in numbers if pr[k] is not None]
+        if given:
+            p.add(at, f"a {pr['result']!r} profile measured nothing, yet has {', '.join(given)}")
+        if not pr["note"]:
+            p.add(at, f"a {pr['result']!r} profile says why (note)")
+    _bound(pr["text_sha256"], pr["result"] == "measured", text, at, p)
+
+
+def _bound(sha: str | None, ran: bool, text: str, at: str, p: s.Problems) -> None:
+    """Tool evidence names the machine code it ran, which must be the candidate's."""
+    if ran and sha is None:
+        p.add(at, "ran but does not name the machine code it ran (text_sha256)")
+    elif sha is not None and sha != text:
+        p.add(
+            at,
+            "was measured on other machine code (.text sha256) than this candidate's: the evidence is void",
+        )
+
+
 def _candidate(
     raw: dict[str, Any], at: str, cls: str, kind: str, nruns: int, p: s.Problems
 ) -> Candidate | None:
@@ -381,6 +499,7 @@ def _candidate(
             run=hw_raw["run"], text_sha256=hw_raw["text_sha256"], passed=hw_raw["passed"],
             reason=hw_raw["reason"], max_rel_deviation=hw_raw["max_rel_deviation"],
             tolerance=hw_raw["tolerance"], timings=tuple(hw_raw["timings"]),
+            sanitizer=hw_raw["sanitizer"]["result"], profile=hw_raw["profile"]["result"],
         )  # fmt: skip
         if kind != "hardware":
             p.add(at, f"hardware evidence in a table certified {kind!r}")
@@ -394,6 +513,13 @@ def _candidate(
             p.add(at, f"passed with max_rel_deviation {hw.max_rel_deviation} above tolerance {hw.tolerance}")
         if not hw.passed and not hw.reason:
             p.add(at, "a failed certification must say why (evidence.hardware.reason)")
+        # The tools' evidence is bound to the same machine code; when the whole evidence names other code,
+        # that one problem says it.
+        text = hw.text_sha256
+        _sanitizer_rules(hw_raw["sanitizer"], text, f"{at}.evidence.hardware.sanitizer", p)
+        _profile_rules(hw_raw["profile"], text, f"{at}.evidence.hardware.profile", p)
+        if hw.sanitizer == "findings" and not hw.reason:
+            p.add(at, "a memory-checker finding rejects the candidate and says so (evidence.hardware.reason)")
     m = raw["maturity"]
     if m == "accepted":
         if kind != "hardware":
@@ -404,11 +530,16 @@ def _candidate(
             p.add(at, "claims 'accepted' but its hardware evidence failed")
         elif not hw.timings:
             p.add(at, "claims 'accepted' without timings")
+        elif hw.sanitizer != "clean":
+            p.add(at, f"claims 'accepted' but its memory-checker evidence is {hw.sanitizer!r}, not 'clean': "
+                      "a candidate the memory checkers did not pass is at most 'verified'")  # fmt: skip
+    elif kind == "hardware" and hw is not None:
+        if m != maturity_of(hw.passed, hw.sanitizer):
+            p.add(at, f"maturity {m!r} but its hardware evidence gives {maturity_of(hw.passed, hw.sanitizer)!r} "
+                      f"(passed {hw.passed}, memory checkers {hw.sanitizer!r})")  # fmt: skip
     elif m == "verified" and kind == "hardware":
-        p.add(at, "'verified' is the static maturity; a hardware-certified class has accepted, experiment "
-                  "or rejected")  # fmt: skip
-    elif m == "experiment" and hw is not None and hw.passed:
-        p.add(at, "passed certification but is not accepted (a passing candidate is accepted and ranked)")
+        p.add(at, "'verified' in a hardware-certified class is a candidate that passed on the device but "
+                  "whose memory-checker evidence is skipped or unavailable; this one has no hardware evidence")  # fmt: skip
     launch = raw["launch"]
     axes: list[int | tuple[str, int]] = []
     for a in launch["grid"]:
@@ -501,6 +632,15 @@ def _check_dispatch(dispatch: tuple[Dispatch, ...], cands: list[Candidate], at: 
             last = d.max_rows
     if dispatch[-1].max_rows is not None:
         p.add(f"{at}.dispatch", "the last rule must have max_rows null (every larger row count)")
+
+
+def older_schema(text: str | bytes) -> int | None:
+    """The schema of a table written in an older format than this netra's (None: not such a table)."""
+    try:
+        v = json.loads(text).get("schema")
+    except (ValueError, RecursionError, AttributeError):
+        return None
+    return v if isinstance(v, int) and not isinstance(v, bool) and v < SCHEMA else None
 
 
 def loads(text: str | bytes, where: str, gpu_class: str | None = None) -> Table:

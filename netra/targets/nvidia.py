@@ -1,4 +1,5 @@
-"""NVIDIA: the CUDA loader and libcuda, GPUs found by nvidia-smi (else the CUDA driver API), its probes.
+"""NVIDIA: the CUDA loader and libcuda, GPUs found by nvidia-smi (else the CUDA driver API), its probes,
+and the developer tools certification runs (compute-sanitizer and ncu: netra.targets.nvidia_tools).
 
 A device's identity is its compute capability (major, minor); NVIDIA names it sm_<major><minor>. CUDA C++
 templates that several NVIDIA classes compile live in one folder (`shared_templates`); each class keeps
@@ -14,7 +15,7 @@ import subprocess
 from collections.abc import Hashable
 from pathlib import Path
 
-from netra.targets.vendor import GPU, Vendor
+from netra.targets.vendor import GPU, MemoryChecker, Profiler, Vendor
 
 _TIMEOUT_S = 10
 # CUDA driver API (cuda.h): device attributes for the compute capability.
@@ -156,6 +157,18 @@ class Nvidia(Vendor):
         except ValueError:
             return None
         return {"max_sm_mhz": sm, "max_mem_mhz": mem}
+
+    def memory_checkers(self) -> tuple[MemoryChecker, ...]:
+        """compute-sanitizer's memcheck, racecheck, initcheck and synccheck (netra.targets.nvidia_tools)."""
+        from netra.targets import nvidia_tools
+
+        return nvidia_tools.CHECKERS
+
+    def profiler(self) -> Profiler | None:
+        """Nsight Compute's ncu (netra.targets.nvidia_tools)."""
+        from netra.targets import nvidia_tools
+
+        return nvidia_tools.PROFILER
 
 
 NVIDIA = Nvidia()

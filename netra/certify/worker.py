@@ -1,0 +1,105 @@
+"""`python -m netra.certify.worker PLAN [--progress FILE]`: launch the candidates a plan lists, for a tool.
+
+certify starts it under each memory checker and under the profiler (netra.certify.sanitizer,
+netra.certify.profile); nothing else should. It opens the install the plan names the way certify does
+(the lock and table checked, each code object verified before it is loaded), then per item: prints a
+begin line, runs each launch on fresh buffers (inputs from the plan's files, outputs poisoned and fenced
+as certify does), synchronizes after each launch, prints an end line. It judges nothing: certify already
+did. On a device error it prints the end line with the error and exits 3 (a CUDA context that saw an
+illegal access does not survive it; certify starts a new worker after that item). Lines: netra.certify.plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from netra.certify import plan as planfile
+from netra.errors import NetraError
+
+EXIT_FAULT = 3
+EXIT_ERROR = 2
+
+
+def _emit(line: str, progress: TextIO | None) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    if progress is not None:
+        progress.write(line + "\n")
+        progress.flush()
+
+
+def run(p: planfile.Plan, progress: TextIO | None = None) -> int:
+    import numpy as np
+
+    from netra import runtime, targets
+    from netra.certify import measure
+    from netra.runtime import installed
+
+    inst = installed.locate()
+    if str(inst.root) != p.install_root or inst.kind != p.install_kind:
+        inst = installed.Install(kind=p.install_kind, root=Path(p.install_root))
+    cat = runtime.open_catalog(p.gpu_class, install=inst)
+    dev = targets.get(p.gpu_class).vendor.open_loader()
+    by_artifact = {c.artifact: c for c in cat.table.candidates()}
+    for i, item in enumerate(p.items):
+        cand = by_artifact.get(item.artifact)
+        if cand is None:
+            raise NetraError(
+                f"{item.artifact}: not a candidate of the {p.gpu_class} table of this install",
+                "run the worker only through `netra certify`",
+            )
+        _emit(planfile.begin(i, cand.artifact, cand.text_sha256), progress)
+        launches = 0
+        try:
+            kernel = cat.kernel(cand)
+            for x in item.launches:
+                buf = measure.Buffers(dev)
+                try:
+                    for name, (file, initialized) in sorted(x.inputs.items()):
+                        arr = np.load(file, mmap_mode="r", allow_pickle=False)
+                        if initialized:
+                            buf.input(name, measure.raw_bytes(arr))
+                        else:
+                            buf.uninitialized(name, int(arr.nbytes))
+                    for name, (dtype, shape) in sorted(x.outputs.items()):
+                        buf.output(name, np.dtype(dtype), shape)
+                    rows = x.rows + item.extra_rows
+                    dev.launch(kernel, rows, 0, {**buf.args, **x.scalars, "rows": rows})
+                    dev.synchronize()
+                    launches += 1
+                finally:
+                    with contextlib.suppress(NetraError):  # after a device error the context is gone
+                        buf.free()
+        except NetraError as e:
+            _emit(planfile.end_fault(i, cand.artifact, e.message), progress)
+            return EXIT_FAULT
+        _emit(planfile.end_ok(i, cand.artifact, launches), progress)
+    _emit(planfile.done(len(p.items)), progress)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m netra.certify.worker", description=__doc__.split("\n\n")[0])
+    ap.add_argument("plan", type=Path)
+    ap.add_argument("--progress", type=Path, help="also append every line printed to this file")
+    args = ap.parse_args(argv)
+    progress = None
+    try:
+        p = planfile.read(args.plan)
+        if args.progress is not None:
+            progress = open(args.progress, "a")  # noqa: SIM115 - kept open for the whole run
+        return run(p, progress)
+    except NetraError as e:
+        print(f"netra worker: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        if progress is not None:
+            progress.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
