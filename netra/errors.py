@@ -24,6 +24,10 @@ class NetraError(Exception):
         return f"{self.message}; hint: {self.hint}" if self.hint else self.message
 
 
+class UsageError(NetraError):
+    """A name or number typed on the command line that is none of the valid choices: exit status 2."""
+
+
 class ManifestError(NetraError):
     """A model manifest, template manifest or tactic list is malformed or inconsistent."""
 

@@ -359,3 +359,71 @@ def test_certify_json_follows_its_schema(tmp_path: Path) -> None:
     assert doc["table_sha256"] == hashlib.sha256((tmp_path / "t.json").read_bytes()).hexdigest()
     assert doc["candidates"]["verified"] > 0 and doc["candidates"]["accepted"] == 0
     assert set(doc["memory_checks"]) == {"skipped"} and set(doc["profiles"]) <= {"skipped"}
+
+
+# -- every name and number typed is held to the valid ones -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "says"),
+    [
+        # wrong case: a real "did you mean", and the valid choices
+        (["catalog", "--model", "llama-3.1-8b"], 2, "unknown model 'llama-3.1-8b'"),
+        (["catalog", "--model", "Llama-3.1-70B"], 2, "unknown model 'Llama-3.1-70B'"),
+        (["catalog", "--model", "No-Such-Model"], 2, "valid: Gemma-2-9B, Llama-3.1-8B, Qwen3-235B-A22B, Qwen3-30B-A3B"),
+        (["catalog", "--gpu-class", "SM_90"], 2, "unknown GPU class 'SM_90'; hint: did you mean 'sm_90'?"),
+        (["explain", "rmsnorm(hidden=4096,weight_offset=0)", "--gpu-class", "sm_91"], 2, "did you mean 'sm_90'?"),
+        (["explain", "rmsnorn(hidden=4096,weight_offset=0)"], 2, "unknown op family 'rmsnorn'"),
+        (["explain", "RMSNORM(hidden=4096,weight_offset=0)"], 2, "did you mean 'rmsnorm'?"),
+        (["explain", "rmsnorm"], 2, "its contracts here: rmsnorm(hidden=128,weight_offset=0), "),
+        (["explain", "rmsnorm(hidden=4096)"], 2, "op rmsnorm takes parameters hidden, weight_offset, got hidden"),
+        (["explain", "NETRA_RMSNORM_H4096_WO0_W8"], 1, "did you mean 'netra_rmsnorm_h4096_wo0_w8'"),
+        (["explain", "rmsnorm(hidden=4097,weight_offset=0)"], 1, "did you mean 'rmsnorm(hidden=4096,weight_offset=0)'"),
+        (["certify", "--gpu-class", "gfx951"], 2, "did you mean 'gfx950'?"),
+    ],
+)  # fmt: skip
+def test_a_name_that_is_none_of_the_valid_ones_is_refused_in_one_line(
+    args: list[str], status: int, says: str
+) -> None:
+    root = ["--root", str(REPO)] if args[0] in ("catalog", "explain") else []
+    r = netra(*args, *root)
+    assert r.returncode == status and r.stdout == "" and "Traceback" not in r.stderr, log(r)
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("netra: error: ") and says in line, line
+    typed = next(a for a in reversed(args) if not a.startswith("--"))
+    assert f"did you mean {typed!r}" not in line and f"or {typed!r}" not in line, (
+        line
+    )  # never the typed string
+
+
+def test_a_valid_name_the_install_cannot_serve_is_a_refusal() -> None:
+    """A registered class with a wrong-class artifact: exit 1 naming the class that serves it; the right
+    name passes."""
+    r = netra("explain", "netra_rmsnorm_h4096_wo0_w8", "--gpu-class", "gfx950", "--root", REPO)
+    assert r.returncode == 1 and "is of GPU class sm_90, not gfx950" in r.stderr, log(r)
+    r = netra("catalog", "--model", "Llama-3.1-8B", "--root", REPO, "--json")
+    doc = valid("catalog", r.stdout)
+    assert (
+        r.returncode == 0 and doc["artifacts"] and all("Llama-3.1-8B" in a["users"] for a in doc["artifacts"])
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["lock", "--check", "-j", "-3"], "argument -j/--jobs: -3 must be at least 1"),
+        (["build", "out", "-j", "0"], "argument -j/--jobs: 0 must be at least 1"),
+        (["lock", "--check", "-j", "two"], "'two' is not a whole number"),
+        (["certify", "--gpu-class", "sm_90", "--seed", "-1"], "argument --seed: -1 must be 0 or more"),
+        (["certify", "--gpu-class", "sm_90", "--tool-timeout", "nan"], "must be a positive, finite number"),
+        (["certify", "--gpu-class", "sm_90", "--tool-timeout", "0"], "must be a positive, finite number"),
+    ],
+)
+def test_a_bad_number_is_a_one_line_usage_error(args: list[str], says: str, tmp_path: Path) -> None:
+    r = netra(*args, cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr, log(r)
+    (line,) = r.stderr.splitlines()
+    assert (
+        line.startswith(f"netra {args[0]}: error: ") and says in line and f"`netra {args[0]} --help`" in line
+    ), line
+    assert not any(tmp_path.iterdir())  # nothing was started

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from netra import __version__
+from netra.cli import choices
 from netra.core.types import MATURITIES
-from netra.errors import NetraError
+from netra.errors import NetraError, UsageError
 
 EXIT_SIGPIPE = 128 + 13  # what a shell reports for a process killed by SIGPIPE (`netra catalog | head`)
 # Optional or required modules -> (the requirement, the extra that brings it); None: a core dependency.
@@ -226,15 +227,29 @@ def _inventory(args: argparse.Namespace) -> Any:
     return inventory.load(installed.source(root))
 
 
+def _known_class(gpu_class: str | None) -> None:
+    """A --gpu-class that names no registered class is a usage error, before any file is read."""
+    from netra import targets
+
+    choices.check("GPU class", gpu_class, targets.names())
+
+
+def _certified_class(inv: Any, gpu_class: str | None) -> None:
+    """A registered class this install has no certified table for is a refusal."""
+    if gpu_class is not None and gpu_class not in inv.tables:
+        raise NetraError(
+            f"GPU class {gpu_class} is not certified by this install",
+            f"certified: {', '.join(sorted(inv.tables)) or 'none'}",
+        )
+
+
 def cmd_catalog(args: argparse.Namespace) -> int:
     from netra.cli import inventory
 
+    _known_class(args.gpu_class)
     inv = _inventory(args)
-    if args.gpu_class and args.gpu_class not in inv.tables:
-        raise NetraError(
-            f"GPU class {args.gpu_class!r} is not certified by this install",
-            f"certified: {', '.join(sorted(inv.tables)) or 'none'}",
-        )
+    _certified_class(inv, args.gpu_class)
+    choices.check("model", args.model, inv.models, where=" in this install's model manifests")
     data = inventory.catalog(inv, gpu_class=args.gpu_class, model=args.model)
     if args.json:
         _json(data)
@@ -258,7 +273,10 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     from netra.cli import inventory
 
-    data = inventory.explain(_inventory(args), args.name, gpu_class=args.gpu_class)
+    _known_class(args.gpu_class)
+    inv = _inventory(args)
+    _certified_class(inv, args.gpu_class)
+    data = inventory.explain(inv, args.name, gpu_class=args.gpu_class)
     if args.json:
         _json(data)
     else:
@@ -385,6 +403,7 @@ def cmd_verify_wheel(args: argparse.Namespace) -> int:
         raise NetraError(f"{wheel}: no such file", "pass the path of a .whl file")
     if not zipfile.is_zipfile(wheel):
         raise NetraError(f"{wheel}: not a wheel (a wheel is a zip archive)", "pass the path of a .whl file")
+    own = False  # checked against the lock the wheel carries: self-consistency, not authenticity
     if args.lock or args.root:
         path = Path(args.lock) if args.lock else _root(args.root) / lock.LOCK_PATH
         raw, against, where = *wheelgate.read_lock(path), str(path)
@@ -395,6 +414,7 @@ def cmd_verify_wheel(args: argparse.Namespace) -> int:
         except NetraError:  # not in a source tree: the wheel can still be checked for consistency
             raw = wheelgate.packaged_lock(wheel)
             against, where = wheelgate.parse_lock(raw, f"{wheel.name}:manifest.lock"), "the lock it carries"
+            own = True
     problems = wheelgate.check_wheel(wheel, against, raw)
     if args.json:
         from netra.core.hashing import sha256_bytes
@@ -402,12 +422,22 @@ def cmd_verify_wheel(args: argparse.Namespace) -> int:
         _json({
             "schema": 1, "command": "verify-wheel", "wheel": str(wheel), "against": where,
             "lock_sha256": sha256_bytes(raw), "ok": not problems,
+            "proved": "self-consistency" if own else "lock",
             "problems": [{"kind": p.kind, "member": p.member, "detail": p.detail} for p in problems],
         })  # fmt: skip
     if problems:
         raise _wheel_error(wheel, problems, where)
-    if not args.json:
-        print(f"{wheel.name}: carries exactly the locked files ({where}): OK")
+    if args.json:
+        return 0
+    if own:
+        print(
+            f"{wheel.name}: self-consistent: it carries exactly the files of the lock it carries: OK. That proves "
+            "the wheel is whole, not that it is an authentic release (a wheel and its lock can be altered together): "
+            "to prove that, check it against the release's own lock, "
+            "`netra verify-wheel WHEEL --lock release/manifest.lock` from the release's commit"
+        )
+    else:
+        print(f"{wheel.name}: carries exactly the files of the lock {where}: OK (proved against that lock)")
     return 0
 
 
@@ -426,15 +456,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_certify(args: argparse.Namespace) -> int:
     """Run, judge, time, memory-check and profile every candidate of a class's table on this host's GPU;
     write the certified table."""
+    _known_class(args.gpu_class)
     _need("numpy", "netra certify")
     from netra import certify
 
     out = Path(args.out) if args.out else Path.cwd() / f"{args.gpu_class}.json"
-    if args.tool_timeout is not None and args.tool_timeout <= 0:
-        raise NetraError(
-            f"--tool-timeout {args.tool_timeout:g}: must be a positive number of seconds",
-            "e.g. --tool-timeout 600",
-        )
     opts = certify.Options(
         sanitize=not (args.skip_sanitizer or args.quick),
         profile=not (args.skip_profile or args.quick),
@@ -523,8 +549,15 @@ def _subparsers(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser
     return {}
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its usage errors on one line like every other error (exit status 2)."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"{self.prog}: error: {message}; hint: `{self.prog} --help` lists its arguments\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="netra",
         description="Locked, certified ahead-of-time GPU kernels: inspect and verify an install, or build "
         "and lock a release from a source tree.",
@@ -542,7 +575,11 @@ def parser() -> argparse.ArgumentParser:
     def common(sp: argparse.ArgumentParser) -> None:
         root(sp)
         sp.add_argument(
-            "-j", "--jobs", type=int, default=None, help="parallel assemblies (default: all cores)"
+            "-j",
+            "--jobs",
+            type=choices.positive_int,
+            default=None,
+            help="parallel assemblies (default: all cores)",
         )
         quiet(sp)
 
@@ -601,7 +638,9 @@ def parser() -> argparse.ArgumentParser:
     ce.add_argument(
         "--out", help="where to write the certified table (default: ./<class>.json)"
     ).complete = _FILE  # type: ignore[attr-defined]
-    ce.add_argument("--seed", type=int, default=0, help="seed of the test vectors (recorded in the table)")
+    ce.add_argument(
+        "--seed", type=choices.natural_int, default=0, help="seed of the test vectors (recorded in the table)"
+    )
     ce.add_argument(
         "--skip-sanitizer",
         action="store_true",
@@ -617,7 +656,7 @@ def parser() -> argparse.ArgumentParser:
     ).complete = _DIR  # type: ignore[attr-defined]
     ce.add_argument(
         "--tool-timeout",
-        type=float,
+        type=choices.positive_seconds,
         metavar="SECONDS",
         help="the most one memory checker, or the profiler, may take over all candidates (default: 600)",
     )
@@ -674,6 +713,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_SIGPIPE
+    except UsageError as e:
+        _error(str(e), e.details)
+        return 2
     except NetraError as e:
         _error(str(e), e.details)
         return 1

@@ -9,13 +9,12 @@ refused here as the runtime refuses it, naming the file and the fix. No code obj
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from netra.core import files
-from netra.errors import AlteredFileError, ContractError, MissingFileError, NetraError
+from netra.errors import AlteredFileError, ContractError, MissingFileError, NetraError, UsageError
 from netra.runtime import tables
 from netra.runtime.installed import Install
 from netra.runtime.lockfile import Lock, LockedArtifact
@@ -33,6 +32,7 @@ class Inventory:
     raw: dict[str, dict[str, Any]]  # GPU class -> the same table as JSON (contract details, evidence)
     users: dict[str, tuple[str, ...]]  # contract key -> the models whose manifests need it
     fallbacks: tuple[dict[str, str], ...]  # every model's documented fallbacks
+    models: tuple[str, ...]  # every model manifest's model name, sorted
 
     def artifact(self, name: str) -> LockedArtifact | None:
         return self.lock.artifact(name)
@@ -49,9 +49,11 @@ def load(inst: Install) -> Inventory:
         raw[cls] = json.loads(_locked_bytes(inst, lock, tables.table_path(cls), f"the {cls} table"))
     users: dict[str, set[str]] = {}
     fallbacks: list[dict[str, str]] = []
+    models: set[str] = set()
     for f in sorted(lock.files_with_role("manifest"), key=lambda f: f.path):
         if f.path.startswith(MODELS) and f.path.endswith(".toml"):
             model, needs, fb = _model(inst, lock, f.path)
+            models.add(model)
             for key in needs:
                 users.setdefault(key, set()).add(model)
             fallbacks += fb
@@ -63,6 +65,7 @@ def load(inst: Install) -> Inventory:
         raw=raw,
         users={k: tuple(sorted(v)) for k, v in sorted(users.items())},
         fallbacks=tuple(sorted(fallbacks, key=lambda x: (x["model"], x["op"]))),
+        models=tuple(sorted(models)),
     )
 
 
@@ -191,10 +194,46 @@ def explain(inv: Inventory, query: str, *, gpu_class: str | None = None) -> dict
 
 
 def _unknown(inv: Inventory, query: str, gpu_class: str | None) -> NetraError:
-    names = sorted({a.name for a in inv.lock.artifacts} | {k for t in inv.tables.values() for k in t.entries})
-    close = difflib.get_close_matches(query, names, n=3, cutoff=0.6)
+    """Why nothing matched, in one line: the name's other class, its family's contracts, a misspelt
+    family (a usage error), or the closest names this install serves (never the name typed)."""
+    from netra.cli import choices
+    from netra.core.ops import FAMILIES
+    from netra.runtime import Contract
+
     op = query.partition("(")[0].strip()
     documented = sorted({f"{f['model']}: {f['reason']}" for f in inv.fallbacks if f["op"] == op})
+    served = {cls: set(t.entries) for cls, t in inv.tables.items()}
+    try:
+        parsed: Contract | None = Contract.parse(query)
+    except NetraError:
+        parsed = None
+    key = parsed.key if parsed is not None else query
+    elsewhere = sorted(cls for cls, keys in served.items() if key in keys and cls != gpu_class)
+    if gpu_class is not None and elsewhere:
+        return ContractError(
+            f"contract {key} is served on GPU class {', '.join(elsewhere)}, not on {gpu_class}",
+            f"drop --gpu-class {gpu_class}, or pass --gpu-class {elsewhere[0]}",
+        )
+    if not documented and op in FAMILIES and "(" not in query:
+        keys = sorted({k for cls, keys in served.items() if gpu_class in (None, cls) for k in keys
+                       if k.startswith(op + "(")})  # fmt: skip
+        return UsageError(
+            f"{query!r} is an op family, not a contract: name one of its contracts ({', '.join(FAMILIES[op].params)})",
+            ("its contracts here: " + ", ".join(keys))
+            if keys
+            else "this install serves none of its contracts",
+        )
+    if not documented and parsed is not None and parsed.op not in FAMILIES:
+        return choices.unknown("op family", parsed.op, FAMILIES, where=f" in {query!r}")
+    if not documented and parsed is not None and set(parsed.params) != set(FAMILIES[parsed.op].params):
+        got = ", ".join(sorted(parsed.params)) or "none"
+        return UsageError(
+            f"{query!r}: op {parsed.op} takes parameters {', '.join(FAMILIES[parsed.op].params)}, got {got}",
+            "e.g. " + next((k for keys in served.values() for k in sorted(keys) if k.startswith(parsed.op + "(")),
+                           f"{parsed.op}(" + ",".join(f"{p}=..." for p in FAMILIES[parsed.op].params) + ")"),
+        )  # fmt: skip
+    names = {a.name for a in inv.lock.artifacts if gpu_class in (None, a.target)}
+    names |= {k for cls, keys in served.items() if gpu_class in (None, cls) for k in keys}
     where = (
         f"GPU class {gpu_class}"
         if gpu_class
@@ -203,8 +242,7 @@ def _unknown(inv: Inventory, query: str, gpu_class: str | None) -> NetraError:
     msg = f"{query!r} is neither an artifact nor a contract that this install serves on {where}"
     if documented:
         msg += f"; the model manifests document op {op} as a fallback"
-    hint = ("did you mean " + " or ".join(repr(c) for c in close) + "? ") if close else ""
-    hint += "`netra catalog` lists every artifact and contract"
+    hint = choices.did_you_mean(key, names) + "`netra catalog` lists every artifact and contract"
     return ContractError(msg, hint, tuple(f"fallback {d}" for d in documented))
 
 
