@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import TIMEOUT, clean_env
 from venvtools import json_of as _code
 from venvtools import run_py as _run
 
 from netra import targets
+from netra.cli import doctor
 
 # Driving the installed venv: tests/venvtools.py
 
@@ -138,3 +143,41 @@ def test_doctor_fast_text_reader_agrees_with_pyelftools_on_every_code_object(py:
     assert {t for _, t, *_ in out} == set(targets.names())  # every registered class
     for file, _, fast, reference, locked in out:
         assert fast == reference == locked, file
+
+
+def _doctor_in(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m netra doctor` run inside a source tree: that checkout, kind source."""
+    return subprocess.run([sys.executable, "-m", "netra", "doctor", *args], cwd=tree, capture_output=True,
+                          text=True, timeout=TIMEOUT, check=False, env=clean_env())  # fmt: skip
+
+
+def test_one_cause_is_one_fix_line_however_many_files_it_breaks(make_repo_copy: Any) -> None:
+    """A checkout before `netra build`: every code object is missing, for one cause, with one fix. The
+    human report names a few, counts the rest and prints the fix once; --json groups all under it."""
+    tree = make_repo_copy("one-cause")
+    js = _doctor_in(tree, "--json")
+    rep = json.loads(js.stdout)
+    (fix,) = rep["fixes"]
+    assert js.returncode == 1 and fix.endswith("-m netra build build/kernels"), rep["fixes"]
+    (cause,) = rep["causes"]
+    assert cause["fix"] == fix and len(cause["problems"]) == len(rep["problems"]) == len(
+        rep["files"]["missing"]
+    )
+    assert len(rep["problems"]) > doctor.SHOWN
+    human = _doctor_in(tree)
+    assert human.returncode == 1 and human.stdout.count(fix) == 1, human.stdout
+    listed = [ln for ln in human.stdout.splitlines() if ln.startswith("problem: ")]
+    assert len(listed) == doctor.SHOWN - 1, human.stdout
+    more = len(rep["problems"]) - (doctor.SHOWN - 2)
+    assert listed[-1].startswith(f"problem: ... and {more} more of the same cause"), human.stdout
+    assert human.stdout.rstrip().endswith(f"result: FAILED ({len(rep['problems'])} problem(s))")
+
+    # A second cause (an edited model manifest: restore it) is a second fix, each problem naming its step.
+    manifest = next((tree / "manifests" / "models").glob("*.toml"))
+    manifest.write_bytes(manifest.read_bytes() + b"\n")
+    rep = json.loads(_doctor_in(tree, "--json").stdout)
+    assert [c["fix"] for c in rep["causes"]] == rep["fixes"] and len(rep["fixes"]) == 2, rep["fixes"]
+    human = _doctor_in(tree).stdout
+    assert all(human.count(f) == 1 for f in rep["fixes"]), human
+    assert f"manifests/models/{manifest.name}" in human and "(fix 1)" in human and "(fix 2)" in human, human
+    assert "  1. " + rep["fixes"][0] in human and "  2. " + rep["fixes"][1] in human, human

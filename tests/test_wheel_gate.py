@@ -260,9 +260,17 @@ def test_verify_wheel_accepts_the_built_wheel(
 ) -> None:
     """The installed `netra` checks a wheel against a given lock, and (outside any tree) against its own."""
     r = installed_venv.run("netra", "verify-wheel", built_wheel, "--lock", repo_copy / LOCK_PATH)
-    assert r.returncode == 0 and "OK" in r.stdout, log(r)
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("OK (proved against that lock)"), log(r)
+    assert "self-consistent" not in r.stdout, log(r)
     r = installed_venv.run("netra", "verify-wheel", built_wheel)
-    assert r.returncode == 0 and "the lock it carries" in r.stdout, log(r)
+    # Its own lock proves the wheel whole, not authentic: it says which it proved, and how to prove the other.
+    assert r.returncode == 0 and "self-consistent" in r.stdout and "the lock it carries" in r.stdout, log(r)
+    assert "not that it is an authentic release" in r.stdout and "--lock release/manifest.lock" in r.stdout, (
+        log(r)
+    )
+    for given, proved in (((), "self-consistency"), (("--lock", repo_copy / LOCK_PATH), "lock")):
+        r = installed_venv.run("netra", "verify-wheel", built_wheel, *given, "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)["proved"] == proved, log(r)
 
 
 def test_doctored_wheel_is_refused_naming_every_member(

@@ -170,6 +170,7 @@ class _Report:
         self.inst = inst
         self.problems: list[str] = []
         self.fixes: list[str] = []  # the commands to run, once each, in the order to run them
+        self.by_fix: dict[str | None, tuple[str, list[str]]] = {}  # fix -> (its note, its problems, no fix)
         self._rank: dict[str, int] = {}
         self.record = wheel_record(inst)
         self.digest = _record_digest(inst, self.record)
@@ -189,9 +190,11 @@ class _Report:
         """One problem line with its fix: a command (collected, once, into `fixes`) and a note."""
         if fix is None:
             self.problems.append(text)
+            self.by_fix.setdefault(None, ("", []))[1].append(text)
             return
         cmd, note = (fix, "") if isinstance(fix, str) else fix
         self.problems.append(f"{text}; fix: {cmd}" + (f" ({note})" if note else ""))
+        self.by_fix.setdefault(cmd, (note, []))[1].append(text)
         if cmd in self.fixes:
             return
         # Stray files first; sources restored before the code objects built from them (sort is stable).
@@ -341,7 +344,13 @@ def _verified(rep: _Report, lock_info: dict[str, Any], lock: Lock | None) -> dic
     for path in pkg["altered"]:
         rep.problem(f"altered package file {path}: sha256 differs from RECORD", rep.inst.reinstall)
     return {"lock": lock_info, "files": rep.files, "package_files": pkg, "problems": rep.problems,
-            "fixes": rep.fixes, "lock_obj": lock}  # fmt: skip
+            "fixes": rep.fixes, "causes": causes(rep.fixes, rep.by_fix), "lock_obj": lock}  # fmt: skip
+
+
+def causes(fixes: list[str], by_fix: dict[str | None, tuple[str, list[str]]]) -> list[dict[str, Any]]:
+    """The problems grouped by the fix that clears them (one cause, one fix line), in the fixes' order."""
+    order: list[str | None] = [*fixes, None]
+    return [{"fix": f, "note": by_fix[f][0], "problems": list(by_fix[f][1])} for f in order if f in by_fix]
 
 
 def _table_problems(inst: Install, lock: Lock, broken: set[str]) -> list[dict[str, str]]:
@@ -540,6 +549,7 @@ def run(
         problems.append(
             f"no GPU on this host has accepted kernels in this install: found {seen}; classes: {listed}"
         )
+        v["causes"].append({"fix": None, "note": "", "problems": [problems[-1]]})
     return {
         "schema": SCHEMA,
         "command": "doctor",
@@ -549,6 +559,7 @@ def run(
         "files": v["files"],
         "package_files": v["package_files"],
         "fixes": v["fixes"],
+        "causes": v["causes"],
         "intact": intact,
         "certified_classes": certified,
         "gpus": gpu_list,
@@ -633,6 +644,31 @@ def _install_lines(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+SHOWN = 5  # problems of one cause listed in the human report before "... and N more"
+
+
+def _cause_lines(r: dict[str, Any]) -> list[str]:
+    """Each problem once, grouped by its cause, then each fix once: a fix named by its step when there
+    are several. A cause with many problems (an editable install before `netra build`) shows a few and
+    counts the rest (--json lists every one)."""
+    lines: list[str] = []
+    fixes = r.get("fixes") or []
+    for c in r.get("causes") or [{"fix": None, "note": "", "problems": r["problems"]}]:
+        step = f" (fix {fixes.index(c['fix']) + 1})" if c["fix"] is not None and len(fixes) > 1 else ""
+        probs = c["problems"]
+        shown = probs if len(probs) <= SHOWN else probs[: SHOWN - 2]
+        lines += [f"problem: {p}{step}" for p in shown]
+        if len(shown) < len(probs):
+            lines.append(f"problem: ... and {len(probs) - len(shown)} more of the same cause{step} "
+                         "(`netra doctor --json` lists every one)")  # fmt: skip
+        if c["note"]:
+            lines.append(f"  note{step}: {c['note']}")
+    if fixes:
+        lines.append("to fix, run:" if len(fixes) == 1 else "to fix, run in this order:")
+        lines += [f"  {fix}" if len(fixes) == 1 else f"  {i}. {fix}" for i, fix in enumerate(fixes, 1)]
+    return lines
+
+
 def render(r: dict[str, Any]) -> str:
     """The human report: one fact per line, problems in full, the verdict last."""
     lines = _install_lines(r)
@@ -696,10 +732,6 @@ def render(r: dict[str, Any]) -> str:
                 else f"{len(pf['missing'])} missing, {len(pf['altered'])} altered"
             )
         )
-    for p in r["problems"]:
-        lines.append(f"problem: {p}")
-    if r.get("fixes"):
-        lines.append("to fix, run:" if len(r["fixes"]) == 1 else "to fix, run in this order:")
-        lines += [f"  {fix}" for fix in r["fixes"]]
+    lines += _cause_lines(r)
     lines.append("result: OK" if r["ok"] else f"result: FAILED ({len(r['problems'])} problem(s))")
     return "\n".join(lines)
