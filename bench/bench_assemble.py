@@ -1,7 +1,9 @@
 """What `netra build` costs on top of the assembler, and how lock/build cost grows with the catalog.
 
-Part 1: `netra build` of the real catalog against a plain shell loop of llvm-mc + ld.lld over the same
-instantiation files (made by `netra build --keep`), at the same parallelism, run alternately.
+Part 1: `netra build` of the real gfx950 catalog against a plain shell loop of llvm-mc + ld.lld over the
+same instantiation files (made by `netra build --keep`), at the same parallelism, run alternately. The
+tree is a copy holding the gfx950 class alone (its templates, tactics and the model manifests, locked
+afresh), so neither side compiles another class's code objects.
 Part 2: a synthetic catalog of N specializations of one template (N up to 2000): `netra lock` time and
 `netra lock --check` time.
 
@@ -36,7 +38,7 @@ def netra(*args: str) -> list[str]:
     return [sys.executable, "-m", "netra", *args]
 
 
-def part1(repeat: int, jobs: int, root: Path = REPO) -> None:
+def part1(repeat: int, jobs: int, root: Path) -> None:
     tools = discover()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with tempfile.TemporaryDirectory() as tmp:
@@ -52,8 +54,8 @@ def part1(repeat: int, jobs: int, root: Path = REPO) -> None:
         script.write_text(
             "set -e\n"
             f"ls {keep}/*.s | xargs -P {jobs} -I{{}} sh -c 'b=$(basename {{}} .s); "
-            f"{tools.llvm_mc} -triple={TRIPLE} -mcpu=gfx950 -filetype=obj -I {root}/kernels/gfx950 {{}} -o {t}/sh/$b.o "
-            f"&& {tools.ld_lld} -shared --no-undefined --build-id=none -o {t}/sh/$b.hsaco {t}/sh/$b.o'\n"
+            f"{tools['llvm-mc']} -triple={TRIPLE} -mcpu=gfx950 -filetype=obj -I {root}/kernels/gfx950 {{}} -o {t}/sh/$b.o "
+            f"&& {tools['ld.lld']} -shared --no-undefined --build-id=none -o {t}/sh/$b.hsaco {t}/sh/$b.o'\n"
         )
         shell, ours = [], []
         for i in range(repeat):
@@ -71,19 +73,29 @@ def part1(repeat: int, jobs: int, root: Path = REPO) -> None:
         )
 
 
+def gfx950_tree(dest: Path) -> None:
+    """The real gfx950 catalog alone: its templates and tactics, the model manifests, locked afresh."""
+    shutil.copytree(REPO / "kernels" / "gfx950", dest / "kernels" / "gfx950")
+    shutil.copytree(REPO / "manifests" / "models", dest / "manifests" / "models")
+    shutil.copytree(REPO / "manifests" / "gfx950", dest / "manifests" / "gfx950")
+    (dest / "release" / "tables").mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run(netra("lock", "--root", str(dest), "-q"), env=env, check=True, stdout=subprocess.DEVNULL)
+
+
 def synthetic_tree(dest: Path, n: int) -> None:
     """One template (fp8_group_quant), n contracts x tactics, in a throwaway source tree."""
-    for d in ("kernels",):
-        shutil.copytree(REPO / d, dest / d)
+    shutil.copytree(REPO / "kernels" / "gfx950", dest / "kernels" / "gfx950")
     (dest / "manifests" / "models").mkdir(parents=True)
     (dest / "manifests" / "gfx950").mkdir(parents=True)
+    (dest / "release" / "tables").mkdir(parents=True)
     blocks = (64, 128, 192, 256)
     hiddens = [128 * (k + 1) for k in range((n + len(blocks) - 1) // len(blocks))]
     ops = "".join(f'\n[[ops]]\nop = "fp8_group_quant"\nhidden = {h}\ngroup = 128\n' for h in hiddens)
     (dest / "manifests" / "models" / "synthetic.toml").write_text(f'model = "synthetic"\n{ops}')
     tactics = "".join(
         f'\n[[tactics]]\nop = "fp8_group_quant"\nname = "b{b}"\ntemplate = "fp8_group_quant"\nblock = {b}\n'
-        'maturity = "experiment"\n'
+        f'maturity = "experiment"\nwhy = "synthetic: block {b}"\n'
         for b in blocks
     )
     (dest / "manifests" / "gfx950" / "tactics.toml").write_text(
@@ -108,7 +120,7 @@ def part2(sizes: list[int], jobs: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--sizes", default="250,500,1000,2000")
@@ -117,7 +129,9 @@ def main() -> None:
         "--compare-synthetic", type=int, default=0, help="also part 1 on a synthetic catalog of N"
     )
     a = ap.parse_args()
-    part1(a.repeat, a.jobs)
+    with tempfile.TemporaryDirectory() as tmp:
+        gfx950_tree(Path(tmp))
+        part1(a.repeat, a.jobs, Path(tmp))
     if a.compare_synthetic:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)

@@ -11,8 +11,9 @@ Everything is hatchling.build's, except:
   commit are byte-identical wherever and whenever they run.
 - An archive half-written by a failing build is removed: nothing is left in the output folder.
 
-`hatch build` calls hatchling directly and bypasses this module; release with `python -m build` or
-tools/release.
+Every frontend goes through this module: pip, `python -m build`, `uv build` and `hatch build` (hatch
+runs [build-system]'s backend in its build environment; pyproject.toml's hatch-build environment puts
+build_backend/ on its path), so each gets the same gate and the same bytes (docs/release.md).
 """
 
 from __future__ import annotations

@@ -1,0 +1,49 @@
+"""Every bench script runs: its imports resolve against today's netra and its arguments parse.
+
+The measurements themselves take minutes (and some need the GPU machine): docs/performance.md gives
+each one's command. Here each script answers `--help` from a folder outside the tree, so a script
+that imports a module netra no longer has, or fails before parsing, is caught by the suite.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, TIMEOUT, clean_env, log
+
+BENCH = sorted((REPO / "bench").glob("*.py"))
+
+
+def test_there_are_bench_scripts() -> None:
+    assert len(BENCH) >= 5, BENCH
+
+
+@pytest.mark.parametrize("script", BENCH, ids=lambda p: p.name)
+def test_every_bench_script_answers_help(script: Path, tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, str(script), "--help"], cwd=tmp_path, env=clean_env(),
+                       capture_output=True, text=True, timeout=TIMEOUT, check=False)  # fmt: skip
+    assert r.returncode == 0 and r.stdout.startswith("usage: ") and "Traceback" not in r.stderr, log(r)
+    assert not any(tmp_path.iterdir()), sorted(tmp_path.iterdir())  # --help does no work
+
+
+def test_every_bench_command_in_the_docs_names_a_script_that_exists() -> None:
+    import re
+
+    docs = "\n".join(p.read_text() for p in sorted((REPO / "docs").glob("*.md")))
+    named = set(re.findall(r"python3? (bench/[\w.]+\.py)", docs))
+    assert named, "docs/ names no bench command"
+    assert sorted(n for n in named if not (REPO / n).is_file()) == []
+
+
+def test_bench_assemble_measures_on_the_real_catalog_and_a_synthetic_one(tmp_path: Path) -> None:
+    """The smallest real run of docs/performance.md's first table: both parts, one repetition."""
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "bench_assemble.py"), "--repeat", "1", "--jobs", "2",
+                        "--sizes", "4"], cwd=tmp_path, env=clean_env(), capture_output=True, text=True,
+                       timeout=TIMEOUT, check=False)  # fmt: skip
+    assert r.returncode == 0 and "Traceback" not in r.stderr, log(r)
+    assert "shell loop llvm-mc + ld.lld" in r.stdout and "ratio" in r.stdout, log(r)
+    (row,) = [ln.split() for ln in r.stdout.splitlines() if ln.strip().startswith("4 ")]
+    assert row[0] == "4" and row[1].endswith("s"), r.stdout
