@@ -453,6 +453,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if report["ok"] else 1
 
 
+def cmd_env(args: argparse.Namespace) -> int:
+    """The host for a bug report: Python, platform, torch, drivers and runtimes, what the code needs."""
+    from netra.cli import environment
+
+    report = environment.report()
+    if args.json:
+        _json(report)
+    else:
+        print(environment.render(report))
+    return 0
+
+
 def cmd_certify(args: argparse.Namespace) -> int:
     """Run, judge, time, memory-check and profile every candidate of a class's table on this host's GPU;
     write the certified table."""
@@ -599,6 +611,16 @@ def parser() -> argparse.ArgumentParser:
         "--sysfs-nodes", help="KFD topology nodes (default: /sys/class/kfd/kfd/topology/nodes)"
     ).complete = _DIR  # type: ignore[attr-defined]
     d.set_defaults(func=cmd_doctor)
+
+    en = sub.add_parser(
+        "env",
+        help="this host for a bug report: Python, platform, torch, GPU drivers and runtimes, what the code needs",
+        description="Python, the platform, torch and the packages netra uses, each vendor's driver and GPU "
+        "runtime, this host's GPUs, and the oldest driver each class's code objects need (paste it into a bug "
+        "report). Reads no code object: fast, and it works on a damaged install.",
+    )
+    as_json(en, "env")
+    en.set_defaults(func=cmd_env)
 
     c = sub.add_parser(
         "catalog", help="list the installed artifacts: class, contract, tactic, maturity, users"

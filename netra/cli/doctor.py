@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from netra import __version__, targets
+from netra.cli import environment
 from netra.core.types import MATURITIES
 from netra.errors import NetraError
 from netra.runtime import gpus, installed, layout, tables
@@ -518,10 +519,13 @@ def run(
     broken = {e["path"] for e in v["files"]["missing"] + v["files"]["altered"]}
     certified = certification(inst, v["lock_obj"], broken)
     found = gpus.detect(sysfs_nodes)
+    host = environment.host()
+    needs = environment.needs(v["lock_obj"], host)
     gpu_list = []
     for g in found.gpus:
         c = certified.get(g.gpu_class)
         maturity = c.get("maturity") if c else None
+        need = needs.get(g.gpu_class)
         gpu_list.append(
             {
                 "vendor": g.vendor,
@@ -531,8 +535,10 @@ def run(
                 "source": g.source,
                 "certified": c is not None,
                 "maturity": maturity,
-                # what the runtime's default policy serves on this GPU
-                "serves_by_default": bool(maturity and maturity.get("accepted")),
+                # what the runtime's default policy serves on this GPU (a driver known to be too old: nothing)
+                "serves_by_default": bool(maturity and maturity.get("accepted"))
+                and (need or {}).get("met") is not False,
+                "driver_met": need["met"] if need else None,
             }
         )
     problems = list(v["problems"])
@@ -568,6 +574,8 @@ def run(
             v.loader: {"names": list(v.libraries), "path": (str(p) if (p := v.find_library()) else None)}
             for v in targets.vendors()
         },
+        "host": host,
+        "needs": needs,
         "require_gpu": require_gpu,
         "ok": not problems,
         "problems": problems,
@@ -714,6 +722,8 @@ def render(r: dict[str, Any]) -> str:
                 )
             else:
                 state = "NOT certified by this install"
+            if g.get("driver_met") is False:
+                state += "; its driver is older than its code objects need (below): nothing is served"
             lines.append(
                 f"gpu: {g['class']} ({g['name']}, {g['vendor']} #{g['index']} via {g['source']}): {state}"
             )
@@ -721,6 +731,9 @@ def render(r: dict[str, Any]) -> str:
         lines.append("gpu: none found (" + "; ".join(r["gpu_detection"]) + ")")
     for kind, lib in r["runtime_libraries"].items():
         lines.append(f"runtime library {kind}: {lib['path'] or 'not found'} ({lib['names'][0]})")
+    if r.get("host"):
+        lines += environment.host_lines(r["host"])
+        lines += [f"needs: {environment.need_line(cls, n)}" for cls, n in r["needs"].items()]
     pf = r.get("package_files") or {}
     if pf.get("checked"):
         bad = len(pf["missing"]) + len(pf["altered"])

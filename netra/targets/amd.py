@@ -14,9 +14,10 @@ import subprocess
 from collections.abc import Hashable
 from pathlib import Path
 
-from netra.targets.vendor import GPU, Vendor
+from netra.targets.vendor import GPU, Vendor, Versions
 
 SYSFS_NODES = "/sys/class/kfd/kfd/topology/nodes"
+AMDGPU_MODULE = "/sys/module/amdgpu"  # `version` there: the amdgpu-dkms driver's (an in-tree one has none)
 AMD_VENDOR_ID = 0x1002
 _TIMEOUT_S = 10
 _GFX = re.compile(r"gfx([0-9]+)([0-9a-f])([0-9a-f])")
@@ -162,6 +163,39 @@ class Amd(Vendor):
                     gpus = found
                     break
         return gpus, notes
+
+    def rocm_roots(self) -> list[Path]:
+        """Where a ROCm release may be installed: $ROCM_PATH, $HIP_PATH, /opt/rocm, /opt/rocm-*."""
+        return [Path(d).parent for d in self.library_dirs()]
+
+    def versions(self) -> Versions:
+        """The amdgpu kernel driver's version (sysfs), and the ROCm release of the HIP runtime the loader
+        uses (its .info/version file), files only."""
+        import platform
+
+        notes = []
+        module = Path(AMDGPU_MODULE)
+        driver = None
+        try:
+            driver = (module / "version").read_text().strip() or None
+            notes.append(f"driver: {module}/version")
+        except OSError:
+            if module.is_dir():
+                driver = f"in-tree amdgpu of kernel {platform.release()}"
+                notes.append(f"driver: {module} has no version file (the kernel's own amdgpu)")
+            else:
+                notes.append(f"driver: {module} not present (no amdgpu kernel driver loaded)")
+        runtime = None
+        for root in self.rocm_roots():
+            with contextlib.suppress(OSError):
+                text = (root / ".info" / "version").read_text().strip()
+                if text:
+                    runtime = f"ROCm {text}"
+                    notes.append(f"runtime: {root}/.info/version")
+                    break
+        if runtime is None:
+            notes.append("runtime: no ROCm release found (" + ", ".join(map(str, self.rocm_roots())) + ")")
+        return Versions(driver, runtime, tuple(notes))
 
 
 AMD = Amd()

@@ -15,13 +15,18 @@ import subprocess
 from collections.abc import Hashable
 from pathlib import Path
 
-from netra.targets.vendor import GPU, MemoryChecker, Profiler, Vendor
+from netra.targets.vendor import GPU, DriverNeed, MemoryChecker, Profiler, Vendor, Versions
 
 _TIMEOUT_S = 10
 # CUDA driver API (cuda.h): device attributes for the compute capability.
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 CUDA_ERROR_NO_DEVICE = 100
+DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"  # the loaded kernel module's own line
+# The oldest driver that runs code built by each CUDA major release, from NVIDIA's CUDA Toolkit release
+# notes and its CUDA Compatibility guide (minor version compatibility: a cubin built by any CUDA 13.x
+# runs on a driver >= 580; 12.x on >= 525). CUDA 13.0 GA itself shipped with 580.65.06.
+CUDA_MIN_DRIVER = {12: "525", 13: "580"}
 
 
 def sm_name(major: int, minor: int) -> str:
@@ -157,6 +162,46 @@ class Nvidia(Vendor):
         except ValueError:
             return None
         return {"max_sm_mhz": sm, "max_mem_mhz": mem}
+
+    def versions(self) -> Versions:
+        """The kernel module's version from /proc (else nvidia-smi), and the CUDA version of the driver API
+        (cuDriverGetVersion from libcuda: the runtime netra's loader uses; it needs no cuInit)."""
+        notes = []
+        driver = None
+        try:
+            text = Path(DRIVER_VERSION_FILE).read_text(errors="replace")
+            m = re.search(r"Kernel Module\b.*?\s(\d+\.\d+(?:\.\d+)?)\s", text)
+            driver = m.group(1) if m else None
+            notes.append(f"driver: {DRIVER_VERSION_FILE}" + ("" if m else " has no version line"))
+        except OSError:
+            notes.append(f"driver: {DRIVER_VERSION_FILE} not present (no NVIDIA kernel module loaded)")
+        if driver is None and shutil.which("nvidia-smi"):
+            driver = _smi_query("driver_version")
+            notes.append("driver: nvidia-smi" + ("" if driver else " did not say"))
+        runtime = None
+        path = self.find_library()
+        if path is None:
+            notes.append(f"runtime: {self.libraries[0]} not found")
+        else:
+            try:
+                v = ctypes.c_int(0)
+                if ctypes.CDLL(str(path)).cuDriverGetVersion(ctypes.byref(v)) == 0 and v.value > 0:
+                    runtime = f"CUDA {v.value // 1000}.{v.value % 1000 // 10}"
+                notes.append(f"runtime: cuDriverGetVersion of {path}" + ("" if runtime else " failed"))
+            except (OSError, AttributeError) as e:
+                notes.append(f"runtime: {path} could not be loaded ({e})")
+        return Versions(driver, runtime, tuple(notes))
+
+    def cubin_driver_need(self, cuda_version: str) -> DriverNeed:
+        """The oldest driver that loads cubins nvcc `cuda_version` built (CUDA_MIN_DRIVER, by CUDA major)."""
+        major = int(cuda_version.split(".")[0]) if cuda_version.split(".")[0].isdigit() else -1
+        minimum = CUDA_MIN_DRIVER.get(major)
+        why = (
+            f"cubins of nvcc {cuda_version} (CUDA {major}.x; NVIDIA's CUDA {major}.0 release notes)"
+            if minimum
+            else f"no minimum driver is known here for nvcc {cuda_version}: see NVIDIA's CUDA release notes"
+        )
+        return DriverNeed("NVIDIA driver", minimum, "driver", why)
 
     def memory_checkers(self) -> tuple[MemoryChecker, ...]:
         """compute-sanitizer's memcheck, racecheck, initcheck and synccheck (netra.targets.nvidia_tools)."""

@@ -6,7 +6,8 @@ against `Target`; a class supplies what only it knows, in netra/targets/<class>/
 - who makes it: its vendor (netra.targets.vendor: loader, driver library, detection, probes) and which
   of the vendor's device identities are this class (`identities`);
 - its toolchain: discovery in a documented order, a proof that it can target the class, its identity
-  as the lock records it (`discover`), the flavours it may be and how each is named (`flavours`);
+  as the lock records it (`discover`), the flavours it may be and how each is named (`flavours`), and
+  the oldest host driver or runtime that loads what that toolchain built (`driver_need`);
 - its template manifests' budget keys (`budget`), where its template sources live (`sources`), the
   rules a tactic must follow (`tactic_problem`), what a tactic defines (`tactic_defines`,
   `rows_per_block`);
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from netra.core.schema import Field
     from netra.core.types import ArtifactSpec, Tactic, Template, Toolchain
-    from netra.targets.vendor import Vendor
+    from netra.targets.vendor import DriverNeed, Vendor
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,10 @@ class Target(Protocol):
         entries to install into the Python environment)."""
 
     def discover(self, env: dict[str, str] | None = None) -> Tools: ...
+
+    def driver_need(self, toolchain: Toolchain) -> DriverNeed:
+        """The oldest host driver or runtime that loads the code objects `toolchain` built for this class
+        (doctor and `netra env` hold each GPU's host to it; docs/doctor.md)."""
 
     def tactic_problem(self, template: Template, tactic: Tactic) -> str | None:
         """Why this tactic cannot launch this template on this class, or None."""

@@ -19,9 +19,11 @@ from netra.targets.gfx950 import assemble, checks, codeobject, toolchain
 from netra.targets.target import Examined, Problem, Target, Tools
 
 if TYPE_CHECKING:
-    from netra.core.types import ArtifactSpec, Tactic, Template
+    from netra.core.types import ArtifactSpec, Tactic, Template, Toolchain
+    from netra.targets.vendor import DriverNeed
 
 WAVE = 64
+MIN_ROCM = "7.0"  # the first ROCm release with gfx950 (its release notes and component changelogs)
 
 
 class Gfx950:
@@ -43,6 +45,20 @@ class Gfx950:
 
     def discover(self, env: dict[str, str] | None = None) -> Tools:
         return toolchain.discover(env)
+
+    def driver_need(self, toolchain: Toolchain) -> DriverNeed:
+        """ROCm 7.0, the first release whose HIP runtime and amdgpu driver support gfx950 (MI350X /
+        MI355X). Whichever LLVM built them, the code objects are version 5 (assemble.py pins it), which
+        every ROCm since 5 loads, so the class's own support is the bound. Not run on a gfx950 GPU."""
+        from netra.targets.vendor import DriverNeed
+
+        return DriverNeed(
+            "ROCm",
+            MIN_ROCM,
+            "runtime",
+            f"the first ROCm with gfx950; its code objects (v{assemble.CODE_OBJECT_VERSION}, {toolchain}) "
+            "need nothing newer",
+        )
 
     def rows_per_block(self, template: Template, tactic: Tactic) -> int:
         return tactic.block // WAVE * int(template.budget["rows_per_wave"])

@@ -17,7 +17,8 @@ from netra.targets.sm_90 import checks, compile, cubin, toolchain
 from netra.targets.target import Examined, Target, Tools
 
 if TYPE_CHECKING:
-    from netra.core.types import ArtifactSpec, Tactic, Template
+    from netra.core.types import ArtifactSpec, Tactic, Template, Toolchain
+    from netra.targets.vendor import DriverNeed
 
 WARP = 32
 
@@ -40,6 +41,10 @@ class Sm90:
 
     def discover(self, env: dict[str, str] | None = None) -> Tools:
         return toolchain.discover(env)
+
+    def driver_need(self, toolchain: Toolchain) -> DriverNeed:
+        """The driver the lock's nvcc requires: CUDA 13.x cubins need an NVIDIA driver >= 580."""
+        return NVIDIA.cubin_driver_need(toolchain.version)
 
     def rows_per_block(self, template: Template, tactic: Tactic) -> int:
         assert tactic.rows_per_block is not None  # tactic_problem requires it

@@ -1,0 +1,161 @@
+"""`netra env` and the host part of doctor: versions read from the system's own files, and the oldest
+driver or runtime each class's code objects need, derived from the toolchain the lock records."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from conftest import REPO, TIMEOUT, clean_env, log
+from test_cli import valid
+
+from netra import targets
+from netra.runtime import lockfile
+from netra.targets import amd, nvidia
+from netra.targets.vendor import Versions
+
+
+def _env(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "netra", "env", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=TIMEOUT, check=False, env=clean_env(PYTHONPATH=str(REPO)))  # fmt: skip
+
+
+def test_env_reports_the_host_and_what_each_class_needs() -> None:
+    r = _env("--json")
+    assert r.returncode == 0, log(r)
+    doc = valid("env", r.stdout)
+    h = doc["host"]
+    assert h["python"]["version"] == platform.python_version() and h["python"]["executable"] == sys.executable
+    assert h["platform"]["machine"] == platform.machine()
+    try:
+        torch = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = None
+    assert (h["torch"] or {}).get("version") == torch and h["packages"]["torch"] == torch
+    assert sorted(h["vendors"]) == sorted(targets.vendor_names())
+    lock = lockfile.read(REPO / "release" / "manifest.lock")
+    assert sorted(doc["needs"]) == sorted(lock.toolchains)
+    for cls, n in doc["needs"].items():
+        want = targets.get(cls).driver_need(lock.toolchains[cls])
+        assert (n["needs"], n["minimum"], n["compared_with"]) == (want.what, want.minimum, want.of), n
+        assert n["found"] == h["vendors"][n["vendor"]][n["compared_with"]]
+    human = _env()
+    assert human.returncode == 0 and human.stdout.startswith("netra-kernel "), log(human)
+    assert f"python: {platform.python_version()} " in human.stdout
+    for cls, n in doc["needs"].items():
+        assert f"needs: {cls} code objects need {n['needs']} >= {n['minimum']}: " in human.stdout, (
+            human.stdout
+        )
+
+
+def test_env_answers_on_a_damaged_install(tmp_path: Path) -> None:
+    """It reads no code object and needs no intact lock: the host is reported, the needs say why not."""
+    r = subprocess.run([sys.executable, "-m", "netra", "env", "--json"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=TIMEOUT, check=False,
+                       env=clean_env(PYTHONPATH=str(_broken_copy(tmp_path))))  # fmt: skip
+    assert r.returncode == 0, log(r)
+    doc = valid("env", r.stdout)
+    assert doc["needs"] == {} and "run `netra doctor`" in doc["needs_note"], doc
+
+
+def _broken_copy(tmp: Path) -> Path:
+    """A source checkout whose lock is not TOML: netra/, kernels/, manifests/ and a broken release/."""
+    import shutil
+
+    dest = tmp / "tree"
+    shutil.copytree(REPO / "netra", dest / "netra", ignore=shutil.ignore_patterns("__pycache__"))
+    for d in ("kernels", "manifests"):
+        shutil.copytree(REPO / d, dest / d)
+    (dest / "release").mkdir()
+    (dest / "release" / "manifest.lock").write_text("this is not a lock [")
+    return dest
+
+
+def test_the_sm90_minimum_driver_comes_from_the_locked_nvcc() -> None:
+    """CUDA 13.x cubins need an NVIDIA driver >= 580 (NVIDIA's CUDA 13.0 release notes); 12.x >= 525."""
+    lock = lockfile.read(REPO / "release" / "manifest.lock")
+    need = targets.get("sm_90").driver_need(lock.toolchains["sm_90"])
+    assert (
+        lock.toolchains["sm_90"].version.startswith("13.") and need.minimum == "580" and need.of == "driver"
+    )
+    assert need.met(Versions("580.65.06", None)) is True and need.met(Versions("580.159.04", None)) is True
+    assert need.met(Versions("575.57.08", None)) is False and need.met(Versions(None, "CUDA 13.0")) is None
+    assert nvidia.NVIDIA.cubin_driver_need("12.8.93").minimum == "525"
+    unknown = nvidia.NVIDIA.cubin_driver_need("14.1.2")
+    assert unknown.minimum is None and unknown.met(Versions("600.1", None)) is None
+
+
+def test_the_gfx950_minimum_is_the_first_rocm_with_gfx950() -> None:
+    lock = lockfile.read(REPO / "release" / "manifest.lock")
+    need = targets.get("gfx950").driver_need(lock.toolchains["gfx950"])
+    assert (need.what, need.minimum, need.of) == ("ROCm", "7.0", "runtime")
+    assert need.met(Versions(None, "ROCm 7.0.2")) is True and need.met(Versions(None, "ROCm 6.4.3")) is False
+
+
+# The kernel modules' own files, in the formats the drivers write them (real lines from real hosts).
+NVIDIA_PROC = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
+    "(dvs-builder@U22-I3-AE18-23-3)  Thu Nov 13 06:27:39 UTC 2025\n"
+    "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04.2)\n"
+)
+NVIDIA_PROC_PROPRIETARY = (
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 03:22:07 UTC 2024\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "version"), [(NVIDIA_PROC, "580.159.04"), (NVIDIA_PROC_PROPRIETARY, "550.127.05")]
+)
+def test_the_nvidia_driver_version_is_read_from_proc(
+    text: str, version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc = tmp_path / "version"
+    proc.write_text(text)
+    monkeypatch.setattr(nvidia, "DRIVER_VERSION_FILE", str(proc))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
+    found = nvidia.NVIDIA.versions()
+    assert found.driver == version, found
+    assert any(n == f"driver: {proc}" for n in found.notes), found
+
+
+def test_the_amd_driver_and_rocm_versions_are_read_from_their_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = tmp_path / "sys" / "module" / "amdgpu"
+    module.mkdir(parents=True)
+    (module / "version").write_text("6.12.12\n")
+    rocm = tmp_path / "rocm-7.0.2"
+    (rocm / ".info").mkdir(parents=True)
+    (rocm / ".info" / "version").write_text("7.0.2-56\n")
+    monkeypatch.setattr(amd, "AMDGPU_MODULE", str(module))
+    monkeypatch.setenv("ROCM_PATH", str(rocm))
+    found = amd.AMD.versions()
+    assert (found.driver, found.runtime) == ("6.12.12", "ROCm 7.0.2-56"), found
+    (module / "version").unlink()  # the kernel's own amdgpu has no version file
+    assert amd.AMD.versions().driver == f"in-tree amdgpu of kernel {platform.release()}"
+    need = targets.get("gfx950").driver_need(
+        lockfile.read(REPO / "release" / "manifest.lock").toolchains["gfx950"]
+    )
+    assert need.met(found) is True
+
+
+def test_doctor_reports_the_host_and_the_needs_too() -> None:
+    r = subprocess.run([sys.executable, "-m", "netra", "doctor", "--json"], cwd=REPO, capture_output=True,
+                       text=True, timeout=TIMEOUT, check=False, env=clean_env())  # fmt: skip
+    doc = valid("doctor", r.stdout)
+    env = json.loads(_env("--json").stdout)
+    assert doc["needs"] == env["needs"] and doc["host"]["python"] == env["host"]["python"]
+    human = subprocess.run([sys.executable, "-m", "netra", "doctor"], cwd=REPO, capture_output=True,
+                           text=True, timeout=TIMEOUT, check=False, env=clean_env()).stdout  # fmt: skip
+    for line in (
+        "python: ",
+        "platform: ",
+        "torch: ",
+        *(f"needs: {c} code objects need " for c in doc["needs"]),
+    ):
+        assert "\n" + line in human, (line, human)
