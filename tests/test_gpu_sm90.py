@@ -47,6 +47,29 @@ def test_doctor_require_gpu_passes_and_reports_sm_90_accepted() -> None:
     assert rep["certified_classes"]["sm_90"]["maturity"]["accepted"] > 0
 
 
+def test_env_reports_the_driver_and_cuda_version_nvidia_smi_reports_and_the_need_is_met() -> None:
+    """On the H200: the driver version /proc gives equals nvidia-smi's, the driver API's CUDA version is
+    13.x or newer, and the host meets what the installed sm_90 cubins need (driver >= 580)."""
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout.split()[0]  # fmt: skip
+    r = _netra("env", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    env = json.loads(r.stdout)
+    (vendor,) = [v for name, v in env["host"]["vendors"].items() if v["driver"]]
+    assert vendor["driver"] == smi, vendor
+    assert vendor["runtime"].startswith("CUDA ") and int(vendor["runtime"].split()[1].split(".")[0]) >= 13, (
+        vendor
+    )
+    need = env["needs"]["sm_90"]
+    assert need["minimum"] == "580" and need["found"] == smi and need["met"] is True, need
+    human = _netra("env").stdout
+    print(human)
+    assert f"sm_90 code objects need NVIDIA driver >= 580: this host has {smi} (met)" in human, human
+    doctor = json.loads(_netra("doctor", "--json").stdout)
+    assert doctor["needs"]["sm_90"]["met"] is True
+    assert all(g["driver_met"] is True for g in doctor["gpus"] if g["class"] == "sm_90"), doctor["gpus"]
+
+
 def test_every_accepted_kernel_matches_the_reference_through_the_public_api() -> None:
     from netra.certify import conformance, measure
     from netra.loaders.cuda import Cuda
