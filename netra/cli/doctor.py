@@ -662,7 +662,7 @@ def _cause_lines(r: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     fixes = r.get("fixes") or []
     for c in r.get("causes") or [{"fix": None, "note": "", "problems": r["problems"]}]:
-        step = f" (fix {fixes.index(c['fix']) + 1})" if c["fix"] is not None and len(fixes) > 1 else ""
+        step = f"; fix {fixes.index(c['fix']) + 1}" if c["fix"] is not None and len(fixes) > 1 else ""
         probs = c["problems"]
         shown = probs if len(probs) <= SHOWN else probs[: SHOWN - 2]
         lines += [f"problem: {p}{step}" for p in shown]
@@ -670,7 +670,7 @@ def _cause_lines(r: dict[str, Any]) -> list[str]:
             lines.append(f"problem: ... and {len(probs) - len(shown)} more of the same cause{step} "
                          "(`netra doctor --json` lists every one)")  # fmt: skip
         if c["note"]:
-            lines.append(f"  note{step}: {c['note']}")
+            lines.append(f"  note{step.replace(';', ',')}: {c['note']}")
     if fixes:
         lines.append("to fix, run:" if len(fixes) == 1 else "to fix, run in this order:")
         lines += [f"  {fix}" if len(fixes) == 1 else f"  {i}. {fix}" for i, fix in enumerate(fixes, 1)]
@@ -731,9 +731,6 @@ def render(r: dict[str, Any]) -> str:
         lines.append("gpu: none found (" + "; ".join(r["gpu_detection"]) + ")")
     for kind, lib in r["runtime_libraries"].items():
         lines.append(f"runtime library {kind}: {lib['path'] or 'not found'} ({lib['names'][0]})")
-    if r.get("host"):
-        lines += environment.host_lines(r["host"])
-        lines += [f"needs: {environment.need_line(cls, n)}" for cls, n in r["needs"].items()]
     pf = r.get("package_files") or {}
     if pf.get("checked"):
         bad = len(pf["missing"]) + len(pf["altered"])
@@ -745,6 +742,9 @@ def render(r: dict[str, Any]) -> str:
                 else f"{len(pf['missing'])} missing, {len(pf['altered'])} altered"
             )
         )
+    if r.get("host"):
+        lines += environment.host_lines(r["host"])
+        lines += [f"needs: {environment.need_line(cls, n)}" for cls, n in r["needs"].items()]
     lines += _cause_lines(r)
     lines.append("result: OK" if r["ok"] else f"result: FAILED ({len(r['problems'])} problem(s))")
     return "\n".join(lines)
