@@ -179,5 +179,7 @@ def test_one_cause_is_one_fix_line_however_many_files_it_breaks(make_repo_copy: 
     assert [c["fix"] for c in rep["causes"]] == rep["fixes"] and len(rep["fixes"]) == 2, rep["fixes"]
     human = _doctor_in(tree).stdout
     assert all(human.count(f) == 1 for f in rep["fixes"]), human
-    assert f"manifests/models/{manifest.name}" in human and "; fix 1\n" in human and "; fix 2\n" in human, human
+    assert f"manifests/models/{manifest.name}" in human and "; fix 1\n" in human and "; fix 2\n" in human, (
+        human
+    )
     assert "  1. " + rep["fixes"][0] in human and "  2. " + rep["fixes"][1] in human, human
