@@ -73,15 +73,16 @@ def test_every_schema_ships_in_the_wheel(built_wheel: Path) -> None:
         shipped = {Path(n).name for n in z.namelist() if n.startswith("netra/schemas/")}
     want = {
         f"{c}.schema.json"
-        for c in ("catalog", "explain", "lock", "build", "verify-wheel", "doctor", "certify")
+        for c in ("catalog", "explain", "lock", "build", "verify-wheel", "doctor", "certify", "env")
     }
     assert want | {"table.schema.json"} == shipped
 
 
 def test_installed_reports_follow_their_schemas(installed_venv: Venv, built_wheel: Path) -> None:
-    """From the venv's own folder, nowhere near a source tree: doctor, catalog, explain, verify-wheel."""
+    """From the venv's own folder, nowhere near a source tree: doctor, env, catalog, explain, verify-wheel."""
     cases = {
         "doctor": ["doctor", "--json"],
+        "env": ["env", "--json"],
         "catalog": ["catalog", "--json"],
         "explain": ["explain", "netra_rmsnorm_h4096_wo0_b256", "--json"],
         "verify-wheel": ["verify-wheel", str(built_wheel), "--json"],

@@ -34,10 +34,14 @@ def did_you_mean(typed: str, valid: Iterable[str]) -> str:
     return ("did you mean " + " or ".join(repr(c) for c in near) + "? ") if near else ""
 
 
-def unknown(what: str, typed: str, valid: Iterable[str], *, where: str = "", more: str = "") -> UsageError:
+def unknown(what: str, typed: str, valid: Iterable[str], *, where: str = "") -> UsageError:
     """The refusal of a name that is none of `valid`: what was typed, the closest, the choices."""
     names = sorted(set(valid))
-    listed = ", ".join(names) if len(names) <= _LISTED else f"{len(names)} of them; {more}"
+    listed = (
+        ", ".join(names)
+        if len(names) <= _LISTED
+        else ", ".join(names[:_LISTED]) + f" and {len(names) - _LISTED} more"
+    )
     hint = did_you_mean(typed, names) + (f"valid: {listed}" if names else f"there are none{where}")
     return UsageError(f"unknown {what} {typed!r}{where}", hint)
 

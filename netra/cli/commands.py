@@ -647,7 +647,9 @@ def parser() -> argparse.ArgumentParser:
     vw = sub.add_parser("verify-wheel", help="check a built wheel carries exactly the locked files")
     vw.add_argument("wheel", help="the .whl to check").complete = _WHEEL  # type: ignore[attr-defined]
     vw.add_argument(
-        "--lock", help="lock to check against (default: the source tree's, else the wheel's own)"
+        "--lock",
+        help="lock to check against (default: the source tree's, else the wheel's own, which proves "
+        "self-consistency only, not authenticity)",
     ).complete = _FILE  # type: ignore[attr-defined]
     root(vw, "source tree whose release/manifest.lock to use")
     as_json(vw, "verify-wheel")
