@@ -349,6 +349,20 @@ def test_racecheck_warnings_are_findings_whatever_the_exit_status_and_tool_warni
     }
 
 
+def test_memchecks_dropped_records_count_is_a_note_after_a_summary_of_errors_only() -> None:
+    # As memcheck printed it on the H200 for certify's deliberately bad preflight launch: the device-side
+    # error buffer overflowed, the launch carries the tool's warning, the count follows the summary.
+    overflow = "========= Warning: Error buffer overflow has been detected. Some records have been dropped\n"
+    dropped = "=========\n========= 16128 errors were skipped (error buffer overflow).\n"
+    out = _worker(0, A) + _worker(1, B, MEMCHECK_B + overflow) + _worker(2, C) + planfile.done(3) + "\n"
+    s = _settle("memcheck", out + "========= ERROR SUMMARY: 2 errors\n" + dropped, sanitizer.EXIT_FINDINGS)
+    assert _findings(s) == {A: 0, B: 2, C: 0}
+    clean = _worker(0, A) + _worker(1, B) + _worker(2, C) + planfile.done(3) + "\n"
+    for text in (clean + "========= ERROR SUMMARY: 0 errors\n" + dropped, dropped + clean):
+        with pytest.raises(CertificationError, match="outside every launch: 16128 errors were skipped"):
+            _settle("memcheck", text + "========= ERROR SUMMARY: 0 errors\n", 0)
+
+
 def test_what_cannot_be_attributed_or_trusted_fails_the_run() -> None:
     done = planfile.done(3) + "\n"
     every = _worker(0, A) + _worker(1, B) + _worker(2, C)
