@@ -293,7 +293,17 @@ def test_ctrl_c_during_a_build_says_so_in_one_line_and_leaves_nothing(tmp_path: 
 def test_usage_errors_and_help() -> None:
     r = netra("--help")
     assert r.returncode == 0
-    for command in ("doctor", "catalog", "explain", "verify-wheel", "certify", "lock", "build", "completion"):
+    for command in (
+        "doctor",
+        "env",
+        "catalog",
+        "explain",
+        "verify-wheel",
+        "certify",
+        "lock",
+        "build",
+        "completion",
+    ):
         assert command in r.stdout, command
     r = netra("explain")
     assert r.returncode == 2 and "ARTIFACT|CONTRACT" in r.stderr and "Traceback" not in r.stderr
@@ -329,6 +339,7 @@ def test_bash_completion_completes_commands_options_and_artifacts(tmp_path: Path
         "lock",
         "build",
         "completion",
+        "env",
     }
     assert "netra_rmsnorm_h4096_wo0_b256" in artifacts.split() and all(
         a.startswith("netra_rmsnorm_h4096_wo0_") for a in artifacts.split()

@@ -78,9 +78,17 @@ def test_doctor_passes_on_a_fresh_install_and_reports_everything(py: str, pkg: P
     assert (pkg / "schemas" / "doctor.schema.json").read_bytes() == (
         schemas.FOLDER / "doctor.schema.json"
     ).read_bytes()
+    from referencing import Registry, Resource
+
+    registry = Registry()  # the host and needs are env.schema.json's ($ref by $id)
+    for name in schemas.names():
+        registry = registry.with_resource(f"https://netra-kernel/schemas/{name}.schema.json",
+                                          Resource.from_contents(schemas.load(name)))  # fmt: skip
     schema = schemas.load("doctor")  # the registry's vendors, loaders and detection sources filled in
     jsonschema.Draft202012Validator.check_schema(schema)
-    jsonschema.Draft202012Validator(schema).validate(report)
+    jsonschema.Draft202012Validator(schema, registry=registry).validate(report)
+    assert report["host"]["packages"]["netra-kernel"] == report["netra_version"]
+    assert sorted(report["needs"]) == sorted(report["certified_classes"])
 
 
 def test_require_gpu_needs_a_gpu_of_a_certified_class(py: str, tmp_path: Path) -> None:

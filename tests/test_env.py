@@ -159,3 +159,34 @@ def test_doctor_reports_the_host_and_the_needs_too() -> None:
         *(f"needs: {c} code objects need " for c in doc["needs"]),
     ):
         assert "\n" + line in human, (line, human)
+
+
+def test_each_gpu_line_names_what_its_class_needs(tmp_path: Path) -> None:
+    """A gfx950 node in the KFD topology (the kernel's format): its doctor line says what its code needs."""
+    for nid, version in enumerate((0, 90500)):
+        (tmp_path / str(nid)).mkdir()
+        (tmp_path / str(nid) / "properties").write_text(
+            f"simd_count {0 if version == 0 else 256}\ngfx_target_version {version}\nvendor_id 4098\n"
+        )
+    run = [sys.executable, "-m", "netra", "doctor", "--sysfs-nodes", str(tmp_path)]
+    rep = json.loads(subprocess.run([*run, "--json"], cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT,
+                                    check=False, env=clean_env()).stdout)  # fmt: skip
+    (gpu,) = [g for g in rep["gpus"] if g["class"] == "gfx950"]
+    assert gpu["driver_met"] == rep["needs"]["gfx950"]["met"], (gpu, rep["needs"])
+    human = subprocess.run(run, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT, check=False,
+                           env=clean_env()).stdout  # fmt: skip
+    (line,) = [ln for ln in human.splitlines() if ln.startswith("gpu: gfx950 ")]
+    state = {True: "met", False: "NOT met", None: "cannot tell"}[gpu["driver_met"]]
+    assert line.endswith(f"; needs ROCm >= 7.0 ({state})"), line
+    # An older ROCm than gfx950 needs (its .info/version as ROCm installs it): NOT met, and said on the line.
+    rocm = tmp_path / "rocm-6.4.1"
+    (rocm / ".info").mkdir(parents=True)
+    (rocm / ".info" / "version").write_text("6.4.1-120\n")
+    old = subprocess.run(run, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT, check=False,
+                         env=clean_env(ROCM_PATH=str(rocm))).stdout  # fmt: skip
+    (line,) = [ln for ln in old.splitlines() if ln.startswith("gpu: gfx950 ")]
+    assert "older than its code objects need" in line and line.endswith("; needs ROCm >= 7.0 (NOT met)"), line
+    assert (
+        "needs: gfx950 code objects need ROCm >= 7.0: this host has ROCm 6.4.1-120 (TOO OLD: upgrade it)"
+        in old
+    )

@@ -726,6 +726,7 @@ def render(r: dict[str, Any]) -> str:
                 state += "; its driver is older than its code objects need (below): nothing is served"
             lines.append(
                 f"gpu: {g['class']} ({g['name']}, {g['vendor']} #{g['index']} via {g['source']}): {state}"
+                + environment.gpu_need((r.get("needs") or {}).get(g["class"]))
             )
     else:
         lines.append("gpu: none found (" + "; ".join(r["gpu_detection"]) + ")")

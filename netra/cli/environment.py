@@ -115,6 +115,15 @@ def need_line(cls: str, n: dict[str, Any]) -> str:
     return f"{cls} code objects need {want}: {have}; {n['why']}"
 
 
+def gpu_need(n: dict[str, Any] | None) -> str:
+    """'; needs NVIDIA driver >= 580 (met)' for a GPU line, '' when its class is not in the lock."""
+    if n is None:
+        return ""
+    want = f"{n['needs']} >= {n['minimum']}" if n["minimum"] else f"{n['needs']} (minimum unknown)"
+    state = {True: "met", False: "NOT met", None: "cannot tell"}[n["met"]]
+    return f"; needs {want} ({state})"
+
+
 def host_lines(h: dict[str, Any]) -> list[str]:
     """The host, one fact per line, as doctor and `netra env` print it."""
     py, pf = h["python"], h["platform"]
@@ -183,7 +192,8 @@ def render(r: dict[str, Any]) -> str:
     ]
     lines += host_lines(r["host"])
     for g in r["gpus"]:
-        lines.append(f"gpu: {g['class']} ({g['name']}, {g['vendor']} #{g['index']} via {g['source']})")
+        lines.append(f"gpu: {g['class']} ({g['name']}, {g['vendor']} #{g['index']} via {g['source']})"
+                     + gpu_need(r["needs"].get(g["class"])))  # fmt: skip
     if not r["gpus"]:
         lines.append("gpu: none found (" + "; ".join(r["gpu_detection"]) + ")")
     lines += [f"needs: {need_line(cls, n)}" for cls, n in r["needs"].items()]
