@@ -188,7 +188,7 @@ def explain(inv: Inventory, query: str, *, gpu_class: str | None = None) -> dict
         not_built = [
             {"gpu_class": f["gpu_class"], "model": f["model"], "reason": f["reason"]}
             for f in inv.fallbacks
-            if f.get("contract") == key and gpu_class in (None, f["gpu_class"])
+            if key is not None and f.get("contract") == key and gpu_class in (None, f["gpu_class"])
         ]
     if not matches and not_built:
         gap = not_built[0]
