@@ -17,7 +17,10 @@ In one run, per contract of the installed sm_90 table and per row count (1, 16, 
 - eager / compile: the torch composite a user would write, eagerly and through
   torch.compile(dynamic=False) (compiled once per row count; --compile-workers processes fill inductor's
   cache first, so that the measured process only loads what they built);
-- liger: Liger-kernel's Triton RMSNorm (and fused add-RMSNorm) where the op matches, when installed.
+- liger: Liger-kernel's Triton RMSNorm (and fused add-RMSNorm) where the op matches, when installed;
+- chain (the fused families: fused_add_rmsnorm, rmsnorm_fp8_group_quant,
+  fused_add_rmsnorm_fp8_group_quant): the same result from Netra's unfused kernels, torch's bf16 add
+  then netra.torch's rmsnorm and fp8_group_quant (each served at --policy), in the same graph replay.
 
 Every time is device time per call from CUDA-graph replay (warm-up, then the median of several replays),
 inputs rotating through enough buffer sets that one replay streams well past L2 from 256 rows up (the
@@ -235,6 +238,10 @@ def input_shapes(op: str, p: dict[str, int], rows: int) -> dict[str, tuple[int, 
         return {"x": (rows, 2 * p["inter"])}
     if op == "moe_topk_softmax":
         return {"logits": (rows, p["experts"])}
+    if op in ("fused_add_rmsnorm", "fused_add_rmsnorm_fp8_group_quant"):
+        return {"x": (rows, p["hidden"]), "residual": (rows, p["hidden"]), "w": (p["hidden"],)}
+    if op == "rmsnorm_fp8_group_quant":
+        return {"x": (rows, p["hidden"]), "w": (p["hidden"],)}
     raise SystemExit(f"bench_sm90: no input shapes for op {op!r}; add them to input_shapes()")
 
 
@@ -271,21 +278,63 @@ def composite(torch: Any, op: str, p: dict[str, int]) -> Callable[..., Any]:
             return ids.to(torch.int32), wt / wt.sum(-1, keepdim=True)
 
         return fm
+    if op in FUSED:
+        h = p["hidden"]
+
+        def ff(*t: Any) -> Any:
+            x, w = t[0], t[-1]
+            r = x + t[1] if len(t) == 3 else None  # the residual add, bf16
+            y = F.rms_norm(r if r is not None else x, (h,), w, 1e-6)
+            if op == "fused_add_rmsnorm":
+                return y, r
+            q, s = _quant(torch, y.float(), h)
+            return (q, s) if r is None else (q, s, r)
+
+        return ff
     raise SystemExit(f"bench_sm90: no torch composite for op {op!r}; add it to composite()")
 
 
 def liger(op: str, p: dict[str, int]) -> Callable[..., Any] | None:
-    """Liger-kernel's forward for this op, taking the inputs of input_shapes(), or None."""
-    if op != "rmsnorm":
+    """Liger-kernel's forward for this op, taking the inputs of input_shapes(), or None: its RMSNorm for
+    rmsnorm, its fused add-RMSNorm for fused_add_rmsnorm (the quantizing families have no Liger match)."""
+    if op not in ("rmsnorm", "fused_add_rmsnorm"):
         return None
     try:
-        from liger_kernel.ops.rms_norm import rms_norm_forward
+        if op == "rmsnorm":
+            from liger_kernel.ops.rms_norm import rms_norm_forward
+        else:
+            from liger_kernel.ops.fused_add_rms_norm import fused_add_rms_norm_forward
     except Exception as e:  # not installed, or not importable beside this torch/triton
-        print(f"liger-kernel: not used ({type(e).__name__}: {e})", file=sys.stderr)
+        print(f"liger-kernel: not used for {op} ({type(e).__name__}: {e})", file=sys.stderr)
         return None
     off = float(p["weight_offset"])
     mode = "gemma" if off else "llama"
+    if op == "fused_add_rmsnorm":
+        return lambda x, r, w: fused_add_rms_norm_forward(x, r, w, 1e-6, off, mode)[:2]
     return lambda x, w: rms_norm_forward(x, w, 1e-6, off, mode, None)[0]
+
+
+FUSED = ("fused_add_rmsnorm", "rmsnorm_fp8_group_quant", "fused_add_rmsnorm_fp8_group_quant")
+
+
+def chain(op: str, p: dict[str, int], policy: str) -> Callable[..., Any]:
+    """The fused family's result from Netra's unfused kernels: torch's bf16 add (no Netra kernel adds),
+    then netra.torch's rmsnorm and fp8_group_quant, each served at `policy` (else their composite)."""
+    import netra.torch as nt
+
+    nt.set_policy(policy)
+    wo = p["weight_offset"]
+
+    def run(*t: Any) -> Any:
+        x, w = t[0], t[-1]
+        r = x + t[1] if len(t) == 3 else None
+        y = nt.rmsnorm(r if r is not None else x, w, 1e-6, wo)
+        if op == "fused_add_rmsnorm":
+            return y, r
+        q, s = nt.fp8_group_quant(y)
+        return (q, s) if r is None else (q, s, r)
+
+    return run
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -343,7 +392,7 @@ class Bench:
                 t = torch.empty(max(1, math.prod(shape) * dtype.itemsize), device="cuda", dtype=torch.uint8)
                 keep.append(t)
                 args[name] = t.data_ptr()
-            if entry.op == "rmsnorm":
+            if entry.op in ("rmsnorm", *FUSED):
                 args["eps"] = 1e-6
             packed.append(k.pack(**args, rows=rows))
         nbytes = conformance.bytes_moved(entry.op, p, rows)
@@ -406,14 +455,28 @@ class Bench:
                 row["compile_us"] = round(self.peer_us(compiled[rows], op, p, rows, nbytes), 3)
             if lg is not None:
                 row["liger_us"] = round(self.peer_us(lg, op, p, rows, nbytes), 3)
+            if op in FUSED:
+                row["chain_us"] = round(self.peer_us(chain(op, p, self.args.policy), op, p, rows, nbytes), 3)
+                unfused = nt_stats_after()
+                if unfused:
+                    row["chain_paths"] = unfused
             out.append(row)
             peers = "".join(
                 f", {n} {row[n + '_us']:.2f} us ({row[n + '_us'] / us:.2f}x)"
-                for n in ("eager", "compile", "liger") if n + "_us" in row
+                for n in ("chain", "eager", "compile", "liger") if n + "_us" in row
             )  # fmt: skip
             print(f"{key} rows {rows}: {tactic} {us:.2f} us, {row['netra_tb_per_s']:.2f} TB/s, "
                   f"{us / row['copy_best_us']:.2f}x the same-bytes copy{peers}", flush=True)  # fmt: skip
         return out
+
+
+def nt_stats_after() -> dict[str, dict[str, int]]:
+    """Which path each unfused op of the chain took (kernel or composite), then the counters reset."""
+    import netra.torch as nt
+
+    st = nt.stats()
+    nt.reset_stats()
+    return st
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -544,7 +607,10 @@ def _version(dist: str) -> str | None:
 def summary(result: dict[str, Any]) -> str:
     """Per contract and row count: us, % of the copy limit, x the same-bytes copy, and each peer / Netra."""
     limit = result["copy"]["tb_per_s"]
-    head = f"{'contract':52} {'rows':>6} {'tactic':>7} {'us':>8} {'%copy':>6} {'xcopy':>6} {'eager':>7} {'compile':>7} {'liger':>7}"
+    head = (
+        f"{'contract':72} {'rows':>6} {'tactic':>7} {'us':>8} {'%copy':>6} {'xcopy':>6} {'chain':>7} "
+        f"{'eager':>7} {'compile':>7} {'liger':>7}"
+    )
     lines = [head]
     for key, rows in result["contracts"].items():
         for r in rows:
@@ -554,8 +620,9 @@ def summary(result: dict[str, Any]) -> str:
                 return f"{v / r['netra_us']:>6.2f}x" if v else f"{'-':>7}"
 
             lines.append(
-                f"{key:52} {r['rows']:>6} {r['tactic']:>7} {r['netra_us']:>8.2f} {r['netra_tb_per_s'] / limit:>6.0%} "
-                f"{r['netra_us'] / r['copy_best_us']:>6.2f} {ratio('eager')} {ratio('compile')} {ratio('liger')}"
+                f"{key:72} {r['rows']:>6} {r['tactic']:>7} {r['netra_us']:>8.2f} {r['netra_tb_per_s'] / limit:>6.0%} "
+                f"{r['netra_us'] / r['copy_best_us']:>6.2f} {ratio('chain')} {ratio('eager')} {ratio('compile')} "
+                f"{ratio('liger')}"
             )
     return "\n".join(lines)
 

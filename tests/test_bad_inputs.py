@@ -468,6 +468,39 @@ MANIFEST_DAMAGE: dict[str, tuple[str, Callable[[str], str], list[str]]] = {
         lambda t: t + "x = " + "[" * 20000 + "\n",
         ["gemma-2-9b.toml: not valid TOML"],
     ),
+    "model: a contract neither built for a class nor documented as not built": (
+        "manifests/models/gemma-2-9b.toml",
+        lambda t: t[: t.index('[[fallbacks]]\nop = "fused_add_rmsnorm"\n')],
+        ["fused_add_rmsnorm(hidden=3584,weight_offset=1)", "Gemma-2-9B", "no gfx950 tactic", "gpu_class"],
+    ),
+    "model: a per-class fallback for a contract the model does not need": (
+        "manifests/models/gemma-2-9b.toml",
+        lambda t: t.replace(
+            'op = "fused_add_rmsnorm"\ngpu_class = "gfx950"\nhidden = 3584',
+            'op = "fused_add_rmsnorm"\ngpu_class = "gfx950"\nhidden = 4096',
+        ),
+        ["gemma-2-9b.toml", "fallbacks[", "fused_add_rmsnorm(hidden=4096,weight_offset=1)", "not among"],
+    ),
+    "model: a per-class fallback for an unknown class": (
+        "manifests/models/gemma-2-9b.toml",
+        _sub1(r'gpu_class = "gfx950"', 'gpu_class = "gfx951"'),
+        ["Gemma-2-9B", "gfx951", "no kernels/ folder"],
+    ),
+    "model: a per-class fallback for a contract the class builds": (
+        "manifests/models/gemma-2-9b.toml",
+        lambda t: (
+            t + '\n[[fallbacks]]\nop = "rmsnorm"\ngpu_class = "gfx950"\nhidden = 3584\n'
+            'weight_offset = 1\nreason = "none"\n'
+        ),
+        ["Gemma-2-9B", "rmsnorm(hidden=3584,weight_offset=1)", "manifests/gfx950/tactics.toml builds it"],
+    ),
+    "model: contract parameters on a fallback without a class": (
+        "manifests/models/gemma-2-9b.toml",
+        lambda t: t.replace(
+            'op = "gelu_tanh_mul_fp8_quant"\n', 'op = "gelu_tanh_mul_fp8_quant"\ninter = 14336\n'
+        ),
+        ["gemma-2-9b.toml", "fallbacks[", "unknown inter", "gpu_class"],
+    ),
     "model: larger than the read limit": (
         "manifests/models/gemma-2-9b.toml",
         lambda t: t + "#" * (5 << 20) + "\n",

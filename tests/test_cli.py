@@ -204,6 +204,27 @@ def test_an_unknown_name_is_refused_with_the_closest_ones(installed_venv: Venv) 
     assert r.returncode == 1 and "fallback Gemma-2-9B" in r.stderr, log(r)
 
 
+def test_a_contract_not_built_for_a_class_is_said_by_catalog_and_explain(installed_venv: Venv) -> None:
+    key = "fused_add_rmsnorm(hidden=4096,weight_offset=0)"
+    r = installed_venv.run("netra", "explain", key, "--json")
+    assert r.returncode == 0, log(r)
+    doc = valid("explain", r.stdout)
+    assert [m["gpu_class"] for m in doc["matches"]] == ["sm_90"]
+    assert {(g["gpu_class"], g["model"]) for g in doc["not_built"]} == {
+        ("gfx950", "Llama-3.1-8B"), ("gfx950", "Qwen3-235B-A22B")
+    }  # fmt: skip
+    human = installed_venv.run("netra", "explain", key).stdout
+    assert f"{key} on gfx950: not built (" in human
+    r = installed_venv.run("netra", "explain", key, "--gpu-class", "gfx950")
+    assert r.returncode == 1 and "Traceback" not in r.stderr and r.stdout == "", log(r)
+    (line,) = r.stderr.splitlines()
+    assert line.startswith(f"netra: error: {key} is not built for gfx950: no gfx950 template"), line
+    cat = valid("catalog", installed_venv.run("netra", "catalog", "--json").stdout)
+    gaps = {(f["gpu_class"], f["contract"]) for f in cat["fallbacks"] if "gpu_class" in f}
+    assert ("gfx950", key) in gaps and len({c for _, c in gaps}) == 9
+    assert f"not built for gfx950: {key} (Llama-3.1-8B): " in installed_venv.run("netra", "catalog").stdout
+
+
 def test_catalog_refuses_a_damaged_install_naming_the_file_and_the_fix(
     venv_factory: Any, built_wheel: Path
 ) -> None:

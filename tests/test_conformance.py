@@ -15,7 +15,14 @@ CONTRACTS = [
     ("fp8_group_quant", {"hidden": 512, "group": 128}),
     ("silu_mul_fp8_quant", {"inter": 384, "group": 128}),
     ("moe_topk_softmax", {"experts": 128, "topk": 8}),
+    ("fused_add_rmsnorm", {"hidden": 256, "weight_offset": 0}),
+    ("fused_add_rmsnorm", {"hidden": 384, "weight_offset": 1}),
+    ("rmsnorm_fp8_group_quant", {"hidden": 512, "weight_offset": 0, "group": 128}),
+    ("rmsnorm_fp8_group_quant", {"hidden": 384, "weight_offset": 1, "group": 128}),
+    ("fused_add_rmsnorm_fp8_group_quant", {"hidden": 512, "weight_offset": 0, "group": 128}),
+    ("fused_add_rmsnorm_fp8_group_quant", {"hidden": 256, "weight_offset": 1, "group": 128}),
 ]
+FUSED_QUANT = {"hidden": 512, "weight_offset": 0, "group": 128}
 LARGE = 64
 
 
@@ -27,6 +34,15 @@ def reference_outputs(op: str, params: dict[str, int], case: conf.Case) -> dict[
     if op == "moe_topk_softmax":
         t = ref.moe_topk_softmax(case.inputs["logits"], k=params["topk"])
         return {"ids": t.ids, "weights": t.weights.astype(np.float32)}
+    if op in conf.FUSED:
+        x, w, eps, wo = case.inputs["x"], case.inputs["w"], case.scalars["eps"], params["weight_offset"]
+        out = {}
+        if op in conf.WITH_RESIDUAL:
+            x = out["residual_out"] = ref.add_bf16(x, case.inputs["residual"])
+        if op == "fused_add_rmsnorm":
+            return {**out, "y": ref.rmsnorm_bf16(x, w, eps, wo)}
+        gq = ref.fp8_group_quant(ref.rmsnorm_bf16(x, w, eps, wo))
+        return {**out, "q": gq.q.copy(), "scales": gq.scales.astype(np.float32)}
     fn = ref.silu_mul_fp8_quant if op == "silu_mul_fp8_quant" else ref.fp8_group_quant
     gq = fn(case.inputs["x"])
     return {"q": gq.q.copy(), "scales": gq.scales.astype(np.float32)}
@@ -68,8 +84,10 @@ def test_cases_are_deterministic_and_cover_the_kinds(op: str, params: dict[str, 
     names = " ".join(x.name for x in a)
     for kind in ("1e-3", "1e0", "1e3", "zeros", "huge", "large"):
         assert kind in names
-    if op != "rmsnorm" and op != "moe_topk_softmax":
+    if op not in ("rmsnorm", "moe_topk_softmax", "fused_add_rmsnorm"):
         assert "midpoints" in names
+    if op in conf.WITH_RESIDUAL:
+        assert "add_ties" in names
     if op == "moe_topk_softmax":
         assert "ties" in names
     # a partial block at every rows_per_block
@@ -102,6 +120,32 @@ def test_midpoint_cases_hit_exact_fp8_midpoints(op: str) -> None:
     )
     assert mids.mean() > 0.5  # most elements sit exactly on a rounding midpoint
     assert np.all(np.max(v, axis=-1) == 448.0)
+
+
+@pytest.mark.parametrize("op", ["rmsnorm_fp8_group_quant", "fused_add_rmsnorm_fp8_group_quant"])
+@pytest.mark.parametrize("wo", [0, 1])
+def test_fused_midpoint_cases_hit_exact_fp8_midpoints(op: str, wo: int) -> None:
+    p = {**FUSED_QUANT, "weight_offset": wo}
+    case = get_case(op, p, "midpoints")
+    exp = conf.expected(op, p, case)
+    np.testing.assert_array_equal(exp["scales"], 2.0**-8)  # amax 1.75 = 448 * 2^-8 in every group
+    v = np.abs(ref.bf16_to_f64(exp["y"]) / 2.0**-8)
+    mids = np.isin(v, np.arange(272, 449, 32))
+    assert 0.3 < mids.mean() < 0.7  # about half the elements are exact ties of the quantizer
+    assert np.all(np.isin(v, np.arange(256, 449, 16)))  # and the others codes: y is exact
+
+
+def test_add_ties_hit_exact_bf16_midpoints() -> None:
+    op, p = "fused_add_rmsnorm", {"hidden": 256, "weight_offset": 0}
+    case = get_case(op, p, "add_ties")
+    s = ref.bf16_to_f64(case.inputs["x"]) + ref.bf16_to_f64(case.inputs["residual"])
+    r = ref.add_bf16(case.inputs["x"], case.inputs["residual"])
+    lo = ref.bf16_to_f64(r)
+    up = np.abs(s) > np.abs(lo)  # the neighbour on s's side: one more in magnitude, or one less
+    nxt = ref.bf16_to_f64(np.where(up, r + np.uint16(1), r - np.uint16(1)).astype(np.uint16))
+    ties = (s != lo) & (np.abs(s - (lo + nxt) / 2) == 0)
+    assert ties.mean() > 0.2
+    assert r[0, 0] == 0x8000 and r[0, 1] == 0x0000
 
 
 def test_tied_router_rows_are_there() -> None:
@@ -228,6 +272,61 @@ def test_bf16_one_ulp_only_at_a_midpoint() -> None:
     assert not v.passed and "away from a bf16 midpoint" in v.reason
 
 
+@pytest.mark.parametrize("op", ["fused_add_rmsnorm", "fused_add_rmsnorm_fp8_group_quant"])
+def test_residual_out_must_be_bit_exact(op: str) -> None:
+    p = {"hidden": 512, "weight_offset": 0} if op == "fused_add_rmsnorm" else FUSED_QUANT
+    case = get_case(op, p, "add_ties")
+    got = reference_outputs(op, p, case)
+    got["residual_out"][1, 3] ^= 1  # one ulp: the other side of a tie, say
+    v = conf.judge(op, p, case, got)
+    assert not v.passed and "residual_out differ from bf16(x + residual)" in v.reason
+
+
+def test_fused_add_rmsnorm_y_judged_as_rmsnorm() -> None:
+    op, p = "fused_add_rmsnorm", {"hidden": 256, "weight_offset": 0}
+    case = get_case(op, p, "random_mixed")
+    got = reference_outputs(op, p, case)
+    assert conf.judge(op, p, case, got).passed
+    got["y"][2, 9] += 3
+    v = conf.judge(op, p, case, got)
+    assert not v.passed and "away from a bf16 midpoint" in v.reason
+
+
+@pytest.mark.parametrize("op", ["rmsnorm_fp8_group_quant", "fused_add_rmsnorm_fp8_group_quant"])
+def test_fused_quant_of_the_other_bf16_rounding_passes_and_is_counted(op: str) -> None:
+    """A kernel whose fp32 y rounds to the other bf16 neighbour at a midpoint quantizes that value: its
+    codes and scales are conforming, and are counted; the same code change elsewhere fails."""
+    case = get_case(op, FUSED_QUANT, "large")
+    exp = conf.expected(op, FUSED_QUANT, case)
+    got = reference_outputs(op, FUSED_QUANT, case)
+    other = exp["y_alt"] != exp["y"]
+    assert other.any()
+    y = exp["y"].copy()
+    y[other] = exp["y_alt"][other]  # every ambiguous y rounded the other way
+    gq = ref.fp8_group_quant(y)
+    changed = gq.q != got["q"]
+    assert changed.any()  # the other rounding moves some codes (and maybe scales)
+    kernel = {**got, "q": gq.q.copy(), "scales": gq.scales.astype(np.float32)}
+    v = conf.judge(op, FUSED_QUANT, case, kernel, exp)
+    assert v.passed, v.reason
+    assert v.counts["bf16_other_rounding_codes"] + v.counts["fp8_one_step_at_midpoint"] >= 1
+    # a code one step off where y has one rounding only and y / s is no tie fails
+    dec = ref.fp8_e4m3_decode(got["q"])
+    scaled = ref.bf16_to_f64(exp["y"]).reshape(case.rows, -1, 128) / exp["scales"][..., None]
+    scaled = scaled.reshape(case.rows, -1)
+    far = (
+        ~other
+        & (np.abs(scaled - dec) < 1e-3 * np.abs(scaled))
+        & (np.abs(scaled) > 1)
+        & (np.abs(scaled) < 400)
+    )
+    r, i = np.argwhere(far)[0]
+    bad = {**got, "q": got["q"].copy()}
+    bad["q"][r, i] += 1
+    v = conf.judge(op, FUSED_QUANT, case, bad, exp)
+    assert not v.passed and "away from an E4M3 midpoint" in v.reason
+
+
 def test_wrong_shape_or_missing_output_fails() -> None:
     op, p = "fp8_group_quant", {"hidden": 512, "group": 128}
     case = get_case(op, p, "random_1e0")
@@ -242,6 +341,20 @@ def test_sizes() -> None:
     assert conf.bytes_moved("silu_mul_fp8_quant", {"inter": 14336, "group": 128}, 1) == 72128
     assert conf.bytes_moved("moe_topk_softmax", {"experts": 128, "topk": 8}, 1) == 320
     assert conf.bytes_moved("rmsnorm", {"hidden": 4096, "weight_offset": 0}, 10) == 10 * 16384 + 8192
+    # docs/ops/fused_*.md: 8H, 3H + H/32 and 7H + H/32 per row, w (2H) once
+    assert (
+        conf.bytes_moved("fused_add_rmsnorm", {"hidden": 4096, "weight_offset": 0}, 10)
+        == 10 * 8 * 4096 + 8192
+    )
+    q = {"hidden": 4096, "weight_offset": 1, "group": 128}
+    assert conf.bytes_moved("rmsnorm_fp8_group_quant", q, 1) == 3 * 4096 + 128 + 8192
+    assert conf.bytes_moved("fused_add_rmsnorm_fp8_group_quant", q, 2) == 2 * (7 * 4096 + 128) + 8192
+    o = conf.outputs("fused_add_rmsnorm_fp8_group_quant", q, 3)
+    assert o == {
+        "residual_out": (np.dtype(np.uint16), (3, 4096)),
+        "q": (np.dtype(np.uint8), (3, 4096)),
+        "scales": (np.dtype(np.float32), (3, 32)),
+    }
     o = conf.outputs("silu_mul_fp8_quant", {"inter": 768, "group": 128}, 3)
     assert o == {"q": (np.dtype(np.uint8), (3, 768)), "scales": (np.dtype(np.float32), (3, 6))}
 

@@ -79,7 +79,14 @@ def test_every_accepted_kernel_matches_the_reference_through_the_public_api() ->
     assert cat.gpu_class == "sm_90" and cat.table.certification == "hardware"
     cu = Cuda()
     ran = []
-    for key in cat.contracts():
+    # contracts with no accepted candidate yet (new families before `netra certify`: the fused ones,
+    # tests/test_gpu_torch_fused.py runs them at the experiment policy) are listed, not run here
+    certified = [
+        k for k in cat.contracts() if any(c.maturity == "accepted" for c in cat.table.entries[k].candidates)
+    ]
+    print(f"not certified yet: {sorted(set(cat.contracts()) - set(certified))}")
+    assert certified
+    for key in certified:
         entry = cat.table.entries[key]
         kernels = {}
         for rows in (1, 16, 8192):  # what the certified dispatch serves at decode and prefill sizes
@@ -97,7 +104,7 @@ def test_every_accepted_kernel_matches_the_reference_through_the_public_api() ->
             assert dev is not None and dev <= tol
     for a, _, dev, tol in ran:
         print(f"{a}: max_rel_deviation {dev:.3g} <= tolerance {tol:.3g}")
-    assert len(ran) >= len(cat.contracts())
+    assert len(ran) >= len(certified)
 
 
 def _copy_install(tmp: Path) -> Path:

@@ -144,8 +144,10 @@ def test_the_installed_wheel_with_a_certified_sm_90_table_is_used() -> None:
     assert torch.cuda.get_device_capability(0) == (9, 0)
     cat = open_catalog("sm_90")
     assert cat.table.certification == "hardware"
-    assert sorted(cat.contracts()) == sorted(SERVED)
-    served = nt.prepare(DEV)
+    fused = sorted(set(cat.contracts()) - set(SERVED))  # tests/test_gpu_torch_fused.py serves those
+    assert set(SERVED) <= set(cat.contracts()) and len(fused) == 9, cat.contracts()
+    assert all(k.startswith(("fused_add_rmsnorm", "rmsnorm_fp8_group_quant")) for k in fused), fused
+    served = nt.prepare(DEV, SERVED)
     for key, what in sorted(served.items()):
         print(f"{key}: {what}")
     assert sorted(served) == sorted(SERVED)

@@ -349,3 +349,64 @@ def test_fp8_step_distance() -> None:
     b = np.array([0x38, 0x39, 0x3A, 0x00, 0x81, 0x7D, 0x7F, 0x07], dtype=u8)
     assert ref.fp8_step_distance(a, b).tolist() == [0, 1, 2, 0, 2, 1, 256, 1]
     assert ref.count_fp8_beyond_one_step(a, b) == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused families: the composition of the unfused references, bit for bit
+# ---------------------------------------------------------------------------------------------
+
+
+def test_add_bf16_rounds_once_to_even() -> None:
+    # 1 + 2^-8 is the midpoint of 1 and 1 + 2^-7: ties to 1 (even); 1 + 3 * 2^-8 ties up to 1 + 2^-6
+    x = bf16([2.0**-8, 3 * 2.0**-8, 2.0**-8 * (1 + 2.0**-7), -1.0, -0.0, 0.0])
+    r = bf16([1.0, 1.0, 1.0, 1.0, -0.0, -0.0])
+    assert ref.add_bf16(x, r).tolist() == [0x3F80, 0x3F82, 0x3F81, 0x0000, 0x8000, 0x0000]
+
+
+def _add_f32_then_bf16(x: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """What a kernel does: the fp32 sum of two bf16 values, then RNE to bf16 (integer arithmetic)."""
+    s = (ref.bf16_to_f64(x).astype(np.float32) + ref.bf16_to_f64(r).astype(np.float32)).view(np.uint32)
+    return ((s + np.uint32(0x7FFF) + ((s >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+
+
+FUSED_CONTRACTS = [
+    ("fused_add_rmsnorm", {"hidden": 256, "weight_offset": 0}),
+    ("fused_add_rmsnorm", {"hidden": 384, "weight_offset": 1}),
+    ("rmsnorm_fp8_group_quant", {"hidden": 512, "weight_offset": 0, "group": 128}),
+    ("rmsnorm_fp8_group_quant", {"hidden": 384, "weight_offset": 1, "group": 128}),
+    ("fused_add_rmsnorm_fp8_group_quant", {"hidden": 512, "weight_offset": 0, "group": 128}),
+    ("fused_add_rmsnorm_fp8_group_quant", {"hidden": 256, "weight_offset": 1, "group": 128}),
+]
+
+
+@pytest.mark.parametrize(("op", "params"), FUSED_CONTRACTS)
+def test_fused_reference_is_the_unfused_composition_on_every_conformance_vector(
+    op: str, params: dict[str, int]
+) -> None:
+    """The fused references equal the unfused chain bit for bit: the add as a kernel does it (fp32 sum,
+    one RNE to bf16), rmsnorm rounded to bf16 (the unfused kernel's output), then fp8_group_quant."""
+    from netra.certify import conformance as conf
+
+    for case in conf.cases(op, params, rows_per_block=8, large_rows=64):
+        x, w, eps = case.inputs["x"], case.inputs["w"], case.scalars["eps"]
+        wo = params["weight_offset"]
+        if op == "fused_add_rmsnorm":
+            got = ref.fused_add_rmsnorm(x, case.inputs["residual"], w, eps, wo)
+            r = _add_f32_then_bf16(x, case.inputs["residual"])
+            np.testing.assert_array_equal(got.residual_out, r, err_msg=case.name)
+            np.testing.assert_array_equal(got.y, ref.rmsnorm(r, w, eps, wo), err_msg=case.name)
+            continue
+        if op == "fused_add_rmsnorm_fp8_group_quant":
+            r_out, gq = ref.fused_add_rmsnorm_fp8_group_quant(x, case.inputs["residual"], w, eps, wo)
+            x = _add_f32_then_bf16(x, case.inputs["residual"])
+            np.testing.assert_array_equal(r_out, x, err_msg=case.name)
+        else:
+            gq = ref.rmsnorm_fp8_group_quant(x, w, eps, wo)
+        unfused = ref.fp8_group_quant(ref.rmsnorm_bf16(x, w, eps, wo))
+        for field in ("q", "scales", "dequant", "values"):
+            np.testing.assert_array_equal(getattr(gq, field), getattr(unfused, field), err_msg=case.name)
+
+
+def test_fused_reference_rejects_mismatched_residual() -> None:
+    with pytest.raises(ValueError):
+        ref.fused_add_rmsnorm(bf16([[1.0, 2.0]]), bf16([[1.0, 2.0, 3.0]]), bf16([1.0, 1.0]), 1e-6)

@@ -170,7 +170,7 @@ def test_unsupported_contracts_get_an_explicit_fallback_never_a_nearby_shape(
     py: str, table: dict[str, Any]
 ) -> None:
     served = {e["key"] for e in table["entries"]}
-    documented = table["fallbacks"][0] if table["fallbacks"] else None
+    documented = next((f for f in table["fallbacks"] if "gpu_class" not in f), None)
     out = _json(
         py,
         """
@@ -209,6 +209,38 @@ def test_unsupported_contracts_get_an_explicit_fallback_never_a_nearby_shape(
     if documented:
         assert doc == documented["reason"] and documented["reason"] in reason
     assert "takes exactly the parameters" in out["bad_params"]
+
+
+def test_a_contract_not_built_for_the_class_is_a_documented_fallback(py: str, table: dict[str, Any]) -> None:
+    """The fused contracts have no gfx950 template: selecting one on gfx950, at any policy, is the
+    `not_built` fallback quoting the model manifest's reason, never a silent absence or an error."""
+    gaps = [f for f in table["fallbacks"] if f.get("gpu_class") == "gfx950"]
+    assert {f["op"] for f in gaps} == {
+        "fused_add_rmsnorm", "rmsnorm_fp8_group_quant", "fused_add_rmsnorm_fp8_group_quant"
+    }  # fmt: skip
+    assert not {f["contract"] for f in gaps} & {e["key"] for e in table["entries"]}
+    out = _json(
+        py,
+        """
+        import json, sys
+        from netra.runtime import open_catalog
+        cat = open_catalog("gfx950")
+        res = {}
+        for key in json.loads(sys.argv[1]):
+            for policy in ("accepted", "experiment"):
+                r = cat.select(key, policy=policy)
+                res[key + "@" + policy] = [bool(r), r.code, r.reason, r.documented]
+        print(json.dumps(res))
+        """,
+        json.dumps(sorted({f["contract"] for f in gaps})),
+    )
+    assert len(out) == 2 * len({f["contract"] for f in gaps}) == 2 * 9
+    for k, (truth, code, reason, doc) in out.items():
+        key = k.split("@")[0]
+        f = next(f for f in gaps if f["contract"] == key)
+        assert (truth, code) == (False, "not_built"), k
+        assert key in reason and "not built for gfx950" in reason and f["reason"] in reason
+        assert doc == f["reason"]
 
 
 def test_rejected_is_never_served_at_any_policy(py: str, pkg: Path, table: dict[str, Any]) -> None:

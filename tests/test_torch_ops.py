@@ -498,9 +498,12 @@ def _tables() -> list[tuple[str, Any]]:
 
 
 def _values(op: str, rng: np.random.Generator) -> tuple:
-    ptr = [int(v) * 256 for v in rng.integers(1, 2**40, size=3)]
+    """Random values for the family's arguments in order: pointers, then rows (and eps for the norms)."""
+    names = dispatch.NAMES[op]
+    ptr = [int(v) * 256 for v in rng.integers(1, 2**40, size=len(names))]
     rows = int(rng.integers(1, 2**32))
-    return (*ptr, rows, float(rng.uniform(0, 1))) if op == "rmsnorm" else (*ptr, rows)
+    scalar = {"rows": rows, "eps": float(rng.uniform(0, 1))}
+    return tuple(scalar[n] if n in scalar else ptr[i] for i, n in enumerate(names))
 
 
 def test_the_compiled_kernarg_packer_writes_kernel_pack_bytes_for_every_table_candidate() -> None:

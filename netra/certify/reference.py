@@ -27,8 +27,10 @@ __all__ = [
     "FP8_E4M3_MAX",
     "FP8_GROUP",
     "SCALE_FLOOR",
+    "FusedAdd",
     "GroupQuant",
     "TopK",
+    "add_bf16",
     "bf16_to_f64",
     "count_fp8_beyond_one_step",
     "f64_to_bf16_rne",
@@ -36,10 +38,13 @@ __all__ = [
     "fp8_e4m3_encode",
     "fp8_group_quant",
     "fp8_step_distance",
+    "fused_add_rmsnorm",
+    "fused_add_rmsnorm_fp8_group_quant",
     "moe_topk_softmax",
     "relative_max_error",
     "rmsnorm",
     "rmsnorm_bf16",
+    "rmsnorm_fp8_group_quant",
     "silu",
     "silu_mul_fp8_quant",
 ]
@@ -234,6 +239,57 @@ def silu_mul_fp8_quant(x_bits: ArrayLike, group: int = FP8_GROUP) -> GroupQuant:
         raise ValueError(f"row length {x.shape[-1]} is not 2 * I")
     i = x.shape[-1] // 2
     return _group_quant(silu(x[..., :i]) * x[..., i:], group)
+
+
+def add_bf16(x_bits: ArrayLike, residual_bits: ArrayLike) -> npt.NDArray[np.uint16]:
+    """bf16(x + residual): the exact sum of two bf16 values rounded once (the residual stream's add)."""
+    x = bf16_to_f64(x_bits)
+    r = bf16_to_f64(residual_bits)
+    if x.shape != r.shape:
+        raise ValueError(f"residual shape {r.shape} does not match x {x.shape}")
+    return f64_to_bf16_rne(x + r)
+
+
+class FusedAdd(NamedTuple):
+    """Result of fused_add_rmsnorm; field order is stable for unpacking."""
+
+    residual_out: npt.NDArray[np.uint16]
+    """bf16(x + residual) bits, [..., H]: the next layer's residual."""
+    y: F64
+    """rmsnorm(residual_out) before output rounding, [..., H], as rmsnorm returns it."""
+
+
+# The fused references below are the unfused ones composed, not a second implementation: fusion is
+# numerically invisible by definition (docs/ops/), so a fused kernel is judged against exactly this.
+
+
+def fused_add_rmsnorm(
+    x_bits: ArrayLike, residual_bits: ArrayLike, w_bits: ArrayLike, eps: float, weight_offset: float = 0.0
+) -> FusedAdd:
+    """residual_out = add_bf16(x, residual); y = rmsnorm(residual_out, w, eps, weight_offset)."""
+    r = add_bf16(x_bits, residual_bits)
+    return FusedAdd(residual_out=r, y=rmsnorm(r, w_bits, eps, weight_offset))
+
+
+def rmsnorm_fp8_group_quant(
+    x_bits: ArrayLike, w_bits: ArrayLike, eps: float, weight_offset: float = 0.0, group: int = FP8_GROUP
+) -> GroupQuant:
+    """fp8_group_quant(rmsnorm_bf16(x, w, eps, weight_offset), group): the norm rounded to bf16 once,
+    then quantized exactly as fp8_group_quant (``values`` holds the bf16 y)."""
+    return fp8_group_quant(rmsnorm_bf16(x_bits, w_bits, eps, weight_offset), group)
+
+
+def fused_add_rmsnorm_fp8_group_quant(
+    x_bits: ArrayLike,
+    residual_bits: ArrayLike,
+    w_bits: ArrayLike,
+    eps: float,
+    weight_offset: float = 0.0,
+    group: int = FP8_GROUP,
+) -> tuple[npt.NDArray[np.uint16], GroupQuant]:
+    """(residual_out, fp8_group_quant(rmsnorm_bf16(residual_out))) with residual_out = add_bf16(x, residual)."""
+    r = add_bf16(x_bits, residual_bits)
+    return r, rmsnorm_fp8_group_quant(r, w_bits, eps, weight_offset, group)
 
 
 class TopK(NamedTuple):

@@ -261,7 +261,10 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     for r in [head, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
     for f in data["fallbacks"]:
-        print(f"fallback {f['model']}: {f['op']}: {f['reason']}")
+        if f.get("gpu_class"):
+            print(f"not built for {f['gpu_class']}: {f['contract']} ({f['model']}): {f['reason']}")
+        else:
+            print(f"fallback {f['model']}: {f['op']}: {f['reason']}")
     for cls, c in data["classes"].items():
         m = c["maturity"]
         per = ", ".join(f"{k} {m[k]}" for k in reversed(MATURITIES))
@@ -307,6 +310,8 @@ def _render_explain(d: dict[str, Any]) -> str:
         for k in m["candidates"]:
             out.append(f"  candidate {k['rank']}: {k['artifact']} (tactic {k['tactic']}, {k['maturity']})")
             out += [f"    {line}" for line in _candidate_lines(k)]
+    for g in d.get("not_built", []):
+        out.append(f"{d['matches'][0]['key']} on {g['gpu_class']}: not built ({g['model']}: {g['reason']})")
     return "\n".join(out)
 
 

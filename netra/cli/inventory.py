@@ -64,7 +64,7 @@ def load(inst: Install) -> Inventory:
         tables=tabs,
         raw=raw,
         users={k: tuple(sorted(v)) for k, v in sorted(users.items())},
-        fallbacks=tuple(sorted(fallbacks, key=lambda x: (x["model"], x["op"]))),
+        fallbacks=tuple(sorted(fallbacks, key=lambda x: (x["model"], x["op"], x.get("contract", "")))),
         models=tuple(sorted(models)),
     )
 
@@ -103,7 +103,12 @@ def _model(inst: Install, lock: Lock, lock_path: str) -> tuple[str, list[str], l
     except (UnicodeDecodeError, _toml.TOMLDecodeError) as e:
         raise ManifestError(f"{where}: not a readable model manifest ({e})", inst.reinstall) from None
     needs = [contract_key(op, params) for op, params in m.needs]
-    fb = [{"model": f.model, "op": f.op, "use": f.use, "reason": f.reason} for f in m.fallbacks]
+    fb = []
+    for f in m.fallbacks:
+        d = {"model": f.model, "op": f.op, "use": f.use, "reason": f.reason}
+        if f.gpu_class:
+            d.update(gpu_class=f.gpu_class, contract=f.contract)
+        fb.append(d)
     return m.model, needs, fb
 
 
@@ -181,9 +186,22 @@ def explain(inv: Inventory, query: str, *, gpu_class: str | None = None) -> dict
         for cls, t in sorted(inv.tables.items()):
             if key in t.entries and gpu_class in (None, cls):
                 matches.append(_entry(inv, cls, key))
+    not_built = []
+    if kind == "contract":
+        not_built = [
+            {"gpu_class": f["gpu_class"], "model": f["model"], "reason": f["reason"]}
+            for f in inv.fallbacks
+            if key is not None and f.get("contract") == key and gpu_class in (None, f["gpu_class"])
+        ]
+    if not matches and not_built:
+        gap = not_built[0]
+        raise ContractError(
+            f"{key} is not built for {gap['gpu_class']}: {gap['reason']} (the {gap['model']} manifest)",
+            "the caller's own implementation serves it there; `netra catalog` lists what is built",
+        )
     if not matches:
         raise _unknown(inv, query, gpu_class)
-    return {
+    out: dict[str, Any] = {
         "schema": SCHEMA,
         "command": "explain",
         "install": _install(inv.install),
@@ -191,6 +209,9 @@ def explain(inv: Inventory, query: str, *, gpu_class: str | None = None) -> dict
         "kind": kind,
         "matches": matches,
     }
+    if not_built:
+        out["not_built"] = not_built
+    return out
 
 
 def _unknown(inv: Inventory, query: str, gpu_class: str | None) -> NetraError:

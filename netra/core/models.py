@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netra.core import schema as s
-from netra.core.ops import contract_params
+from netra.core.ops import contract_key, contract_params
 from netra.core.types import ModelFallback
 from netra.errors import ManifestError
 
@@ -28,8 +28,10 @@ SCHEMA = s.Table(
                         "op": s.Str(max_len=64),
                         "use": s.opt(s.Str(max_len=300), ""),
                         "reason": s.Str(max_len=500),
+                        "gpu_class": s.opt(s.Str(pattern=s.NAME, max_len=64), ""),
                     },
                     label="op",
+                    extra=True,  # with gpu_class: the contract's parameters
                 ),
                 max_len=1000,
             ),
@@ -55,5 +57,25 @@ def parse(data: Any, where: str) -> ModelManifest:
         at = f"{where}: ops[{i}] ({op['op']})"
         params = contract_params(op["op"], {k: v for k, v in op.items() if k not in ("op", "use")}, at)
         needs.append((op["op"], params))
-    fallbacks = tuple(ModelFallback(raw["model"], f["op"], f["use"], f["reason"]) for f in raw["fallbacks"])
-    return ModelManifest(raw["model"], tuple(needs), fallbacks)
+    fallbacks = []
+    _fixed = ("op", "use", "reason", "gpu_class")
+    for i, f in enumerate(raw["fallbacks"]):
+        at = f"{where}: fallbacks[{i}] ({f['op']})"
+        extra = {k: v for k, v in f.items() if k not in _fixed}
+        if not f["gpu_class"]:
+            if extra:
+                raise ManifestError(
+                    f"{at}: unknown {', '.join(sorted(extra))}; contract parameters go with gpu_class only",
+                    "add gpu_class = '<class>' for a contract not built for one class, or drop them",
+                )
+            fallbacks.append(ModelFallback(raw["model"], f["op"], f["use"], f["reason"]))
+            continue
+        params = contract_params(f["op"], extra, at)
+        if (f["op"], params) not in needs:
+            raise ManifestError(
+                f"{at}: {contract_key(f['op'], params)} is not among the model's [[ops]]",
+                "a per-class fallback documents a contract the model needs: fix its parameters or add the op",
+            )
+        key = contract_key(f["op"], params)
+        fallbacks.append(ModelFallback(raw["model"], f["op"], f["use"], f["reason"], f["gpu_class"], key))
+    return ModelManifest(raw["model"], tuple(needs), tuple(fallbacks))

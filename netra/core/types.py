@@ -117,12 +117,19 @@ class ArtifactSpec:
 
 @dataclass(frozen=True)
 class ModelFallback:
-    """A documented gap: a model needs an op Netra does not serve, and its manifest says why."""
+    """A documented gap: a model needs an op Netra does not serve, and its manifest says why. With a
+    gpu_class, the gap is one contract Netra serves elsewhere but does not build for that class."""
 
     model: str
     op: str
     use: str
     reason: str
+    gpu_class: str = ""  # "" : the op is served nowhere; else the one class the contract is not built for
+    contract: str = ""  # the contract key, with gpu_class only
+
+    def covers(self, op: str, key: str) -> bool:
+        """Whether this gap is the one a request for contract `key` of `op` falls into."""
+        return self.op == op and self.contract in ("", key)
 
 
 @dataclass(frozen=True)

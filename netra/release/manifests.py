@@ -366,6 +366,7 @@ def load(root: str | Path) -> Manifests:
                 )
             )
     artifacts.sort(key=lambda a: (a.target, a.name))
+    _check_class_gaps(uses, artifacts, fallbacks, sorted(certification))
     seen: dict[str, str] = {}
     for a in artifacts:
         if a.name in seen:
@@ -383,6 +384,47 @@ def load(root: str | Path) -> Manifests:
         models=model_names,
         certification=certification,
     )
+
+
+def _check_class_gaps(
+    uses: dict[tuple[str, tuple[tuple[str, int], ...]], list[str]],
+    artifacts: list[ArtifactSpec],
+    fallbacks: list[ModelFallback],
+    classes: list[str],
+) -> None:
+    """Every contract a model needs is built for every class, or documented as not built for it: a
+    class never lacks a contract silently (its table, the catalog and `netra explain` quote the reason)."""
+    built = {(a.target, a.key) for a in artifacts}
+    documented: dict[tuple[str, str], list[str]] = {}
+    for f in fallbacks:
+        if not f.gpu_class:
+            continue
+        if f.gpu_class not in classes:
+            raise ManifestError(
+                f"the {f.model} manifest: fallback for {f.contract} names GPU class {f.gpu_class!r}, "
+                f"which has no kernels/ folder here ({', '.join(classes)})",
+                "fix gpu_class, or remove the fallback",
+            )
+        if (f.gpu_class, f.contract) in built:
+            raise ManifestError(
+                f"the {f.model} manifest: {f.contract} is documented as not built for {f.gpu_class}, but "
+                f"manifests/{f.gpu_class}/tactics.toml builds it",
+                "remove the fallback, or the class's tactics for the op",
+            )
+        documented.setdefault((f.gpu_class, f.contract), []).append(f.model)
+    for (op, items), users in sorted(uses.items()):
+        key = contract_key(op, dict(items))
+        for cls in classes:
+            if (cls, key) in built:
+                continue
+            undocumented = sorted(set(users) - set(documented.get((cls, key), [])))
+            if undocumented:
+                raise ManifestError(
+                    f"contract {key} (used by {', '.join(undocumented)}) has no {cls} tactic, and no "
+                    f"[[fallbacks]] entry says it is not built for {cls}",
+                    f"add a [[tactics]] entry for {op} to manifests/{cls}/tactics.toml, or to each model "
+                    f"manifest a [[fallbacks]] entry with gpu_class = {cls!r}, the contract's parameters and a reason",
+                )
 
 
 def tracked_files(root: str | Path) -> list[tuple[str, str]]:

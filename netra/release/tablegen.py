@@ -17,7 +17,7 @@ from netra.core.ops import FAMILIES
 from netra.runtime.tables import HARDWARE_NOTE, SCHEMA, STATIC_NOTE, UNCERTIFIED_NOTE, Table
 
 if TYPE_CHECKING:
-    from netra.core.types import ArtifactSpec
+    from netra.core.types import ArtifactSpec, ModelFallback
     from netra.release.manifests import Manifests
     from netra.runtime.lockfile import Lock, LockedArtifact
 
@@ -98,10 +98,18 @@ def skeleton(manifests: Manifests, target: str, lock: Lock) -> dict[str, Any]:
         },
         "entries": entries,
         "fallbacks": sorted(
-            ({"model": f.model, "op": f.op, "use": f.use, "reason": f.reason} for f in manifests.fallbacks),
-            key=lambda f: (f["op"], f["model"]),
+            (_fallback(f) for f in manifests.fallbacks if f.gpu_class in ("", target)),
+            key=lambda f: (f["op"], f.get("contract", ""), f["model"]),
         ),
     }
+
+
+def _fallback(f: ModelFallback) -> dict[str, str]:
+    """A model's documented gap as the table records it; a class's own gap names the class and contract."""
+    out = {"model": f.model, "op": f.op, "use": f.use, "reason": f.reason}
+    if f.gpu_class:
+        out.update(gpu_class=f.gpu_class, contract=f.contract)
+    return out
 
 
 def _locked(lock: Lock, name: str) -> LockedArtifact:

@@ -88,7 +88,7 @@ class Fallback:
 
     gpu_class: str
     contract: str
-    code: str  # "unknown_op", "no_entry", "no_tactic", "below_policy", "rejected"
+    code: str  # "unknown_op", "not_built", "no_entry", "no_tactic", "below_policy", "rejected"
     reason: str
     policy: str
     candidates: tuple[tuple[str, str], ...] = ()  # (tactic, maturity) of the table entry, ranked
@@ -231,7 +231,8 @@ class Catalog:
 
     def _select(self, c: Contract, policy: str, tactic: str | None) -> Kernel | Fallback:
         cls = self.gpu_class
-        documented = next((f.reason for f in self.table.fallbacks if f.op == c.op), None)
+        gap = next((f for f in self.table.fallbacks if f.covers(c.op, c.key)), None)
+        documented = gap.reason if gap is not None else None
         fam = FAMILIES.get(c.op)
         if fam is None:
             why = f"op {c.op!r} is not a Netra op family ({', '.join(sorted(FAMILIES))})"
@@ -244,6 +245,9 @@ class Catalog:
                 f"see {fam.doc}",
             )
         entry = self.table.entries.get(c.key)
+        if entry is None and gap is not None and gap.contract:
+            why = f"{c.key} is not built for {cls} (the {gap.model} manifest documents: {gap.reason})"
+            return Fallback(cls, c.key, "not_built", why, policy, documented=documented)
         if entry is None:
             why = f"{c.key} is not in the certified {cls} table (Netra serves exact contracts only)"
             return Fallback(cls, c.key, "no_entry", why, policy, documented=documented)

@@ -319,6 +319,8 @@ _FALLBACK = s.Table(
         "op": s.Str(max_len=64),
         "use": s.Str(max_len=300, empty=True),
         "reason": s.Str(max_len=500),
+        "gpu_class": s.opt(s.Str(max_len=64), ""),  # with contract: a contract this class does not build
+        "contract": s.opt(s.Str(max_len=300), ""),
     }
 )
 

@@ -5,6 +5,10 @@
     q, s = nt.fp8_group_quant(y)                   # float8_e4m3fn [..., H], fp32 [..., H/128]
     q, s = nt.silu_mul_fp8_quant(gate_up)          # [..., 2I] -> [..., I], [..., I/128]
     ids, w = nt.moe_topk_softmax(router_logits, topk=8)
+    y, residual = nt.fused_add_rmsnorm(x, residual, w, eps=1e-6)             # residual add + norm
+    q, s = nt.rmsnorm_fp8_group_quant(x, w, eps=1e-6)                        # norm + FP8 quant
+    q, s, residual = nt.fused_add_rmsnorm_fp8_group_quant(x, residual, w, eps=1e-6)
+    y = nt.fused_add_rmsnorm_(x, residual, w, eps=1e-6)                      # residual updated in place
     nt.stats()   # {"rmsnorm(hidden=4096,weight_offset=0)": {"certified": 12}, ...}
     with nt.strict(): ...                          # any fallback raises StrictModeError
 
@@ -36,12 +40,26 @@ from netra.torch.dispatch import (
     stats,
     strict,
 )
-from netra.torch.ops import fp8_group_quant, moe_topk_softmax, rmsnorm, silu_mul_fp8_quant
+from netra.torch.ops import (
+    fp8_group_quant,
+    fused_add_rmsnorm,
+    fused_add_rmsnorm_,
+    fused_add_rmsnorm_fp8_group_quant,
+    fused_add_rmsnorm_fp8_group_quant_,
+    moe_topk_softmax,
+    rmsnorm,
+    rmsnorm_fp8_group_quant,
+    silu_mul_fp8_quant,
+)
 
 __all__ = [
     "StrictModeError",
     "fallback_reasons",
     "fp8_group_quant",
+    "fused_add_rmsnorm",
+    "fused_add_rmsnorm_",
+    "fused_add_rmsnorm_fp8_group_quant",
+    "fused_add_rmsnorm_fp8_group_quant_",
     "is_strict",
     "kernel_for",
     "moe_topk_softmax",
@@ -49,6 +67,7 @@ __all__ = [
     "prepare",
     "reset_stats",
     "rmsnorm",
+    "rmsnorm_fp8_group_quant",
     "set_policy",
     "set_strict",
     "silu_mul_fp8_quant",

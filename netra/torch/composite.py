@@ -1,4 +1,4 @@
-"""The PyTorch composites: the four op families written with torch ops, with the semantics of docs/ops/.
+"""The PyTorch composites: the unfused op families written with torch ops, with the semantics of docs/ops/.
 
 They run wherever Netra serves no certified kernel (another width or dtype, a strided or misaligned
 input, a GPU class without a table, a CPU tensor), on any device torch supports, and compute in fp32
@@ -11,6 +11,10 @@ with the single output rounding the contracts name:
 * silu_mul: h = silu(g) * u in fp32, never rounded to bf16, then the same quantization.
 * moe router: top-k of softmax(logits) selected on the logits, descending, equal logits (+0 and -0
   included) to the lower expert id, by a stable sort; weights = the softmax over the k selected.
+
+* the residual add of the fused families: bf16(x + residual), one rounding (add). The fused families
+  themselves have no composite of their own: their fallback is the chain of the unfused netra.torch
+  implementations (netra.torch.dispatch), which is what their contract is defined as.
 
 Inputs are checked by netra.torch.contracts before any of these run.
 """
@@ -58,6 +62,12 @@ def silu_mul_fp8_quant(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch
     inter = x.shape[-1] // 2
     h = torch.nn.functional.silu(xf[..., :inter]) * xf[..., inter:]
     return _quantize(h, group)
+
+
+def add(x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """x + residual rounded once to x's dtype: the fp32 sum of two bf16 values is exact or rounded once
+    more finely than bf16, so one RNE to bf16 is the correctly rounded sum."""
+    return (x.float() + residual.float()).to(x.dtype).contiguous()
 
 
 def moe_topk_softmax(logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -64,7 +64,12 @@ def _same_device(op: str, a: torch.Tensor, b: torch.Tensor, na: str, nb: str) ->
 
 
 def rmsnorm(x: Any, w: Any, eps: Any, weight_offset: Any) -> Shape:
-    op = "rmsnorm"
+    h, wo = _norm("rmsnorm", x, w, eps, weight_offset)
+    return Shape("rmsnorm", {"hidden": h, "weight_offset": wo}, h, (tuple(x.shape),))
+
+
+def _norm(op: str, x: Any, w: Any, eps: Any, weight_offset: Any) -> tuple[int, int]:
+    """The checks of a norm's x [..., hidden], w [hidden], eps and weight_offset: (hidden, weight_offset)."""
     x = _tensor(op, "x", x, "[..., hidden]")
     w = _tensor(op, "w", w, "[hidden]")
     if w.dim() != 1:
@@ -80,7 +85,45 @@ def rmsnorm(x: Any, w: Any, eps: Any, weight_offset: Any) -> Shape:
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         raise _fail(op, f"eps must be a number, got {eps!r}", "pass eps as a Python float, e.g. 1e-6")
     wo = _int(op, "weight_offset", weight_offset, 0, "pass 0 (x * w) or 1 (Gemma's x * (1 + w))")
-    return Shape(op, {"hidden": h, "weight_offset": wo}, h, (tuple(x.shape),))
+    return h, wo
+
+
+def _residual(op: str, x: torch.Tensor, residual: Any) -> None:
+    r = _tensor(op, "residual", residual, "[..., hidden], x's shape")
+    if tuple(r.shape) != tuple(x.shape):
+        raise _fail(op, f"residual has shape {list(r.shape)} but x {list(x.shape)}", "pass both of one shape")
+    if r.dtype != x.dtype:
+        raise _fail(
+            op, f"residual is {r.dtype} but x {x.dtype}", "pass both in one dtype (bf16 is certified)"
+        )
+    _same_device(op, x, r, "x", "residual")
+
+
+def fused_add_rmsnorm(x: Any, residual: Any, w: Any, eps: Any, weight_offset: Any) -> Shape:
+    op = "fused_add_rmsnorm"
+    h, wo = _norm(op, x, w, eps, weight_offset)
+    _residual(op, x, residual)
+    return Shape(op, {"hidden": h, "weight_offset": wo}, h, (tuple(x.shape), tuple(x.shape)))
+
+
+def rmsnorm_fp8_group_quant(x: Any, w: Any, eps: Any, weight_offset: Any, group: Any) -> Shape:
+    op = "rmsnorm_fp8_group_quant"
+    h, wo = _norm(op, x, w, eps, weight_offset)
+    g = _group(op, h, group, "hidden")
+    lead = tuple(x.shape[:-1])
+    return Shape(op, {"hidden": h, "weight_offset": wo, "group": g}, h, ((*lead, h), (*lead, h // g)))
+
+
+def fused_add_rmsnorm_fp8_group_quant(
+    x: Any, residual: Any, w: Any, eps: Any, weight_offset: Any, group: Any
+) -> Shape:
+    op = "fused_add_rmsnorm_fp8_group_quant"
+    h, wo = _norm(op, x, w, eps, weight_offset)
+    _residual(op, x, residual)
+    g = _group(op, h, group, "hidden")
+    lead = tuple(x.shape[:-1])
+    out = ((*lead, h), (*lead, h // g), tuple(x.shape))
+    return Shape(op, {"hidden": h, "weight_offset": wo, "group": g}, h, out)
 
 
 def _group(op: str, n: int, group: Any, what: str) -> int:
@@ -136,6 +179,14 @@ OUT_NAMES = {
     "fp8_group_quant": ("q", "scales"),
     "silu_mul_fp8_quant": ("q", "scales"),
     "moe_topk_softmax": ("ids", "weights"),
+    "fused_add_rmsnorm": ("y", "residual_out"),
+    "rmsnorm_fp8_group_quant": ("q", "scales"),
+    "fused_add_rmsnorm_fp8_group_quant": ("q", "scales", "residual_out"),
+}
+# (output, input) pairs that may be the same tensor: the fused adds write residual_out over residual
+ALIASES = {
+    "fused_add_rmsnorm": (("residual_out", "residual"),),
+    "fused_add_rmsnorm_fp8_group_quant": (("residual_out", "residual"),),
 }
 
 
@@ -143,24 +194,32 @@ PAIR_DTYPES = {  # the two outputs' dtypes of the families that return a pair
     "fp8_group_quant": (torch.float8_e4m3fn, torch.float32),
     "silu_mul_fp8_quant": (torch.float8_e4m3fn, torch.float32),
     "moe_topk_softmax": (torch.int32, torch.float32),
+    "rmsnorm_fp8_group_quant": (torch.float8_e4m3fn, torch.float32),
 }
 
 
 def out_dtypes(op: str, first: torch.Tensor) -> tuple[torch.dtype, ...]:
-    """The dtypes a call's outputs have (rmsnorm's follows its input, the others are fixed)."""
-    return (first.dtype,) if op == "rmsnorm" else PAIR_DTYPES[op]
+    """The dtypes a call's outputs have (a norm's y and residual_out follow its input, the rest are fixed)."""
+    if op == "rmsnorm":
+        return (first.dtype,)
+    if op == "fused_add_rmsnorm":
+        return (first.dtype, first.dtype)
+    if op == "fused_add_rmsnorm_fp8_group_quant":
+        return (torch.float8_e4m3fn, torch.float32, first.dtype)
+    return PAIR_DTYPES[op]
 
 
 def as_outs(op: str, out: Any) -> tuple[Any, ...]:
-    """`out=` as a tuple of tensors: one tensor for rmsnorm, a pair for the other three families."""
+    """`out=` as a tuple of tensors: one tensor for rmsnorm, a pair or a triple for the others."""
     names = OUT_NAMES[op]
     if len(names) == 1:
         return (out,)
     if isinstance(out, (tuple, list)) and len(out) == len(names):
         return tuple(out)
+    what = "a pair" if len(names) == 2 else f"a tuple of {len(names)}"
     raise _fail(
         op,
-        f"out must be a pair of tensors ({', '.join(names)}), got {type(out).__name__}",
+        f"out must be {what} of tensors ({', '.join(names)}), got {type(out).__name__}",
         f"pass out=({', '.join(names)})",
     )
 
@@ -198,17 +257,40 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
     return lo, lo + reach * t.element_size()
 
 
+def in_place(op: str, x: torch.Tensor, residual: torch.Tensor) -> None:
+    """An in-place call writes residual while it reads x: they must not overlap."""
+    xlo, xhi = _span(x)
+    rlo, rhi = _span(residual)
+    if xlo < rhi and rlo < xhi:
+        raise _fail(
+            op,
+            f"x shares memory with residual, which {op}_ writes",
+            "pass an x that overlaps no part of residual",
+        )
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same elements in the same places: what an in-place output over its input must be."""
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+
+
 def disjoint(op: str, outs: tuple[torch.Tensor, ...], ins: tuple[tuple[str, torch.Tensor], ...]) -> None:
     """No output may share memory with an input or with another output: the kernels read their inputs
-    while they write, and in-place calls are not a certified contract (torch refuses them alike)."""
+    while they write, and in-place calls are not a certified contract (torch refuses them alike), except
+    where the contract says so: the fused adds' residual_out may be residual itself (ALIASES)."""
     names = OUT_NAMES[op]
-    spans = [(f"out {n}", _span(t)) for n, t in zip(names, outs, strict=True)]
-    others = spans[1:] + [(n, _span(t)) for n, t in ins]
-    for i, (na, (alo, ahi)) in enumerate(spans):
-        for nb, (blo, bhi) in others[i:]:
+    tensors = dict(zip(names, outs, strict=True)) | dict(ins)
+    allowed = {frozenset(p) for p in ALIASES.get(op, ())}
+    spans = [(n, f"out {n}", _span(t)) for n, t in zip(names, outs, strict=True)]
+    others = spans[1:] + [(n, n, _span(t)) for n, t in ins]
+    for i, (ka, na, (alo, ahi)) in enumerate(spans):
+        for kb, nb, (blo, bhi) in others[i:]:
+            if frozenset((ka, kb)) in allowed and same(tensors[ka], tensors[kb]):
+                continue
             if alo < bhi and blo < ahi:
                 raise _fail(
                     op,
                     f"{na} shares memory with {nb}",
-                    "pass outputs that overlap no input and no other output (in-place is not supported)",
+                    "pass outputs that overlap no input and no other output ("
+                    + ("residual_out may be residual itself)" if allowed else "in-place is not supported)"),
                 )

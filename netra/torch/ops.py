@@ -1,10 +1,20 @@
-"""The four op families as PyTorch custom operators (torch.library), and the Python functions that call them.
+"""The op families as PyTorch custom operators (torch.library), and the Python functions that call them.
 
     torch.ops.netra.rmsnorm(Tensor x, Tensor w, float eps, int weight_offset=0) -> Tensor y
     torch.ops.netra.fp8_group_quant(Tensor x, int group=128) -> (Tensor q, Tensor scales)
     torch.ops.netra.silu_mul_fp8_quant(Tensor x, int group=128) -> (Tensor q, Tensor scales)
     torch.ops.netra.moe_topk_softmax(Tensor logits, int topk) -> (Tensor ids, Tensor weights)
+    torch.ops.netra.fused_add_rmsnorm(Tensor x, Tensor residual, Tensor w, float eps, int weight_offset=0)
+        -> (Tensor y, Tensor residual_out)
+    torch.ops.netra.rmsnorm_fp8_group_quant(Tensor x, Tensor w, float eps, int weight_offset=0,
+        int group=128) -> (Tensor q, Tensor scales)
+    torch.ops.netra.fused_add_rmsnorm_fp8_group_quant(Tensor x, Tensor residual, Tensor w, float eps,
+        int weight_offset=0, int group=128) -> (Tensor q, Tensor scales, Tensor residual_out)
     torch.ops.netra.<op>_out(<outputs>(a!), <the same arguments>) -> ()   (out= writes caller-owned tensors)
+    torch.ops.netra.fused_add_rmsnorm_(Tensor x, Tensor(a!) residual, ...) -> Tensor y, and
+    torch.ops.netra.fused_add_rmsnorm_fp8_group_quant_(Tensor x, Tensor(a!) residual, ...) -> (q, scales):
+        in place, residual_out written over residual; the only operators that mutate an input, and
+        their schemas say so
 
 Each is defined in the `netra` namespace with one CompositeExplicitAutograd kernel (netra.torch.dispatch:
 the certified kernel or the composite, on any device) and a fake implementation that checks the call
@@ -40,6 +50,25 @@ _SCHEMAS = {
     "fp8_group_quant": "fp8_group_quant(Tensor x, int group=128) -> (Tensor, Tensor)",
     "silu_mul_fp8_quant": "silu_mul_fp8_quant(Tensor x, int group=128) -> (Tensor, Tensor)",
     "moe_topk_softmax": "moe_topk_softmax(Tensor logits, int topk) -> (Tensor, Tensor)",
+    "fused_add_rmsnorm": (
+        "fused_add_rmsnorm(Tensor x, Tensor residual, Tensor w, float eps, int weight_offset=0) -> (Tensor, Tensor)"
+    ),
+    "rmsnorm_fp8_group_quant": (
+        "rmsnorm_fp8_group_quant(Tensor x, Tensor w, float eps, int weight_offset=0, int group=128)"
+        " -> (Tensor, Tensor)"
+    ),
+    "fused_add_rmsnorm_fp8_group_quant": (
+        "fused_add_rmsnorm_fp8_group_quant(Tensor x, Tensor residual, Tensor w, float eps,"
+        " int weight_offset=0, int group=128) -> (Tensor, Tensor, Tensor)"
+    ),
+    # in place: residual_out is written over residual, declared mutated (a!); y (q, scales) returned new
+    "fused_add_rmsnorm_": (
+        "fused_add_rmsnorm_(Tensor x, Tensor(a!) residual, Tensor w, float eps, int weight_offset=0) -> Tensor"
+    ),
+    "fused_add_rmsnorm_fp8_group_quant_": (
+        "fused_add_rmsnorm_fp8_group_quant_(Tensor x, Tensor(a!) residual, Tensor w, float eps,"
+        " int weight_offset=0, int group=128) -> (Tensor, Tensor)"
+    ),
 }
 _OUT_SCHEMAS = {  # the caller owns the outputs (first, like vLLM's ops); they return nothing, so that
     # torch.compile functionalizes them (auto_functionalized) and inductor writes the buffers in place
@@ -50,6 +79,18 @@ _OUT_SCHEMAS = {  # the caller owns the outputs (first, like vLLM's ops); they r
     ),
     "moe_topk_softmax_out": (
         "moe_topk_softmax_out(Tensor(a!) ids, Tensor(b!) weights, Tensor logits, int topk) -> ()"
+    ),
+    "fused_add_rmsnorm_out": (
+        "fused_add_rmsnorm_out(Tensor(a!) y, Tensor(b!) residual_out, Tensor x, Tensor residual, Tensor w,"
+        " float eps, int weight_offset=0) -> ()"
+    ),
+    "rmsnorm_fp8_group_quant_out": (
+        "rmsnorm_fp8_group_quant_out(Tensor(a!) q, Tensor(b!) scales, Tensor x, Tensor w, float eps,"
+        " int weight_offset=0, int group=128) -> ()"
+    ),
+    "fused_add_rmsnorm_fp8_group_quant_out": (
+        "fused_add_rmsnorm_fp8_group_quant_out(Tensor(a!) q, Tensor(b!) scales, Tensor(c!) residual_out,"
+        " Tensor x, Tensor residual, Tensor w, float eps, int weight_offset=0, int group=128) -> ()"
     ),
 }
 
@@ -69,7 +110,48 @@ def _pair_out_impl(name: str) -> Any:
     return run
 
 
+def _fused_add_rmsnorm_out_impl(
+    y: torch.Tensor,
+    r: torch.Tensor,
+    x: torch.Tensor,
+    res: torch.Tensor,
+    w: torch.Tensor,
+    eps: float,
+    wo: int = 0,
+) -> None:
+    dispatch.fused_add_rmsnorm(x, res, w, eps, wo, (y, r))
+
+
+def _rmsnorm_fp8_group_quant_out_impl(
+    q: torch.Tensor,
+    s: torch.Tensor,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    eps: float,
+    wo: int = 0,
+    group: int = 128,
+) -> None:
+    dispatch.rmsnorm_fp8_group_quant(x, w, eps, wo, group, (q, s))
+
+
+def _fused_add_rmsnorm_fp8_group_quant_out_impl(
+    q: torch.Tensor,
+    s: torch.Tensor,
+    r: torch.Tensor,
+    x: torch.Tensor,
+    res: torch.Tensor,
+    w: torch.Tensor,
+    eps: float,
+    wo: int = 0,
+    group: int = 128,
+) -> None:
+    dispatch.fused_add_rmsnorm_fp8_group_quant(x, res, w, eps, wo, group, (q, s, r))
+
+
 _OUT_IMPLS = {
+    "fused_add_rmsnorm_out": _fused_add_rmsnorm_out_impl,
+    "rmsnorm_fp8_group_quant_out": _rmsnorm_fp8_group_quant_out_impl,
+    "fused_add_rmsnorm_fp8_group_quant_out": _fused_add_rmsnorm_fp8_group_quant_out_impl,
     "rmsnorm_out": _rmsnorm_out_impl,
     "fp8_group_quant_out": _pair_out_impl("fp8_group_quant"),
     "silu_mul_fp8_quant_out": _pair_out_impl("silu_mul_fp8_quant"),
@@ -137,9 +219,117 @@ def _moe_topk_softmax_out_fake(ids: torch.Tensor, w: torch.Tensor, logits: torch
     _outs_fake("moe_topk_softmax", contracts.moe_topk_softmax(logits, topk), logits, (ids, w))
 
 
+def _fused_fake(op: str, s: contracts.Shape, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return tuple(x.new_empty(sh, dtype=dt) for sh, dt in zip(s.out, contracts.out_dtypes(op, x), strict=True))
+
+
+@_register_fake("netra::fused_add_rmsnorm", lib=_lib)
+def _fused_add_rmsnorm_fake(
+    x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0
+) -> tuple[torch.Tensor, ...]:
+    op = "fused_add_rmsnorm"
+    return _fused_fake(op, contracts.fused_add_rmsnorm(x, residual, w, eps, weight_offset), x)
+
+
+@_register_fake("netra::rmsnorm_fp8_group_quant", lib=_lib)
+def _rmsnorm_fp8_group_quant_fake(
+    x: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0, group: int = 128
+) -> tuple[torch.Tensor, ...]:
+    op = "rmsnorm_fp8_group_quant"
+    return _fused_fake(op, contracts.rmsnorm_fp8_group_quant(x, w, eps, weight_offset, group), x)
+
+
+@_register_fake("netra::fused_add_rmsnorm_fp8_group_quant", lib=_lib)
+def _fused_add_rmsnorm_fp8_group_quant_fake(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    w: torch.Tensor,
+    eps: float,
+    weight_offset: int = 0,
+    group: int = 128,
+) -> tuple[torch.Tensor, ...]:
+    op = "fused_add_rmsnorm_fp8_group_quant"
+    s = contracts.fused_add_rmsnorm_fp8_group_quant(x, residual, w, eps, weight_offset, group)
+    return _fused_fake(op, s, x)
+
+
+@_register_fake("netra::fused_add_rmsnorm_", lib=_lib)
+def _fused_add_rmsnorm_inplace_fake(
+    x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0
+) -> torch.Tensor:
+    op = "fused_add_rmsnorm"
+    return _fused_fake(op, contracts.fused_add_rmsnorm(x, residual, w, eps, weight_offset), x)[0]
+
+
+@_register_fake("netra::fused_add_rmsnorm_fp8_group_quant_", lib=_lib)
+def _fused_add_rmsnorm_fp8_group_quant_inplace_fake(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    w: torch.Tensor,
+    eps: float,
+    weight_offset: int = 0,
+    group: int = 128,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    op = "fused_add_rmsnorm_fp8_group_quant"
+    s = contracts.fused_add_rmsnorm_fp8_group_quant(x, residual, w, eps, weight_offset, group)
+    q, sc, _ = _fused_fake(op, s, x)
+    return q, sc
+
+
+@_register_fake("netra::fused_add_rmsnorm_out", lib=_lib)
+def _fused_add_rmsnorm_out_fake(
+    y: torch.Tensor,
+    r: torch.Tensor,
+    x: torch.Tensor,
+    res: torch.Tensor,
+    w: torch.Tensor,
+    eps: float,
+    wo: int = 0,
+) -> None:
+    _outs_fake("fused_add_rmsnorm", contracts.fused_add_rmsnorm(x, res, w, eps, wo), x, (y, r))
+
+
+@_register_fake("netra::rmsnorm_fp8_group_quant_out", lib=_lib)
+def _rmsnorm_fp8_group_quant_out_fake(
+    q: torch.Tensor,
+    s: torch.Tensor,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    eps: float,
+    wo: int = 0,
+    group: int = 128,
+) -> None:
+    op = "rmsnorm_fp8_group_quant"
+    _outs_fake(op, contracts.rmsnorm_fp8_group_quant(x, w, eps, wo, group), x, (q, s))
+
+
+@_register_fake("netra::fused_add_rmsnorm_fp8_group_quant_out", lib=_lib)
+def _fused_add_rmsnorm_fp8_group_quant_out_fake(
+    q: torch.Tensor,
+    s: torch.Tensor,
+    r: torch.Tensor,
+    x: torch.Tensor,
+    res: torch.Tensor,
+    w: torch.Tensor,
+    eps: float,
+    wo: int = 0,
+    group: int = 128,
+) -> None:
+    op = "fused_add_rmsnorm_fp8_group_quant"
+    _outs_fake(op, contracts.fused_add_rmsnorm_fp8_group_quant(x, res, w, eps, wo, group), x, (q, s, r))
+
+
 # ---------------------------------------------------------------------------------------------------
 # The Python entry points
 
+_fused_add_rmsnorm_op = torch.ops.netra.fused_add_rmsnorm.default
+_rmsnorm_fp8_group_quant_op = torch.ops.netra.rmsnorm_fp8_group_quant.default
+_fused_add_rmsnorm_fp8_group_quant_op = torch.ops.netra.fused_add_rmsnorm_fp8_group_quant.default
+_fused_add_rmsnorm_inplace_op = torch.ops.netra.fused_add_rmsnorm_.default
+_fused_add_rmsnorm_fp8_group_quant_inplace_op = torch.ops.netra.fused_add_rmsnorm_fp8_group_quant_.default
+_fused_add_rmsnorm_out_op = torch.ops.netra.fused_add_rmsnorm_out.default
+_rmsnorm_fp8_group_quant_out_op = torch.ops.netra.rmsnorm_fp8_group_quant_out.default
+_fused_add_rmsnorm_fp8_group_quant_out_op = torch.ops.netra.fused_add_rmsnorm_fp8_group_quant_out.default
 _rmsnorm_op = torch.ops.netra.rmsnorm.default
 _fp8_group_quant_op = torch.ops.netra.fp8_group_quant.default
 _silu_mul_fp8_quant_op = torch.ops.netra.silu_mul_fp8_quant.default
@@ -271,3 +461,126 @@ def _call_out(op: Any, name: str, check: Any, x: torch.Tensor, n: int, out: Any)
         contracts.outputs(name, check(x, n), x, (a, b))  # the one-line ContractError
     op(a, b, x, n)
     return a, b
+
+
+# ---------------------------------------------------------------------------------------------------
+# The fused families
+
+
+def _plain_all(*ts: Any) -> bool:
+    """Plain tensors (Tensor or Parameter), none needing grad while grad is recorded."""
+    for t in ts:
+        if not (type(t) is _Tensor or type(t) is _Parameter) or (t.requires_grad and _grad()):
+            return False
+    return True
+
+
+def _plain_outs(out: Any, n: int) -> bool:
+    return out is None or (type(out) is tuple and len(out) == n and all(type(t) is _Tensor for t in out))
+
+
+def fused_add_rmsnorm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    w: torch.Tensor,
+    eps: float,
+    weight_offset: int = 0,
+    *,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, residual_out): residual_out = bf16(x + residual) (one rounding), y = rmsnorm(residual_out, w,
+    eps, weight_offset) as nt.rmsnorm. out=(y, residual_out) writes those; residual_out may be residual
+    itself (vLLM's in-place form; nt.fused_add_rmsnorm_ is that operator). docs/ops/fused_add_rmsnorm.md."""
+    if _eager() and _plain_all(x, residual, w) and _plain_outs(out, 2):
+        return dispatch.fused_add_rmsnorm(x, residual, w, eps, weight_offset, out)
+    contracts.fused_add_rmsnorm(x, residual, w, eps, weight_offset)
+    if out is None:
+        y, r = _fused_add_rmsnorm_op(x, residual, w, eps, weight_offset)
+        return y, r
+    y, r = contracts.as_outs("fused_add_rmsnorm", out)
+    if r is residual:  # in place: the mutation goes through the operator that declares it
+        y.copy_(_fused_add_rmsnorm_inplace_op(x, residual, w, eps, weight_offset))
+        return y, r
+    _fused_add_rmsnorm_out_op(y, r, x, residual, w, eps, weight_offset)
+    return y, r
+
+
+def fused_add_rmsnorm_(
+    x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0
+) -> torch.Tensor:
+    """In place: residual becomes bf16(x + residual), and y = rmsnorm of it is returned (what vLLM's
+    engine calls between layers). The operator's schema declares residual mutated (Tensor(a!)), so
+    torch.compile and CUDA graphs see the write. docs/ops/fused_add_rmsnorm.md."""
+    if _eager() and _plain_all(x, residual, w):
+        return dispatch.fused_add_rmsnorm_(x, residual, w, eps, weight_offset)
+    contracts.fused_add_rmsnorm(x, residual, w, eps, weight_offset)
+    return _fused_add_rmsnorm_inplace_op(x, residual, w, eps, weight_offset)
+
+
+def rmsnorm_fp8_group_quant(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    eps: float,
+    weight_offset: int = 0,
+    group: int = 128,
+    *,
+    out: _Pair | None = None,
+) -> _Pair:
+    """(q, scales) = nt.fp8_group_quant(nt.rmsnorm(x, w, eps, weight_offset), group) in one pass: the norm
+    rounded to bf16 once, then quantized exactly as fp8_group_quant. docs/ops/rmsnorm_fp8_group_quant.md."""
+    if _eager() and _plain_all(x, w) and _plain_outs(out, 2):
+        return dispatch.rmsnorm_fp8_group_quant(x, w, eps, weight_offset, group, out)
+    contracts.rmsnorm_fp8_group_quant(x, w, eps, weight_offset, group)
+    if out is None:
+        q, s = _rmsnorm_fp8_group_quant_op(x, w, eps, weight_offset, group)
+        return q, s
+    q, s = contracts.as_outs("rmsnorm_fp8_group_quant", out)
+    _rmsnorm_fp8_group_quant_out_op(q, s, x, w, eps, weight_offset, group)
+    return q, s
+
+
+def fused_add_rmsnorm_fp8_group_quant(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    w: torch.Tensor,
+    eps: float,
+    weight_offset: int = 0,
+    group: int = 128,
+    *,
+    out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, scales, residual_out): residual_out = bf16(x + residual), (q, scales) =
+    nt.rmsnorm_fp8_group_quant(residual_out, ...). out=(q, scales, residual_out), where residual_out may
+    be residual itself (nt.fused_add_rmsnorm_fp8_group_quant_ is that operator).
+    docs/ops/fused_add_rmsnorm_fp8_group_quant.md."""
+    if _eager() and _plain_all(x, residual, w) and _plain_outs(out, 3):
+        return dispatch.fused_add_rmsnorm_fp8_group_quant(x, residual, w, eps, weight_offset, group, out)
+    contracts.fused_add_rmsnorm_fp8_group_quant(x, residual, w, eps, weight_offset, group)
+    if out is None:
+        q, s, r = _fused_add_rmsnorm_fp8_group_quant_op(x, residual, w, eps, weight_offset, group)
+        return q, s, r
+    q, s, r = contracts.as_outs("fused_add_rmsnorm_fp8_group_quant", out)
+    if r is residual:
+        q2, s2 = _fused_add_rmsnorm_fp8_group_quant_inplace_op(x, residual, w, eps, weight_offset, group)
+        q.copy_(q2)
+        s.copy_(s2)
+        return q, s, r
+    _fused_add_rmsnorm_fp8_group_quant_out_op(q, s, r, x, residual, w, eps, weight_offset, group)
+    return q, s, r
+
+
+def fused_add_rmsnorm_fp8_group_quant_(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    w: torch.Tensor,
+    eps: float,
+    weight_offset: int = 0,
+    group: int = 128,
+) -> _Pair:
+    """In place: residual becomes bf16(x + residual); (q, scales) of its norm are returned. The schema
+    declares residual mutated. docs/ops/fused_add_rmsnorm_fp8_group_quant.md."""
+    if _eager() and _plain_all(x, residual, w):
+        return dispatch.fused_add_rmsnorm_fp8_group_quant_(x, residual, w, eps, weight_offset, group)
+    contracts.fused_add_rmsnorm_fp8_group_quant(x, residual, w, eps, weight_offset, group)
+    q, s = _fused_add_rmsnorm_fp8_group_quant_inplace_op(x, residual, w, eps, weight_offset, group)
+    return q, s

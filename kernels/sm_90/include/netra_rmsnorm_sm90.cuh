@@ -1,4 +1,4 @@
-// netra sm_90: the row body shared by rmsnorm.cu and the fused rmsnorm templates (kernels/sm_90/fused/).
+// netra sm_90: the row body shared by rmsnorm.cu and the fused rmsnorm templates (fused_*.cu, rmsnorm_fp8_*.cu).
 //
 // One function, rms::rows<...>, specialized at compile time by the contract (H, WEIGHT_OFFSET), the
 // tactic (threads per row TPR, rows per block, CACHE) and what the kernel adds around the norm:

@@ -1,5 +1,4 @@
 // netra template rmsnorm_fp8_group_quant (sm_90 / Hopper, CUDA C++ compiled ahead of time to a cubin)
-// STAGED: kernels/sm_90/fused/ is not read by the catalog until netra has the op family (README.md).
 //
 //   y[r, :] = bf16_rne( (x[r, :] * rs) * (w + WEIGHT_OFFSET) ),  rs = 1/sqrt(mean(x^2) + eps)
 //   then fp8_group_quant of y (its bf16 values): for each group g of 128,

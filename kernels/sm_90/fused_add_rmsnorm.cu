@@ -1,5 +1,4 @@
 // netra template fused_add_rmsnorm (sm_90 / Hopper, CUDA C++ compiled ahead of time to a cubin)
-// STAGED: kernels/sm_90/fused/ is not read by the catalog until netra has the op family (README.md).
 //
 //   residual_out[r, :] = v = bf16_rne(x[r, :] + residual[r, :])
 //   y[r, :] = bf16_rne( (v * rs) * (w + WEIGHT_OFFSET) ),  rs = 1/sqrt(mean(v^2) + eps)
