@@ -74,10 +74,23 @@ def part1(repeat: int, jobs: int, root: Path) -> None:
 
 
 def gfx950_tree(dest: Path) -> None:
-    """The real gfx950 catalog alone: its templates and tactics, the model manifests, locked afresh."""
+    """The real gfx950 catalog alone: its templates and tactics, and one model manifest needing every
+    contract the release's gfx950 table holds (the real models also need contracts only other classes
+    build), locked afresh."""
+    import json
+
+    from netra.runtime import Contract
+
     shutil.copytree(REPO / "kernels" / "gfx950", dest / "kernels" / "gfx950")
-    shutil.copytree(REPO / "manifests" / "models", dest / "manifests" / "models")
     shutil.copytree(REPO / "manifests" / "gfx950", dest / "manifests" / "gfx950")
+    table = json.loads((REPO / "release" / "tables" / "gfx950.json").read_text())
+    ops = ""
+    for e in table["entries"]:
+        c = Contract.parse(e["key"])
+        ops += f'\n[[ops]]\nop = "{c.op}"\nuse = "the gfx950 catalog"\n'
+        ops += "".join(f"{k} = {v}\n" for k, v in c.params.items())
+    (dest / "manifests" / "models").mkdir(parents=True)
+    (dest / "manifests" / "models" / "gfx950-catalog.toml").write_text(f'model = "gfx950-catalog"\n{ops}')
     (dest / "release" / "tables").mkdir(parents=True)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     subprocess.run(netra("lock", "--root", str(dest), "-q"), env=env, check=True, stdout=subprocess.DEVNULL)
