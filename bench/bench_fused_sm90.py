@@ -92,7 +92,7 @@ def build(out: Path) -> int:
                     "-I",
                     str(FUSED),
                     "-I",
-                    str(FUSED.parent),
+                    str(ROOT / "kernels" / "cuda"),  # include/, shared by the CUDA classes
                     "-o",
                     str(out / f"{sym}.cubin"),
                     src.name,
