@@ -280,3 +280,31 @@ def test_templates_in_a_shared_source_folder_serve_every_class_that_shares_it(
     gone.unlink()
     with pytest.raises(ManifestError, match=rf"its source {own}/\S+ is missing \(nor in {common}/\)"):
         manifests.load(root)
+
+
+def test_a_folder_or_a_tactics_file_of_no_registered_class_is_refused_in_one_line(
+    make_repo_copy: Callable[[str], Path],
+) -> None:
+    """kernels/<name>/ and manifests/<name>/tactics.toml name a class: one that is not registered (nor
+    a shared folder) is refused naming the file, with exit 1, no traceback and the lock untouched."""
+    root = make_repo_copy("unknown-class")
+    before = (root / LOCK).read_bytes()
+    tactics = (root / "manifests" / "sm_100" / "tactics.toml").read_text()
+    for path, text, message in (
+        ("kernels/sm_999/rmsnorm.toml", "", "kernels/sm_999: not a GPU class this netra knows"),
+        (
+            "manifests/sm_999/tactics.toml",
+            tactics.replace('target = "sm_100"', 'target = "sm_999"'),
+            "manifests/sm_999/tactics.toml: sm_999 is not a GPU class this netra knows",
+        ),
+    ):
+        f = root / path
+        f.parent.mkdir(parents=True)
+        f.write_text(text)
+        with pytest.raises(ManifestError, match=re.escape(message)):
+            manifests.load(root)
+        r = netra("lock", "--root", str(root), "-q")
+        assert r.returncode == 1 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and (root / LOCK).read_bytes() == before
+        shutil.rmtree(f.parent)
+    manifests.load(root)  # and the tree is whole again
