@@ -421,9 +421,9 @@ MANIFEST_DAMAGE: dict[str, tuple[str, Callable[[str], str], list[str]]] = {
         ["vgprs: 4096 is outside [1, 512]"],
     ),
     "template: argument of a wrong type": (
-        "kernels/sm_90/rmsnorm.toml",
+        "kernels/cuda/rmsnorm.toml",
         _sub1(r'^type = "bf16\*"', 'type = "bf17*"'),
-        ["kernels/sm_90/rmsnorm.toml", "args[0] (y).type"],
+        ["kernels/cuda/rmsnorm.toml", "args[0] (y).type"],
     ),
     "tactics: duplicate tactic": (
         "manifests/gfx950/tactics.toml",

@@ -75,7 +75,7 @@ def test_a_changed_instruction_voids_the_certification(tree: Path) -> None:
     entry = t["entries"][0]
     op = entry["contract"]["op"]
     cand = entry["candidates"][0]["artifact"]
-    src = tree / "kernels" / "sm_90" / f"{op}.cu"
+    src = tree / "kernels" / "cuda" / f"{op}.cu"
     # One more instruction in every instantiation of the template: a clock read whose result is used.
     text = src.read_text()
     marker = 'extern "C" __global__'

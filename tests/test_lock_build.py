@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
@@ -180,8 +181,9 @@ def test_huge_dimension_is_refused_at_once(tmp_path: Path) -> None:
 
 def test_template_message_reaches_the_user_when_a_range_is_declared_too_wide(tmp_path: Path) -> None:
     root = copy_sources(tmp_path)
-    for cls in ("gfx950", "sm_90"):
-        tpl = root / "kernels" / cls / "fp8_group_quant.toml"
+    manifests_found = sorted(root.glob("kernels/*/fp8_group_quant.toml"))  # each class's, or a shared one
+    assert len(manifests_found) >= 2
+    for tpl in manifests_found:
         text = tpl.read_text()
         assert "GROUP = { values = [128]" in text
         tpl.write_text(text.replace("GROUP = { values = [128]", "GROUP = { values = [64, 128]"))
@@ -237,46 +239,31 @@ def test_reference_can_be_a_released_wheel(built_wheel: Path, tmp_path: Path) ->
     assert "has no" not in r.stderr  # every artifact was found inside the wheel
 
 
-def test_templates_in_a_shared_source_folder_build_the_same_machine_code(
+def test_templates_in_a_shared_source_folder_serve_every_class_that_shares_it(
     make_repo_copy: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    """A class whose `sources` name a folder it shares (the CUDA templates of several NVIDIA classes):
-    with its sources and includes moved there from kernels/<class>/, the manifests read them there, the
-    tracked files hash them there (same bytes, new paths: nothing else in the lock moves), and the
-    compiled machine code is the locked one. A manifest in the shared folder, or a source in neither
-    folder, is refused naming the folders."""
+    """The CUDA templates (sources, manifests, includes) live once in the folder the NVIDIA classes
+    share: every class that lists it reads each manifest there for itself, and its compiled machine code
+    is the locked one. A manifest of the same name in a class's own folder is that class's variant and
+    replaces the shared one for it alone; a source in neither folder is refused naming both."""
     from netra import targets
 
-    shared = [t for t in targets.every() if len(t.sources) > 1]
-    assert shared, "no class shares a source folder"
-    tgt = shared[0]
+    sharing = [t for t in targets.every() if len(t.sources) > 1]
+    assert sharing, "no class shares a source folder"
+    tgt = sharing[0]
     own, common = tgt.sources[0], tgt.sources[1]
-    root = make_repo_copy("shared-sources")
-    locked = lock.read(root / LOCK)
-    moved: dict[str, str] = {}
-    for p in sorted((root / own).rglob("*")):
-        rel = p.relative_to(root).as_posix()
-        if p.is_file() and not rel.endswith(".toml"):
-            dest = root / common / p.relative_to(root / own)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            p.rename(dest)
-            moved[rel] = dest.relative_to(root).as_posix()
-    assert any(m.endswith("/include") or "/include/" in m for m in moved) and len(moved) > 4
+    cat = manifests.load(REPO)
+    for t in sharing:
+        mine = {k[1]: v for k, v in cat.templates.items() if k[0] == t.name}
+        assert mine and all(v.source.startswith(common + "/") for v in mine.values()), t.name
+    shared_names = sorted(k[1] for k in cat.templates if k[0] == tgt.name)
 
-    cat = manifests.load(root)
-    mine = {k: t for k, t in cat.templates.items() if k[0] == tgt.name}
-    assert mine and all(t.source.startswith(common + "/") for t in mine.values())
-    tracked = dict(manifests.tracked_files(root))
-    assert all(tracked.get(new) == "source" for new in moved.values())
-    old = {f.path: f.sha256 for f in locked.files}
-    for before, after in moved.items():
-        assert sha(root / after) == old[before]
-
+    locked = lock.read(REPO / LOCK)
     tools = tgt.discover()
     (tmp_path / "src").mkdir()
     one_per_template = {a.template.name: a for a in cat.artifacts if a.target == tgt.name}
     built = [
-        (a, tgt.compile(a, tools, root, tmp_path / "src", tmp_path / "out"))
+        (a, tgt.compile(a, tools, REPO, tmp_path / "src", tmp_path / "out"))
         for a in one_per_template.values()
     ]
     for e in tgt.examine(built, tools, 1):
@@ -284,12 +271,49 @@ def test_templates_in_a_shared_source_folder_build_the_same_machine_code(
         assert want is not None and not e.problems, e.problems
         assert (e.text_sha256, e.launch_sha256) == (want.text_sha256, want.launch_sha256), e.spec.name
 
-    stray = root / common / "stray.toml"
-    shutil.copy(root / own / f"{next(iter(mine))[1]}.toml", stray)
-    with pytest.raises(ManifestError, match="shared by several classes"):
-        manifests.load(root)
-    stray.unlink()
-    gone = root / next(iter(mine.values())).source
+    root = make_repo_copy("shared-sources")
+    name = shared_names[0]
+    text = (root / common / f"{name}.toml").read_text()
+    variant = re.sub(r"(?m)^registers = \d+$", "registers = 255", text)
+    assert variant != text
+    (root / own).mkdir(parents=True, exist_ok=True)
+    (root / own / f"{name}.toml").write_text(variant)
+    cat = manifests.load(root)
+    mine = cat.templates[(tgt.name, name)]
+    assert mine.budget["registers"] == 255 and mine.source.startswith(common + "/")  # the source stays shared
+    for t in sharing[1:]:
+        assert cat.templates[(t.name, name)].budget["registers"] != 255, t.name
+    (root / own / f"{name}.toml").unlink()
+
+    gone = root / cat.templates[(tgt.name, name)].source
     gone.unlink()
     with pytest.raises(ManifestError, match=rf"its source {own}/\S+ is missing \(nor in {common}/\)"):
         manifests.load(root)
+
+
+def test_a_folder_or_a_tactics_file_of_no_registered_class_is_refused_in_one_line(
+    make_repo_copy: Callable[[str], Path],
+) -> None:
+    """kernels/<name>/ and manifests/<name>/tactics.toml name a class: one that is not registered (nor
+    a shared folder) is refused naming the file, with exit 1, no traceback and the lock untouched."""
+    root = make_repo_copy("unknown-class")
+    before = (root / LOCK).read_bytes()
+    tactics = (root / "manifests" / "sm_100" / "tactics.toml").read_text()
+    for path, text, message in (
+        ("kernels/sm_999/rmsnorm.toml", "", "kernels/sm_999: not a GPU class this netra knows"),
+        (
+            "manifests/sm_999/tactics.toml",
+            tactics.replace('target = "sm_100"', 'target = "sm_999"'),
+            "manifests/sm_999/tactics.toml: sm_999 is not a GPU class this netra knows",
+        ),
+    ):
+        f = root / path
+        f.parent.mkdir(parents=True)
+        f.write_text(text)
+        with pytest.raises(ManifestError, match=re.escape(message)):
+            manifests.load(root)
+        r = netra("lock", "--root", str(root), "-q")
+        assert r.returncode == 1 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and (root / LOCK).read_bytes() == before
+        shutil.rmtree(f.parent)
+    manifests.load(root)  # and the tree is whole again

@@ -20,6 +20,7 @@ import certevidence
 import pytest
 from venvtools import json_of as _json
 
+from netra import targets
 from netra.cli import schemas
 
 # Driving the installed venv: tests/venvtools.py
@@ -98,6 +99,38 @@ def test_default_policy_accepted_serves_nothing_on_gfx950(py: str, table: dict[s
     for key, (kind, truth, code, reason) in out["results"].items():
         assert (kind, truth, code) == ("Fallback", False, "below_policy"), (key, reason)
         assert "'accepted'" in reason and "policy=" in reason and key in reason
+
+
+def test_sm_100_is_statically_verified_and_served_only_on_opt_in(py: str, pkg: Path) -> None:
+    """The Blackwell class in the installed wheel: a static table, nothing served by default, every
+    contract's first candidate served to a caller who opts into `verified`, its cubin the locked one."""
+    raw = json.loads((pkg / "_data" / "tables" / "sm_100.json").read_text())
+    assert raw["certification"]["kind"] == "static" and raw["certification"]["runs"] == []
+    out = _json(
+        py,
+        """
+        import json
+        from netra.runtime import open_catalog
+        cat = open_catalog("sm_100")
+        res = {}
+        for key in cat.contracts():
+            d, k = cat.select(key), cat.select(key, policy="verified")
+            res[key] = [getattr(d, "code", None), type(k).__name__, k.tactic, k.maturity, k.loader, len(k.code_object)]
+        print(json.dumps({"results": res, "counts": cat.maturity_counts()}))
+        """,
+    )
+    first = {e["key"]: e["candidates"][0]["tactic"] for e in raw["entries"]}
+    assert out["counts"]["accepted"] == 0 and out["counts"]["verified"] > 0
+    assert set(out["results"]) == set(first)
+    for key, (code, kind, tactic, maturity, loader, size) in out["results"].items():
+        assert (code, kind, tactic, maturity, loader) == (
+            "below_policy",
+            "Kernel",
+            first[key],
+            "verified",
+            "cuda",
+        )
+        assert size > 0
 
 
 def test_verified_opt_in_serves_the_first_ranked_kernel_verbatim(
@@ -289,7 +322,7 @@ def test_uncertified_gpu_class_is_refused_listing_the_certified_ones(py: str, tm
         from netra.errors import UncertifiedGPUClassError
         from netra.runtime import open_catalog
         res = {}
-        for cls in ("gfx942", "sm_100", None):
+        for cls in ("gfx942", "sm_120", None):
             try:
                 open_catalog(cls, sysfs_nodes=sys.argv[1] if cls is None else None)
                 res[str(cls)] = "opened"
@@ -299,16 +332,13 @@ def test_uncertified_gpu_class_is_refused_listing_the_certified_ones(py: str, tm
         """,
         str(nodes),
     )
-    for cls in ("gfx942", "sm_100"):
+    certified = "certified: " + ", ".join(targets.names())
+    for cls in ("gfx942", "sm_120"):
         name, message, hint = out[cls]
-        assert (
-            name == "UncertifiedGPUClassError"
-            and f"'{cls}'" in message
-            and "certified: gfx950, sm_90" in message
-        )
+        assert name == "UncertifiedGPUClassError" and f"'{cls}'" in message and certified in message
         assert hint
     name, message, _ = out["None"]  # detected from sysfs: a gfx942 node
-    assert "gfx942" in message and "certified: gfx950, sm_90" in message
+    assert "gfx942" in message and certified in message
 
 
 def test_detected_gfx950_opens_its_catalog(py: str, tmp_path: Path) -> None:

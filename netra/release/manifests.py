@@ -1,7 +1,8 @@
 """From manifests and templates to the list of artifacts a release must contain (the release's catalog).
 
-Inputs: template manifests (kernels/<class>/<template>.toml, whose source lives in one of the class's
-`sources` folders: its own, or one it shares with other classes), tactic lists
+Inputs: template manifests (<folder>/<template>.toml for each of the class's `sources` folders: its own,
+kernels/<class>/, then any folder it shares with other classes, where a manifest of the class's own
+folder replaces a shared one of the same name: the class-specific variant), tactic lists
 (manifests/<class>/tactics.toml) and model manifests (manifests/models/*.toml), each read through one
 strict schema (netra.core.schema) with every path checked and every file read without following links.
 Output: `Manifests`, with one ArtifactSpec per (exact contract, GPU class, tactic), deduplicated across
@@ -261,6 +262,19 @@ def _shared_folders() -> set[str]:
     }
 
 
+def _template_manifests(target: str, present: set[str]) -> list[str]:
+    """The class's template manifests: those in its own folder, then those of the folders it shares
+    whose template name its own folder does not declare (a shared template, unless the class has its
+    own variant of it)."""
+    out: dict[str, str] = {}
+    for d in targets.get(target).sources:
+        depth = d.count("/") + 1
+        for rel in sorted(p for p in present if p.startswith(f"{d}/") and p.count("/") == depth):
+            if rel.endswith(".toml"):
+                out.setdefault(rel.rsplit("/", 1)[1], rel)
+    return [out[k] for k in sorted(out)]
+
+
 def load(root: str | Path) -> Manifests:
     root = Path(root).resolve()
     if not (root / "kernels").is_dir():
@@ -269,29 +283,22 @@ def load(root: str | Path) -> Manifests:
     templates: dict[tuple[str, str], Template] = {}
     tactics: list[Tactic] = []
     certification: dict[str, str] = {}
-    folders = sorted({p.split("/")[1] for p in present if p.startswith("kernels/") and p.count("/") >= 2})
+    folders = {p.split("/")[1] for p in present if p.startswith("kernels/") and p.count("/") >= 2}
     shared = _shared_folders()
-    for target in folders:
-        if target in shared and not targets.known(target):
-            manifest = next(
-                (p for p in sorted(present) if p.startswith(f"kernels/{target}/") and p.endswith(".toml")),
-                None,
-            )
-            if manifest is not None:
-                raise ManifestError(
-                    f"{manifest}: kernels/{target}/ holds template sources shared by several classes, not manifests",
-                    "move the template manifest to the folder of its class, kernels/<class>/",
-                )
-            continue  # read through the manifests of the classes that share it
-        if not targets.known(target):
+    for folder in sorted(folders - shared):
+        if not targets.known(folder):
             raise ManifestError(
-                f"kernels/{target}: not a GPU class this netra knows ({', '.join(targets.names())})",
+                f"kernels/{folder}: not a GPU class this netra knows ({', '.join(targets.names())})",
                 "remove the folder, or add the class (docs/authoring.md)",
             )
-        for rel in sorted(p for p in present if p.startswith(f"kernels/{target}/") and p.count("/") == 2):
-            if rel.endswith(".toml"):
-                t = _template(root, rel, target, present)
-                templates[(target, t.name)] = t
+    # A class takes part when it has a folder of its own or a tactics file (its templates may all be shared).
+    tactic_files = {
+        p.split("/")[1] for p in present if p.startswith("manifests/") and p.endswith("/tactics.toml")
+    }
+    for target in sorted((folders - shared) | {t for t in tactic_files if targets.known(t)}):
+        for rel in _template_manifests(target, present):
+            t = _template(root, rel, target, present)
+            templates[(target, t.name)] = t
         trel = f"manifests/{target}/tactics.toml"
         if trel not in present:
             raise ManifestError(f"{trel}: missing: kernels/{target}/ has templates but no tactics", "add it")
@@ -303,8 +310,15 @@ def load(root: str | Path) -> Manifests:
         and p.split("/")[1] not in certification
     )  # fmt: skip
     if stray:
+        cls = stray[0].split("/")[1]
+        if not targets.known(cls):
+            raise ManifestError(
+                f"{stray[0]}: {cls} is not a GPU class this netra knows ({', '.join(targets.names())})",
+                "remove it, or add the class (docs/authoring.md)",
+            )
         raise ManifestError(
-            f"{stray[0]}: no kernels/ folder for its GPU class", "remove it or add the templates"
+            f"{stray[0]}: no tactics file or kernels/ folder for its GPU class",
+            "remove it or add the templates",
         )
 
     uses: dict[tuple[str, tuple[tuple[str, int], ...]], list[str]] = {}

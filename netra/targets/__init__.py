@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from netra.targets.vendor import Vendor
 
 # GPU class -> its package (whose TARGET is the class).
-MODULES = {"gfx950": "netra.targets.gfx950", "sm_90": "netra.targets.sm_90"}
+MODULES = {"gfx950": "netra.targets.gfx950", "sm_90": "netra.targets.sm_90", "sm_100": "netra.targets.sm_100"}
 
 _loaded: dict[str, Target] = {}
 

@@ -1,9 +1,9 @@
 """NVIDIA: the CUDA loader and libcuda, GPUs found by nvidia-smi (else the CUDA driver API), its probes,
 and the developer tools certification runs (compute-sanitizer and ncu: netra.targets.nvidia_tools).
 
-A device's identity is its compute capability (major, minor); NVIDIA names it sm_<major><minor>. CUDA C++
-templates that several NVIDIA classes compile live in one folder (`shared_templates`); each class keeps
-its own template manifests there beside nothing else, in kernels/<class>/.
+A device's identity is its compute capability (major, minor); NVIDIA names it sm_<major><minor>. The CUDA
+C++ templates the NVIDIA classes compile live once, sources and manifests, in one folder
+(`shared_templates`); a class's own folder, kernels/<class>/, holds only its variants of them.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Everything Netra knows about the class is in this package: nvcc discovery and proof (toolchain.py),
 how a template becomes a cubin (compile.py), how a cubin is read and where its machine code is
-(cubin.py: `.text.<kernel>`), and its static checks (checks.py).
+(cubin.py: `.text.<kernel>`), and its static checks (checks.py). Another NVIDIA class built from the
+same CUDA templates reuses them with its own architecture (`arch`, `sm`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class Sm90:
     name = "sm_90"
     vendor = NVIDIA
     identities = ((9, 0),)  # compute capability 9.0 (H100, H200)
+    arch = compile.ARCH  # nvcc -arch: the arch-specific sm_90a (its features are Hopper's alone)
+    sm = cubin.SM_ARCH
     suffix = ".cubin"
     flavours = toolchain.FLAVOURS
     checks = checks.CHECKS
@@ -40,7 +43,7 @@ class Sm90:
     }
 
     def discover(self, env: dict[str, str] | None = None) -> Tools:
-        return toolchain.discover(env)
+        return toolchain.discover(env, target=self.name, arch=self.arch)
 
     def driver_need(self, toolchain: Toolchain) -> DriverNeed:
         """The driver the lock's nvcc requires: CUDA 13.x cubins need an NVIDIA driver >= 580."""
@@ -54,9 +57,7 @@ class Sm90:
         if tactic.block % WARP or not WARP <= tactic.block <= 1024:
             return f"block {tactic.block} must be a multiple of {WARP} in [{WARP}, 1024]"
         if tactic.rows_per_block is None:
-            return (
-                "rows_per_block is required on sm_90 (the host launches ceil(rows / rows_per_block) blocks)"
-            )
+            return f"rows_per_block is required on {self.name} (the host launches ceil(rows / rows_per_block) blocks)"
         return None
 
     def tactic_defines(self, tactic: Tactic) -> dict[str, int]:
@@ -71,10 +72,10 @@ class Sm90:
         return compile.instantiation(spec)
 
     def compile(self, spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path) -> Path:
-        return compile.compile_cubin(spec, tools, root, work, out)
+        return compile.compile_cubin(spec, tools, root, work, out, self.arch)
 
     def examine(self, built: list[tuple[ArtifactSpec, Path]], tools: Tools, jobs: int) -> list[Examined]:
-        return [_examined(spec, path) for spec, path in built]
+        return [_examined(spec, path, self.sm) for spec, path in built]
 
     def text_sha256(self, data: bytes, symbol: str, name: str) -> str:
         return cubin.text_sha256(data, symbol, name)
@@ -93,10 +94,10 @@ class Sm90:
         )
 
 
-def _examined(spec: ArtifactSpec, path: Path) -> Examined:
+def _examined(spec: ArtifactSpec, path: Path, sm: int) -> Examined:
     data = path.read_bytes()
     cb = cubin.inspect(data, spec.file)
-    problems = checks.check(cb, spec)
+    problems = checks.check(cb, spec, sm)
     k = cb.kernels.get(spec.symbol)
     return Examined(
         spec=spec,

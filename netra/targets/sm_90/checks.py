@@ -1,4 +1,5 @@
-"""sm_90's static gate: a cubin must be an sm_90a kernel that fits its contract and its budget.
+"""sm_90's static gate: a cubin must be an sm_90a kernel that fits its contract and its budget (another
+NVIDIA class runs the same checks for its own architecture: `check`'s `sm`).
 
 Each check reads the cubin itself (netra.targets.sm_90.cubin), never the compiler's report, so a cubin
 changed after it was built is judged by what it is. The check names are recorded as evidence in the
@@ -30,13 +31,14 @@ CHECKS = (
 )
 
 
-def check(cb: Cubin, spec: ArtifactSpec) -> list[Problem]:
-    """Every problem found (empty when the cubin passes all CHECKS)."""
+def check(cb: Cubin, spec: ArtifactSpec, sm: int = SM_ARCH) -> list[Problem]:
+    """Every problem found (empty when the cubin passes all CHECKS); `sm`: the class's architecture,
+    whose arch-specific variant (sm_<sm>a) the cubin must be."""
     p: list[Problem] = []
     tpl = spec.template
-    if cb.e_machine != EM_CUDA or cb.arch != SM_ARCH or not cb.arch_specific:
+    if cb.e_machine != EM_CUDA or cb.arch != sm or not cb.arch_specific:
         p.append(Problem("elf", f"e_machine {cb.e_machine}, sm_{cb.arch}, arch-specific {cb.arch_specific}: "
-                                f"not an sm_90a cubin (EM_CUDA {EM_CUDA})"))  # fmt: skip
+                                f"not an sm_{sm}a cubin (EM_CUDA {EM_CUDA})"))  # fmt: skip
     names = sorted(cb.kernels)
     if names != [spec.symbol]:
         p.append(Problem("symbols", f'kernels {names}, expected exactly [{spec.symbol!r}] (extern "C")'))

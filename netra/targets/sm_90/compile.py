@@ -20,8 +20,15 @@ if TYPE_CHECKING:
     from netra.core.types import ArtifactSpec
 
 ARCH = "sm_90a"
-# Fixed: changing any of these changes every cubin (and so the lock).
-FLAGS = ("-cubin", f"-arch={ARCH}", "-O3", "-std=c++17", "-Xptxas=-Werror,-warn-spills,-warn-lmem-usage")
+
+
+def flags(arch: str) -> tuple[str, ...]:
+    """Fixed: changing any of these changes every cubin (and so the lock). Only the architecture is the
+    class's (another NVIDIA class compiles the same templates for its own)."""
+    return ("-cubin", f"-arch={arch}", "-O3", "-std=c++17", "-Xptxas=-Werror,-warn-spills,-warn-lmem-usage")
+
+
+FLAGS = flags(ARCH)
 COMPILE_TIMEOUT_S = 300.0  # nvcc's front end and ptxas on one kernel take about a second
 
 
@@ -48,7 +55,9 @@ def _fail(spec: ArtifactSpec, r: subprocess.CompletedProcess[str], work: Path) -
     )
 
 
-def compile_cubin(spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path) -> Path:
+def compile_cubin(
+    spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path, arch: str = ARCH
+) -> Path:
     """Compile one artifact; `work` holds the instantiation file and nvcc's temporaries."""
     src = work / f"{spec.name}.cu"
     src.write_text(instantiation(spec))
@@ -57,7 +66,7 @@ def compile_cubin(spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out:
     tmp = work / f".{spec.name}.tmp"
     tmp.mkdir(exist_ok=True)
     include = (root / spec.template.source).parent
-    argv = [tools["nvcc"], *FLAGS, "-I", str(include), "-o", str(dest), src.name]
+    argv = [tools["nvcc"], *flags(arch), "-I", str(include), "-o", str(dest), src.name]
     env = {**_base_env(), "TMPDIR": str(tmp)}  # nvcc's temporaries die with the scratch folder
     r = proc.run(
         argv, tool="nvcc", what=f"{spec.name} ({spec.template.source})", timeout=COMPILE_TIMEOUT_S,

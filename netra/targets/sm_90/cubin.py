@@ -26,7 +26,7 @@ from netra.errors import ValidationError
 
 EM_CUDA = 190
 SM_ARCH = 90
-RESERVED_SHARED = 1024  # the system's shared memory per block on sm_90, placed in the kernel's section
+RESERVED_SHARED = 1024  # the system's shared memory per block (sm_90, sm_100), placed in the kernel's section
 # EIATTR attribute numbers (as cuobjdump names them).
 PARAM_CBANK = 0x0A
 FRAME_SIZE = 0x11
@@ -69,9 +69,19 @@ def attributes(raw: bytes) -> list[tuple[int, int, bytes]]:
     return out
 
 
+def sm_number(arch: str) -> int:
+    """The architecture number of an nvcc -arch name: sm_90a -> 90."""
+    return int(arch.removeprefix("sm_").rstrip("af"))
+
+
 def is_sm90a(data: bytes) -> bool:
     """An EM_CUDA cubin for sm_90 with arch-specific (sm_90a) features."""
-    if elf.machine(data) != EM_CUDA or _arch(data) != SM_ARCH:
+    return is_arch_specific(data, SM_ARCH)
+
+
+def is_arch_specific(data: bytes, sm: int) -> bool:
+    """An EM_CUDA cubin for sm_<sm> with arch-specific (sm_<sm>a) features (.nv.compat)."""
+    if elf.machine(data) != EM_CUDA or _arch(data) != sm:
         return False
     compat = elf.section_bytes(data, ".nv.compat")
     return any(a == COMPAT_ARCH_SPECIFIC and v[:1] == b"\x01" for _, a, v in attributes(bytes(compat)))

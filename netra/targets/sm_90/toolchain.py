@@ -10,9 +10,11 @@ Search order, the first that proves itself is used:
 5. <root>/cuda/bin/nvcc, then <root>/cuda-N.M/bin/nvcc, newest first, for each root in
    $NETRA_CUDA_ROOTS (default /usr/local).
 
-"Proves itself" means `nvcc --version` reports CUDA >= 12.0 and nvcc compiles a probe kernel to an
-sm_90a cubin (an EM_CUDA ELF whose .nv.compat marks arch-specific sm_90a features) in a temporary
-folder. nvcc uses the host's C++ compiler as its preprocessor (gcc on Debian).
+"Proves itself" means `nvcc --version` reports CUDA >= 12.0 and nvcc compiles a probe kernel to a
+cubin of the class's architecture (sm_90a: an EM_CUDA ELF for sm_90 whose .nv.compat marks
+arch-specific features) in a temporary folder. nvcc uses the host's C++ compiler as its preprocessor
+(gcc on Debian). Another NVIDIA class uses the same search with its own architecture (`discover`'s
+`target` and `arch`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from netra.errors import ToolchainError
 from netra.targets.target import Tools
 
 MIN_CUDA = (12, 0)
+ARCH = "sm_90a"  # what the probe must build (the class's own; another NVIDIA class passes its own)
 FLAVOURS = {"nvcc": "nvcc"}  # the one flavour of an sm_90 toolchain, as messages name it
 PROBE_TIMEOUT_S = 120
 INSTALL_HINT = (
@@ -40,8 +43,8 @@ _VERSION_RE = re.compile(r"release (\d+)\.(\d+), V(\d+\.\d+\.\d+)")
 _PROBE = 'extern "C" __global__ void __launch_bounds__(32) netra_probe(float* y) { y[threadIdx.x] = 1.0f; }\n'
 
 
-def _prove(nvcc: str) -> tuple[tuple[int, int], str] | None:
-    """((major, minor), full version) when this nvcc builds an sm_90a cubin; None otherwise."""
+def _prove(nvcc: str, arch: str) -> tuple[tuple[int, int], str] | None:
+    """((major, minor), full version) when this nvcc builds an `arch` (sm_90a) cubin; None otherwise."""
     try:
         ver = subprocess.run(
             [nvcc, "--version"], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False
@@ -58,7 +61,7 @@ def _prove(nvcc: str) -> tuple[tuple[int, int], str] | None:
         (Path(tmp) / "probe.cu").write_text(_PROBE)
         try:
             r = subprocess.run(
-                [nvcc, "-cubin", "-arch=sm_90a", "-o", "probe.cubin", "probe.cu"],
+                [nvcc, "-cubin", f"-arch={arch}", "-o", "probe.cubin", "probe.cu"],
                 cwd=tmp, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False,
                 env={**os.environ, "TMPDIR": tmp},
             )  # fmt: skip
@@ -70,24 +73,24 @@ def _prove(nvcc: str) -> tuple[tuple[int, int], str] | None:
         from netra.targets.sm_90 import cubin
 
         try:
-            if not cubin.is_sm90a(out.read_bytes()):
+            if not cubin.is_arch_specific(out.read_bytes(), cubin.sm_number(arch)):
                 return None
         except ValueError:
             return None
     return major_minor, m.group(3)
 
 
-def _candidate(path: Path | str | None, origin: str) -> Tools | None:
+def _candidate(path: Path | str | None, origin: str, target: str, arch: str) -> Tools | None:
     if path is None:
         return None
     p = Path(path)
     if not p.is_file() or not os.access(p, os.X_OK):
         return None
-    proven = _prove(str(p))
+    proven = _prove(str(p), arch)
     if proven is None:
         return None
     return Tools(
-        target="sm_90",
+        target=target,
         identity=Toolchain(flavour="nvcc", version=proven[1], label=FLAVOURS["nvcc"]),
         paths={"nvcc": str(p)},
         origin=origin,
@@ -105,31 +108,35 @@ def _environment_nvcc() -> list[Path]:
     return out
 
 
-def discover(env: dict[str, str] | None = None) -> Tools:
-    """Return the first proven nvcc; otherwise say everything that was searched and how to get one."""
+def discover(env: dict[str, str] | None = None, *, target: str = "sm_90", arch: str = ARCH) -> Tools:
+    """Return the first nvcc proven on `arch`; otherwise say everything that was searched and how to get one."""
     env = dict(os.environ if env is None else env)
+
+    def candidate(path: Path | str | None, origin: str) -> Tools | None:
+        return _candidate(path, origin, target, arch)
+
     explicit = env.get("NETRA_NVCC")
     if explicit:
-        found = _candidate(explicit, f"NETRA_NVCC={explicit}")
+        found = candidate(explicit, f"NETRA_NVCC={explicit}")
         if found is None:
             raise ToolchainError(
-                f"NETRA_NVCC={explicit} is not an nvcc >= {MIN_CUDA[0]}.{MIN_CUDA[1]} that builds sm_90a cubins",
+                f"NETRA_NVCC={explicit} is not an nvcc >= {MIN_CUDA[0]}.{MIN_CUDA[1]} that builds {arch} cubins",
                 "point it at a working nvcc, or unset it to search the defaults",
             )
         return found
     searched: list[str] = []
     for cand in _environment_nvcc():
-        found = _candidate(cand, f"{cand} (this environment's nvidia-cuda-nvcc wheel)")
+        found = candidate(cand, f"{cand} (this environment's nvidia-cuda-nvcc wheel)")
         if found:
             return found
     searched.append("this environment's nvidia-cuda-nvcc wheel")
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if env.get(var):
-            found = _candidate(Path(env[var]) / "bin" / "nvcc", f"{var}={env[var]}")
+            found = candidate(Path(env[var]) / "bin" / "nvcc", f"{var}={env[var]}")
             if found:
                 return found
             searched.append(f"${var}/bin/nvcc")
-    found = _candidate(shutil.which("nvcc", path=env.get("PATH", "")), "PATH")
+    found = candidate(shutil.which("nvcc", path=env.get("PATH", "")), "PATH")
     if found:
         return found
     searched.append("nvcc on PATH")
@@ -137,12 +144,12 @@ def discover(env: dict[str, str] | None = None) -> Tools:
         installs = [root / "cuda"]
         installs += sorted(root.glob("cuda-*"), key=lambda p: _version_key(p.name), reverse=True)
         for d in installs:
-            found = _candidate(d / "bin" / "nvcc", str(d / "bin"))
+            found = candidate(d / "bin" / "nvcc", str(d / "bin"))
             if found:
                 return found
         searched.append(f"{root}/cuda*/bin/nvcc")
     raise ToolchainError(
-        f"no nvcc that builds sm_90a cubins found (searched {', '.join(searched)})", INSTALL_HINT
+        f"no nvcc that builds {arch} cubins found (searched {', '.join(searched)})", INSTALL_HINT
     )
 
 

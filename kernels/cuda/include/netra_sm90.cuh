@@ -1,4 +1,4 @@
-// netra sm_90 (Hopper) shared device helpers for the kernel templates in kernels/sm_90/.
+// netra: shared device helpers for the CUDA kernel templates in kernels/cuda/ (built for sm_90a and sm_100a).
 //
 // Everything here is __forceinline__ and specialized at compile time; nothing allocates shared
 // memory, local memory or a stack frame. Each helper names the PTX instruction it emits and its
