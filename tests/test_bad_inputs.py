@@ -1211,3 +1211,100 @@ def test_an_interrupted_wheel_build_leaves_no_wheel_and_no_temporaries(
     assert not outdir.exists() or not list(outdir.iterdir()), sorted(outdir.iterdir())
     assert empty_eventually(tmpdir) == [], r.stdout  # ours, hatchling's and the frontend's temporaries
     assert (root / LOCK).read_bytes() == before
+
+
+# -- issue 14: tracked inputs that are not regular files, or are duplicated ---------------------------
+
+
+def _folder_for(rel: str) -> Callable[[Path], None]:
+    """The tracked file `rel` replaced by a folder (empty, or holding a file: both were skipped once)."""
+
+    def make(root: Path) -> None:
+        (root / rel).unlink()
+        (root / rel).mkdir()
+        if rel.startswith("kernels/"):
+            (root / rel / "x.toml").write_text("")
+
+    return make
+
+
+def _append(rel: str, text: str) -> Callable[[Path], None]:
+    def make(root: Path) -> None:
+        with (root / rel).open("a") as f:
+            f.write(text)
+
+    return make
+
+
+def _empty_folder(rel: str) -> Callable[[Path], None]:
+    return lambda root: (root / rel).mkdir()
+
+
+NOT_FILES: dict[str, tuple[Callable[[Path], None], list[str]]] = {
+    "model manifest replaced by an empty folder": (
+        _folder_for("manifests/models/gemma-2-9b.toml"),
+        ["manifests/models/gemma-2-9b.toml", "is a folder, not a regular file"],
+    ),
+    "template manifest replaced by a folder": (
+        _folder_for("kernels/sm_90/rmsnorm.toml"),
+        ["kernels/sm_90/rmsnorm.toml", "is a folder, not a regular file"],
+    ),
+    "template source replaced by a folder": (
+        _folder_for("kernels/gfx950/rmsnorm.s"),
+        ["kernels/gfx950/rmsnorm.s", "is a folder, not a regular file"],
+    ),
+    "an empty folder among the manifests": (
+        _empty_folder("manifests/models/drafts"),
+        ["manifests/models/drafts", "holds no file"],
+    ),
+    "a duplicate [[ops]] entry in a model manifest": (
+        _append(
+            "manifests/models/gemma-2-9b.toml",
+            '\n[[ops]]\nop = "rmsnorm"\nhidden = 3584\nweight_offset = 1\n',
+        ),
+        ["manifests/models/gemma-2-9b.toml", "duplicate of entry 0", "rmsnorm(hidden=3584,weight_offset=1)"],
+    ),
+    "a duplicate [[ops]] entry that differs only in its note": (
+        _append(
+            "manifests/models/gemma-2-9b.toml",
+            '\n[[ops]]\nop = "rmsnorm"\nuse = "again"\nweight_offset = 1\nhidden = 3584\n',
+        ),
+        ["manifests/models/gemma-2-9b.toml", "duplicate of entry 0"],
+    ),
+    "a duplicate [[fallbacks]] entry in a model manifest": (
+        _append(
+            "manifests/models/gemma-2-9b.toml",
+            '\n[[fallbacks]]\nop = "softcap"\nreason = "a"\n[[fallbacks]]\nop = "softcap"\nreason = "b"\n',
+        ),
+        ["manifests/models/gemma-2-9b.toml", "fallbacks", "duplicate of entry"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOT_FILES))
+def test_a_tracked_input_that_is_not_a_regular_file_or_is_duplicated_is_refused_naming_itself(
+    tmp_path: Path, case: str
+) -> None:
+    """Never skipped: a folder where a manifest or source was once made `netra lock` write a lock with
+    one model's contracts silently gone, and a repeated [[ops]] entry was accepted."""
+    make, fragments = NOT_FILES[case]
+    root = sources(REPO, tmp_path / "tree")
+    make(root)
+    with pytest.raises(NetraError) as e:
+        manifests.load(root)
+    msg = str(e.value)
+    assert "\n" not in msg
+    for f in fragments:
+        assert f in msg, f"{f!r} not in {msg!r}"
+
+
+def test_netra_lock_refuses_a_manifest_replaced_by_a_folder_and_leaves_the_lock(tmp_path: Path) -> None:
+    root = sources(REPO, tmp_path / "tree")
+    before = _release(root)
+    _folder_for("manifests/models/qwen3-30b-a3b.toml")(root)
+    tmpdir = private(tmp_path)
+    r = netra("lock", "--root", str(root), "-q", tmpdir=tmpdir)
+    refused(r, "manifests/models/qwen3-30b-a3b.toml", "is a folder, not a regular file", "git checkout")
+    assert "[1/" not in r.stderr  # refused before anything was compiled
+    assert _release(root) == before
+    assert empty_eventually(tmpdir) == []

@@ -38,6 +38,7 @@ _CHUNK = 1 << 20
 
 _LINK_HINT = "replace the link with the real file or folder: tracked files are read without following links"
 _KIND_HINT = "remove it or replace it with a regular file"
+_FOLDER_HINT = "remove the folder, or restore the file it replaced (git checkout)"
 
 
 def relative(rel: str, where: str) -> str:
@@ -135,8 +136,10 @@ def walk(root: Path, base: str, *, where: str) -> list[str]:
 
     Where tracked files live every file must be trackable, so anything the lock could not record is
     an error naming it: a symlink (to a file or a folder), FIFO, socket or device, a hidden entry
-    (name starting with '.'), or a name with a backslash or that is not UTF-8. `__pycache__` folders
-    are skipped. Nothing is followed: folders are opened with O_NOFOLLOW relative to their parent.
+    (name starting with '.'), a name with a backslash or that is not UTF-8, and a folder where a file
+    belongs (named like a file, or holding no file: skipping it would drop what it replaced).
+    `__pycache__` folders are skipped. Nothing is followed: folders are opened with O_NOFOLLOW
+    relative to their parent.
     """
     relative(base, where)
     parts = base.split("/")
@@ -340,11 +343,18 @@ def _scan(dfd: int, prefix: str, base: str, where: str, found: list[str], depth:
             )
         _check_name(entry.name, shown, base, where)
         if is_dir:
+            if "." in entry.name:  # tracked folders have plain names: this one is where a file was
+                raise PathError(
+                    f"{shown} ({where}) is a folder, not a regular file (its name is a file's)", _FOLDER_HINT
+                )
+            before = len(found)
             fd = _open_dir_at(dfd, entry.name, shown, shown, where)
             try:
                 _scan(fd, shown, base, where, found, depth + 1)
             finally:
                 os.close(fd)
+            if len(found) == before:  # nothing the lock could record: never skipped silently
+                raise PathError(f"{shown} ({where}) is a folder that holds no file", _FOLDER_HINT)
         elif entry.is_file(follow_symlinks=False):
             found.append(shown)
         else:
