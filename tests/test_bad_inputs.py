@@ -1308,3 +1308,126 @@ def test_netra_lock_refuses_a_manifest_replaced_by_a_folder_and_leaves_the_lock(
     assert "[1/" not in r.stderr  # refused before anything was compiled
     assert _release(root) == before
     assert empty_eventually(tmpdir) == []
+
+
+# -- issue 14: tool output and host files decoded by one policy; detection never crashes or hangs -----
+
+
+def _version_shim(folder: Path, real: str, name: str, garbage: bytes, *, keep_version: bool) -> Path:
+    """`name` that runs the real tool, except `--version`: the real version's text with bytes that are not
+    UTF-8 around it (keep_version), or only those bytes."""
+    folder.mkdir(exist_ok=True)
+    (folder / "garbage").write_bytes(garbage)
+    version = f"{real} --version; " if keep_version else ""
+    shim = folder / name
+    shim.write_text(
+        f'#!/bin/sh\ncase " $* " in *" --version "*) cat "{folder}/garbage"; {version}'
+        f'cat "{folder}/garbage"; exit 0;; esac\nexec {real} "$@"\n'
+    )
+    shim.chmod(0o755)
+    return shim
+
+
+NOT_UTF8 = b"\xff\xfe\xc3(\xa0\xa1 \xe2\x28\xa1\r\n\x00\x80\n"
+
+
+@pytest.mark.parametrize("tool", ["nvcc", "llvm-mc"])
+@pytest.mark.parametrize("keep_version", [True, False], ids=["with-version", "garbage-only"])
+def test_a_tool_printing_bytes_that_are_not_utf8_is_read_by_the_one_decoding_policy(
+    tmp_path: Path, tool: str, keep_version: bool
+) -> None:
+    """nvcc whose `--version` printed non-UTF-8 bytes ended in a UnicodeDecodeError traceback. Now its
+    version is read through the bytes (the toolchain proves itself), or the candidate is refused in one
+    line naming the variable that chose it."""
+    from netra.errors import ToolchainError
+    from netra.targets.gfx950 import toolchain as gfx_tc
+    from netra.targets.sm_90 import toolchain as sm_tc
+
+    bindir = tmp_path / "bin"
+    if tool == "nvcc":
+        shim = _version_shim(bindir, NVCC, "nvcc", NOT_UTF8, keep_version=keep_version)
+        env, discover, var = {**os.environ, "NETRA_NVCC": str(shim)}, sm_tc.discover, "NETRA_NVCC"
+    else:
+        _version_shim(bindir, str(LLVM_BIN / "llvm-mc"), "llvm-mc", NOT_UTF8, keep_version=keep_version)
+        for t in ("ld.lld", "llvm-objdump"):
+            (bindir / t).symlink_to(LLVM_BIN / t)
+        env, discover, var = (
+            {**os.environ, "NETRA_LLVM_BINDIR": str(bindir)},
+            gfx_tc.discover,
+            "NETRA_LLVM_BINDIR",
+        )
+    if keep_version:
+        tools = discover(env)
+        assert tools.identity.version[:2].isdigit(), tools.identity
+    else:
+        with pytest.raises(ToolchainError) as e:
+            discover(env)
+        assert f"{var}={bindir if tool != 'nvcc' else shim}" in str(e.value) and "\n" not in str(e.value)
+
+
+def _kfd(root: Path) -> Path:
+    """A KFD topology as a broken host shows it: one good gfx950 node (whose name and properties carry
+    bytes that are not UTF-8), a node whose properties are a FIFO, one whose properties are a folder,
+    and an entry whose name is not UTF-8."""
+    nodes = root / "nodes"
+    for nid in range(4):
+        (nodes / str(nid)).mkdir(parents=True)
+    (nodes / "0" / "properties").write_bytes(b"simd_count 0\ngfx_target_version 0\n")
+    (nodes / "1" / "properties").write_bytes(
+        b"simd_count 256\nmarketing \xff\xfe\x80\ngfx_target_version 90500\nvendor_id 4098\n"
+    )
+    (nodes / "1" / "name").write_bytes(b"MI355\xffX\n")
+    os.mkfifo(nodes / "2" / "properties")
+    (nodes / "3" / "properties").mkdir()
+    os.mkdir(os.fsencode(nodes) + b"/4\xff")
+    return nodes
+
+
+def test_gpu_detection_on_a_broken_sysfs_reports_each_source_and_never_hangs(tmp_path: Path) -> None:
+    from netra.runtime import gpus
+
+    nodes = _kfd(tmp_path)
+    found = gpus.detect(nodes, tools=False)  # a hang fails the suite's timeout; it used to, on the FIFO
+    amd = [g for g in found.gpus if g.source == "kfd-sysfs"]
+    assert [(g.gpu_class, g.index, g.name) for g in amd] == [("gfx950", 1, "MI355\ufffdX")], found
+    note = next(n for n in found.notes if n.startswith("kfd sysfs"))
+    assert "node 2: unreadable" in note and "FIFO" in note, note
+    assert "node 3: unreadable" in note and "directory" in note, note
+    assert "not a node: 4\\xff" in note, note
+    note.encode("utf-8")  # printable: nothing of the host's bytes leaks into it undecoded
+
+
+GARBAGE_SMI = {
+    "not UTF-8": "printf '\\377\\376 garbage, 9.0\\n0, H\\377200, 9.0\\n'",
+    "crashes": "kill -SEGV $$",
+    "fails": "echo 'NVIDIA-SMI has failed' >&2; exit 9",
+    "prints random lines": "printf 'a,b\\n,,,\\n9999999999, x, 9.0\\n\\n¹, x, 9.0\\n0, x, 9.0.1\\n'",
+}
+
+
+@pytest.mark.parametrize("case", sorted(GARBAGE_SMI))
+def test_doctor_with_a_garbage_nvidia_smi_and_a_broken_sysfs_reports_them_and_still_counts_the_rest(
+    tmp_path: Path, case: str
+) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nvidia-smi").write_text(f"#!/bin/sh\n{GARBAGE_SMI[case]}\n")
+    (bindir / "nvidia-smi").chmod(0o755)
+    nodes = _kfd(tmp_path)
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}"}
+    r = netra("doctor", "--json", "--sysfs-nodes", str(nodes), env=env, timeout=120)
+    assert "Traceback" not in r.stderr, log(r)
+    report = json.loads(r.stdout)
+    seen = {(g["vendor"], g["class"], g["source"]) for g in report["gpus"]}
+    assert ("amd", "gfx950", "kfd-sysfs") in seen, report["gpus"]  # the sysfs node still counts
+    smi = next(n for n in report["gpu_detection"] if n.startswith("nvidia-smi"))
+    if case == "not UTF-8":
+        assert ("nvidia", "sm_90", "nvidia-smi") in seen and "1 line(s) of its output not understood" in smi
+        assert any(g["name"] == "H\ufffd200" for g in report["gpus"])
+    elif case == "prints random lines":
+        assert smi == "nvidia-smi: 0 GPU(s) (5 line(s) of its output not understood)", smi
+    else:
+        assert smi.startswith("nvidia-smi: failed") and ("SIGSEGV" in smi or "exit status 9" in smi), smi
+    # nvidia-smi showed nothing it could read: the driver API was asked too, and says so
+    if case != "not UTF-8":
+        assert any(n.startswith("CUDA driver") for n in report["gpu_detection"]), report["gpu_detection"]

@@ -12,9 +12,11 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+
+from netra.core import proc
+from netra.errors import ToolError
 
 _SYSTEM_DIRS = (
     "/usr/lib/x86_64-linux-gnu",
@@ -47,8 +49,8 @@ def _ldconfig() -> dict[str, str]:
     if exe is None:
         return {}
     try:
-        out = subprocess.run([exe, "-p"], capture_output=True, text=True, timeout=10, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
+        out = proc.run([exe, "-p"], tool="ldconfig", what="finding the GPU driver library", timeout=10).stdout
+    except ToolError:
         return {}
     found: dict[str, str] = {}
     for line in out.splitlines():

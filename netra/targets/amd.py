@@ -10,16 +10,19 @@ import contextlib
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Hashable
 from pathlib import Path
 
+from netra.core import files, proc, text
+from netra.errors import NetraError, ToolError
 from netra.targets.vendor import GPU, Vendor
 
 SYSFS_NODES = "/sys/class/kfd/kfd/topology/nodes"
 AMD_VENDOR_ID = 0x1002
 _TIMEOUT_S = 10
 _GFX = re.compile(r"gfx([0-9]+)([0-9a-f])([0-9a-f])")
+_NODE = re.compile(r"[0-9]{1,6}")
+_SYSFS_LIMIT = 1 << 20  # a KFD properties file is under 2 KiB; sysfs files are at most a page
 
 
 def gfx_name(gfx_target_version: int) -> str | None:
@@ -52,7 +55,24 @@ def _properties(text: str) -> dict[str, int]:
 
 
 def _run(argv: list[str]) -> str:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_S, check=True).stdout
+    """A vendor tool's stdout (netra.core.proc: bounded, its bytes decoded by the one policy);
+    ToolError when it cannot run, fails, crashes or hangs."""
+    r = proc.run(argv, tool=Path(argv[0]).name, what="GPU detection", timeout=_TIMEOUT_S)
+    if r.returncode != 0:
+        last = next((ln.strip() for ln in reversed(r.stderr.splitlines()) if ln.strip()), "")
+        raise ToolError(f"exit status {r.returncode}" + (f": {last}" if last else ""))
+    return r.stdout
+
+
+def _sysfs_text(path: Path) -> str:
+    """A sysfs file as text: a regular file, opened non-blocking (a FIFO there is refused, never waited
+    on), bounded, decoded by the one policy (bytes that are not UTF-8 are the host's, not an error)."""
+    return text.decode(files.read_path(path, limit=_SYSFS_LIMIT, what="KFD topology file"))
+
+
+def _shown(name: str) -> str:
+    """A file name from the host as text that can always be printed (not UTF-8: escaped)."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
 class Amd(Vendor):
@@ -90,15 +110,22 @@ class Amd(Vendor):
         """GPU nodes of the KFD topology: every node whose gfx_target_version is not 0."""
         root = Path(nodes if nodes is not None else SYSFS_NODES)
         if not root.is_dir():
-            return [], f"kfd sysfs: {root} not present (no amdgpu kernel driver)"
+            return [], f"kfd sysfs: {_shown(str(root))} not present (no amdgpu kernel driver)"
         gpus: list[GPU] = []
         skipped: list[str] = []
-        entries = sorted((p for p in root.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+        try:
+            names = [p.name for p in root.iterdir()]
+        except OSError as e:
+            return [], f"kfd sysfs: {_shown(str(root))} unreadable ({e.strerror or e})"
+        strays = sorted(_shown(n) for n in names if not _NODE.fullmatch(n))
+        if strays:
+            skipped.append(f"not a node: {', '.join(strays[:5])}" + (" ..." if len(strays) > 5 else ""))
+        entries = sorted((root / n for n in names if _NODE.fullmatch(n)), key=lambda p: int(p.name))
         for node in entries:
             try:
-                props = _properties((node / "properties").read_text())
-            except OSError as e:
-                skipped.append(f"node {node.name}: unreadable ({e.strerror or e})")
+                props = _properties(_sysfs_text(node / "properties"))
+            except NetraError as e:
+                skipped.append(f"node {node.name}: unreadable ({e.message})")
                 continue
             version = props.get("gfx_target_version", 0)
             if version == 0:
@@ -111,8 +138,8 @@ class Amd(Vendor):
                 )
                 continue
             name = cls
-            with contextlib.suppress(OSError):
-                name = (node / "name").read_text().strip() or cls
+            with contextlib.suppress(NetraError):
+                name = _sysfs_text(node / "name").strip() or cls
             gpus.append(GPU(self.name, cls, name, int(node.name), "kfd-sysfs"))
         note = f"kfd sysfs: {len(gpus)} GPU node(s) in {root}" + (
             f" ({'; '.join(skipped)})" if skipped else ""
@@ -125,8 +152,8 @@ class Amd(Vendor):
             return [], "rocminfo: not on PATH"
         try:
             out = _run([exe])
-        except (OSError, subprocess.SubprocessError) as e:
-            return [], f"rocminfo: failed ({e})"
+        except ToolError as e:
+            return [], f"rocminfo: failed ({e.message})"
         gpus: list[GPU] = []
         for block in re.split(r"\n(?=\s*Agent \d+\s*\n)", out):
             if not re.search(r"Device Type:\s*GPU", block):
@@ -144,8 +171,8 @@ class Amd(Vendor):
             return [], "amd-smi: not on PATH"
         try:
             out = _run([exe, "static", "--asic"])
-        except (OSError, subprocess.SubprocessError) as e:
-            return [], f"amd-smi: failed ({e})"
+        except ToolError as e:
+            return [], f"amd-smi: failed ({e.message})"
         found = re.findall(r"TARGET_GRAPHICS_VERSION:\s*(gfx[0-9a-f]+)", out)
         gpus = [GPU(self.name, self._named(c), c, i, "amd-smi") for i, c in enumerate(found)]
         return gpus, f"amd-smi: {len(found)} GPU(s)"

@@ -20,13 +20,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from netra.core import proc
 from netra.core.types import Toolchain
-from netra.errors import ToolchainError
+from netra.errors import ToolchainError, ToolError
 from netra.targets.target import Tools
 
 MIN_CUDA = (12, 0)
@@ -43,10 +43,8 @@ _PROBE = 'extern "C" __global__ void __launch_bounds__(32) netra_probe(float* y)
 def _prove(nvcc: str) -> tuple[tuple[int, int], str] | None:
     """((major, minor), full version) when this nvcc builds an sm_90a cubin; None otherwise."""
     try:
-        ver = subprocess.run(
-            [nvcc, "--version"], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
+        ver = proc.run([nvcc, "--version"], tool="nvcc", what="proving nvcc", timeout=PROBE_TIMEOUT_S)
+    except ToolError:
         return None
     m = _VERSION_RE.search(ver.stdout)
     if ver.returncode != 0 or not m:
@@ -57,12 +55,11 @@ def _prove(nvcc: str) -> tuple[tuple[int, int], str] | None:
     with tempfile.TemporaryDirectory(prefix="netra-nvcc-probe-") as tmp:
         (Path(tmp) / "probe.cu").write_text(_PROBE)
         try:
-            r = subprocess.run(
-                [nvcc, "-cubin", "-arch=sm_90a", "-o", "probe.cubin", "probe.cu"],
-                cwd=tmp, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False,
-                env={**os.environ, "TMPDIR": tmp},
+            r = proc.run(
+                [nvcc, "-cubin", "-arch=sm_90a", "-o", "probe.cubin", "probe.cu"], tool="nvcc",
+                what="proving nvcc", timeout=PROBE_TIMEOUT_S, cwd=Path(tmp), env={**os.environ, "TMPDIR": tmp},
             )  # fmt: skip
-        except (OSError, subprocess.SubprocessError):
+        except ToolError:
             return None
         out = Path(tmp) / "probe.cubin"
         if r.returncode != 0 or not out.is_file():
