@@ -1431,3 +1431,79 @@ def test_doctor_with_a_garbage_nvidia_smi_and_a_broken_sysfs_reports_them_and_st
     # nvidia-smi showed nothing it could read: the driver API was asked too, and says so
     if case != "not UTF-8":
         assert any(n.startswith("CUDA driver") for n in report["gpu_detection"]), report["gpu_detection"]
+
+
+# -- issue 14: the Python API given wrong types -------------------------------------------------------
+
+API_MISUSE: dict[str, tuple[str, type, list[str]]] = {
+    "open_catalog with a list": ("open_catalog(['sm_90'])", TypeError, ["open_catalog", "gpu_class", "list"]),
+    "select with an unhashable policy": (
+        "open_catalog('sm_90').select('rmsnorm(hidden=4096,weight_offset=0)', ['accepted'])",
+        TypeError,
+        ["select", "policy", "list"],
+    ),
+    "select with an unhashable tactic": (
+        "open_catalog('sm_90').select('rmsnorm(hidden=4096,weight_offset=0)', tactic={'b': 1})",
+        TypeError,
+        ["select", "tactic", "dict"],
+    ),
+    "select with rows as a string": (
+        "open_catalog('sm_90').select('rmsnorm(hidden=4096,weight_offset=0)', tactic='w8', rows='8')",
+        TypeError,
+        ["select", "rows", "str"],
+    ),
+    "select with an unknown policy": (
+        "open_catalog('sm_90').select('rmsnorm(hidden=4096,weight_offset=0)', 'gold')",
+        ValueError,
+        ["select", "policy", "'gold'"],
+    ),
+    "a Contract with a string parameter": (
+        "Contract('rmsnorm', {'hidden': '4096', 'weight_offset': 0})",
+        TypeError,
+        ["Contract", "parameter hidden", "str '4096'"],
+    ),
+    "Contract.of with a float": (
+        "Contract.of('rmsnorm', hidden=4096.0, weight_offset=0)",
+        TypeError,
+        ["hidden"],
+    ),
+    "a contract that is an int": (
+        "open_catalog('sm_90').select(4096)",
+        TypeError,
+        ["select", "contract", "int"],
+    ),
+    "kernel with something that is no candidate": (
+        "open_catalog('sm_90').kernel('netra_x')",
+        TypeError,
+        ["Catalog.kernel", "Candidate"],
+    ),
+    "kernel_for on a torch without CUDA": (
+        "__import__('netra.torch').torch.kernel_for('rmsnorm(hidden=4096,weight_offset=0)')",
+        NetraError,
+        ["kernel_for", "no usable CUDA device"],
+    ),
+    "kernel_for with rows as a string": (
+        "__import__('netra.torch').torch.kernel_for('rmsnorm(hidden=4096,weight_offset=0)', '1')",
+        TypeError,
+        ["kernel_for", "rows", "str"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(API_MISUSE))
+def test_the_python_api_given_wrong_types_raises_the_projects_error_naming_the_argument(case: str) -> None:
+    """Each once escaped as a bare TypeError from a dict lookup, torch's AssertionError, or was accepted."""
+    expr, kind, fragments = API_MISUSE[case]
+    if "torch" in expr:
+        torch = pytest.importorskip("torch")
+        if torch.cuda.is_available() and "without CUDA" in case:
+            pytest.skip("this torch has CUDA")
+    from netra.runtime import Contract, open_catalog
+
+    with pytest.raises(NetraError) as e:
+        eval(expr, {"open_catalog": open_catalog, "Contract": Contract})
+    assert isinstance(e.value, kind), type(e.value).__mro__
+    msg = str(e.value)
+    assert "\n" not in msg
+    for f in fragments:
+        assert f in msg, f"{f!r} not in {msg!r}"
