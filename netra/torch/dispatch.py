@@ -630,7 +630,7 @@ def _index(device: Any, call: str) -> int:
         raise RuntimeUnavailableError(
             f"{call}: this torch {torch.__version__} has no usable CUDA device "
             f"({'built without CUDA' if torch.version.cuda is None else 'no device visible'})",
-            "install a CUDA build of torch on a host with an NVIDIA GPU (docs/torch.md)",
+            "install a CUDA build of torch on a host with a CUDA GPU (docs/torch.md)",
         )
     index = d.index if d.index is not None else torch.cuda.current_device()
     if not 0 <= index < torch.cuda.device_count():
