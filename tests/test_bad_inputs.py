@@ -1507,3 +1507,80 @@ def test_the_python_api_given_wrong_types_raises_the_projects_error_naming_the_a
     assert "\n" not in msg
     for f in fragments:
         assert f in msg, f"{f!r} not in {msg!r}"
+
+
+# -- issue 14: where `netra build` writes: '' paths, full and read-only filesystems, --reference ------
+
+
+@pytest.fixture
+def mount(tmp_path: Path) -> Any:
+    """mount(name, options): a real tmpfs of its own (a small one fills up for real; `ro` is read-only
+    even for root), unmounted afterwards. Skipped where this process may not mount."""
+    mounted: list[Path] = []
+
+    def make(name: str, options: str) -> Path:
+        point = tmp_path / name
+        point.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)],
+                           capture_output=True, text=True, check=False)  # fmt: skip
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+        mounted.append(point)
+        return point
+
+    yield make
+    for point in reversed(mounted):
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+def test_netra_build_refuses_an_empty_output_path_and_writes_nothing_in_the_cwd(
+    tree: Path, tmp_path: Path
+) -> None:
+    here = private(tmp_path, "cwd")
+    for args in (["build", ""], ["build", str(tmp_path / "out"), "--keep", ""], ["build", "x", "--root", ""]):
+        r = subprocess.run(
+            [sys.executable, "-m", "netra", *args, *(["--root", str(tree)] if "--root" not in args else []), "-q"],
+            env=clean_env(PYTHONPATH=str(REPO)), cwd=here, capture_output=True, text=True, timeout=TIMEOUT,
+            check=False,
+        )  # fmt: skip
+        refused(r, "'' is not a path")
+        assert "[1/" not in r.stderr and list(here.iterdir()) == [] and not (tmp_path / "out").exists()
+
+
+def test_netra_build_refuses_a_reference_that_does_not_exist_before_any_work(
+    tree: Path, tmp_path: Path
+) -> None:
+    r = netra("build", str(tmp_path / "out"), "--root", str(tree), "--reference", str(tmp_path / "nope"))
+    refused(r, f"--reference {tmp_path / 'nope'}: does not exist")
+    assert "[1/" not in r.stderr and not (tmp_path / "out").exists()
+
+
+def test_netra_build_into_a_full_filesystem_leaves_no_partial_output_and_names_it(
+    tree: Path, tmp_path: Path, mount: Callable[[str, str], Path]
+) -> None:
+    """The code objects take more than 100 KiB: the disk fills up half way through publishing."""
+    disk = mount("small", "size=100k")
+    r = netra("build", str(disk / "out"), "--root", str(tree), "-q")
+    refused(r, f"{disk / 'out'}/", "No space left on device")
+    assert list(disk.iterdir()) == [], sorted(disk.rglob("*"))  # nothing published, no temporaries
+
+
+def test_netra_build_with_tmpdir_on_a_full_filesystem_names_tmpdir(
+    tree: Path, tmp_path: Path, mount: Callable[[str, str], Path]
+) -> None:
+    """It used to say no nvcc was found (the probe could not write its kernel)."""
+    disk = mount("tmp", "size=64k")
+    r = netra("build", str(tmp_path / "out"), "--root", str(tree), "-q", tmpdir=disk)
+    refused(r, f"{disk} (TMPDIR", "filesystem is full", "point TMPDIR")
+    assert not (tmp_path / "out").exists()
+    assert empty_eventually(disk) == []
+
+
+def test_netra_build_with_a_read_only_keep_folder_is_one_line_and_publishes_nothing(
+    tree: Path, tmp_path: Path, mount: Callable[[str, str], Path]
+) -> None:
+    disk = mount("ro", "ro")
+    for keep in (disk, disk / "keep"):
+        r = netra("build", str(tmp_path / "out"), "--root", str(tree), "--keep", str(keep), "-q")
+        refused(r, f"--keep {keep}: cannot be written", "Read-only file system")
+        assert not (tmp_path / "out").exists()

@@ -187,6 +187,40 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     _fsync_dir(path.parent)
 
 
+def atomic_write_all(items: list[tuple[Path, bytes]], *, mode: int = 0o644) -> None:
+    """Write every (path, data) whole, or none of them: each goes to a unique temporary file in its
+    folder first (fsync'd); only once all are written are they renamed into place. On any failure (a
+    full disk half way through) every temporary file is removed and no path has changed."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, data in items:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            staged.append((tmp, path))
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fchmod(fd, mode)
+                os.fsync(fd)
+            except OSError as e:
+                if e.filename is None:
+                    e.filename = str(path)
+                raise
+            finally:
+                os.close(fd)
+        while staged:
+            tmp, path = staged[0]
+            os.replace(tmp, path)
+            staged.pop(0)
+    except BaseException:
+        for tmp, _ in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+    for folder in sorted({path.parent for path, _ in items}):
+        _fsync_dir(folder)
+
+
 # ---------------------------------------------------------------------------------------------------
 
 
