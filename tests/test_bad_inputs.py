@@ -671,29 +671,35 @@ def test_a_hanging_assembler_is_killed_at_its_time_limit_naming_the_artifact(
     assert empty_eventually(tmpdir) == []
 
 
-CYCLE = r"""
-import sys
-from netra import cli
-from netra.core import proc
-proc.TOOL_MEMORY_BYTES = 1 << 30  # the real limit is 4 GiB; a smaller one reaches it sooner
-sys.exit(cli.main(sys.argv[1:]))
-"""
+CYCLES = {
+    "a file that includes itself": (
+        {"kernels/gfx950/include/netra.inc": '.include "include/netra.inc"\n'},
+        "kernels/gfx950/include/netra.inc -> kernels/gfx950/include/netra.inc",
+    ),
+    "two files that include each other (behind their guards)": (
+        {"kernels/gfx950/include/bf16.inc": '.include "include/wave.inc"\n',
+         "kernels/gfx950/include/wave.inc": '.include "include/bf16.inc"\n'},
+        "include/wave.inc -> kernels/gfx950/include/bf16.inc -> kernels/gfx950/include/wave.inc",
+    ),
+}  # fmt: skip
 
 
-def test_an_include_cycle_is_stopped_by_the_tool_limits(tree: Path, tmp_path: Path) -> None:
-    """llvm-mc follows `.include` without a depth limit: a cycle recurses until memory runs out. The
-    address-space limit stops it (a crash naming the artifact and the tool), never a hang or gigabytes."""
+@pytest.mark.parametrize("case", sorted(CYCLES))
+def test_an_include_cycle_is_recognised_and_named_before_the_assembler_runs(
+    tree: Path, tmp_path: Path, case: str
+) -> None:
+    """llvm-mc follows `.include` without a depth limit: a cycle used to recurse until the address-space
+    limit stopped it (gigabytes, seconds per job). The include graph is now checked first: the cycle is
+    refused naming its files, in one line, and the assembler never sees it."""
+    edits, chain = CYCLES[case]
     root = sources(tree, tmp_path / "tree")
-    inc = root / "kernels/gfx950/include/netra.inc"  # included by every gfx950 template
-    inc.write_text('.include "include/netra.inc"\n' + inc.read_text())
+    for rel, line in edits.items():
+        (root / rel).write_text(line + (root / rel).read_text())
     tmpdir = private(tmp_path)
-    env = clean_env(PYTHONPATH=str(REPO), TMPDIR=str(tmpdir))
-    r = subprocess.run(
-        [sys.executable, "-c", CYCLE, "lock", "--check", "--root", str(root), "-q", "-j", "1"],
-        env=env, capture_output=True, text=True, timeout=170, check=False,
-    )  # fmt: skip
-    line = refused(r, "llvm-mc", "netra_")
-    assert "crashed" in line or "failed" in line or "did not finish" in line, line
+    r = netra("lock", "--check", "--root", str(root), "-q", tmpdir=tmpdir)
+    line = refused(r, "include cycle", chain, "netra_", "acyclic")
+    assert re.search(r"netra_[a-z0-9_]+ \(kernels/gfx950/[a-z0-9_]+\.s\)", line), line
+    assert "crashed" not in r.stderr and "did not finish" not in r.stderr  # no tool ran into its limits
     assert empty_eventually(tmpdir) == []
 
 
