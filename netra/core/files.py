@@ -17,7 +17,6 @@ import contextlib
 import errno
 import os
 import stat
-import tempfile
 from pathlib import Path
 
 from netra.errors import FileTooLargeError, MissingFileError, NetraError, PathError, UnreadableFileError
@@ -168,6 +167,8 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     temporary file (the last one wins). The temporary file is removed on any exception, including
     KeyboardInterrupt and SystemExit.
     """
+    import tempfile  # writers only: readers (the runtime, doctor) never need it
+
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -191,6 +192,8 @@ def atomic_write_all(items: list[tuple[Path, bytes]], *, mode: int = 0o644) -> N
     """Write every (path, data) whole, or none of them: each goes to a unique temporary file in its
     folder first (fsync'd); only once all are written are they renamed into place. On any failure (a
     full disk half way through) every temporary file is removed and no path has changed."""
+    import tempfile
+
     staged: list[tuple[str, Path]] = []
     try:
         for path, data in items:

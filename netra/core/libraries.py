@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from netra.core import proc
 from netra.errors import ToolError
 
 _SYSTEM_DIRS = (
@@ -45,9 +43,11 @@ def search_dirs(extra: Sequence[str] = ()) -> list[Path]:
 
 @functools.lru_cache(maxsize=1)
 def _ldconfig() -> dict[str, str]:
-    exe = shutil.which("ldconfig") or ("/sbin/ldconfig" if os.path.exists("/sbin/ldconfig") else None)
+    exe = _which("ldconfig") or ("/sbin/ldconfig" if os.path.exists("/sbin/ldconfig") else None)
     if exe is None:
         return {}
+    from netra.core import proc  # ldconfig runs only when the folders did not have the library
+
     try:
         out = proc.run([exe, "-p"], tool="ldconfig", what="finding the GPU driver library", timeout=10).stdout
     except ToolError:
@@ -73,3 +73,10 @@ def find(names: Sequence[str], extra_dirs: Sequence[str] = ()) -> Path | None:
         if name in cache and "stubs" not in Path(cache[name]).parts:
             return Path(cache[name])
     return None
+
+
+def _which(name: str) -> str | None:
+    """shutil.which, imported only when a tool is looked for (shutil pulls in the compression modules)."""
+    import shutil
+
+    return shutil.which(name)

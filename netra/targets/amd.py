@@ -9,11 +9,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 from collections.abc import Hashable
 from pathlib import Path
 
-from netra.core import files, proc, text
+from netra.core import files, text
 from netra.errors import NetraError, ToolError
 from netra.targets.vendor import GPU, Vendor
 
@@ -57,6 +56,8 @@ def _properties(text: str) -> dict[str, int]:
 def _run(argv: list[str]) -> str:
     """A vendor tool's stdout (netra.core.proc: bounded, its bytes decoded by the one policy);
     ToolError when it cannot run, fails, crashes or hangs."""
+    from netra.core import proc  # detection with tools only: reading files needs none of it
+
     r = proc.run(argv, tool=Path(argv[0]).name, what="GPU detection", timeout=_TIMEOUT_S)
     if r.returncode != 0:
         last = next((ln.strip() for ln in reversed(r.stderr.splitlines()) if ln.strip()), "")
@@ -147,7 +148,7 @@ class Amd(Vendor):
         return gpus, note
 
     def rocminfo(self) -> tuple[list[GPU], str]:
-        exe = shutil.which("rocminfo")
+        exe = _which("rocminfo")
         if exe is None:
             return [], "rocminfo: not on PATH"
         try:
@@ -166,7 +167,7 @@ class Amd(Vendor):
         return gpus, f"rocminfo: {len(gpus)} GPU agent(s)"
 
     def smi(self) -> tuple[list[GPU], str]:
-        exe = shutil.which("amd-smi")
+        exe = _which("amd-smi")
         if exe is None:
             return [], "amd-smi: not on PATH"
         try:
@@ -192,3 +193,10 @@ class Amd(Vendor):
 
 
 AMD = Amd()
+
+
+def _which(name: str) -> str | None:
+    """shutil.which, imported only when a tool is looked for (shutil pulls in the compression modules)."""
+    import shutil
+
+    return shutil.which(name)

@@ -8,13 +8,11 @@ its own template manifests there beside nothing else, in kernels/<class>/.
 
 from __future__ import annotations
 
-import ctypes
 import re
-import shutil
 from collections.abc import Hashable
 from pathlib import Path
 
-from netra.core import proc, text
+from netra.core import text
 from netra.errors import ToolError
 from netra.targets.vendor import GPU, MemoryChecker, Profiler, Vendor
 
@@ -33,6 +31,8 @@ def sm_name(major: int, minor: int) -> str:
 def _run(argv: list[str], timeout: float = _TIMEOUT_S) -> str:
     """A vendor tool's stdout (netra.core.proc: bounded, its bytes decoded by the one policy);
     ToolError when it cannot run, fails, crashes or hangs."""
+    from netra.core import proc  # detection with tools only: reading files needs none of it
+
     r = proc.run(argv, tool=Path(argv[0]).name, what="GPU detection", timeout=timeout)
     if r.returncode != 0:
         last = next((ln.strip() for ln in reversed(r.stderr.splitlines()) if ln.strip()), "")
@@ -42,7 +42,7 @@ def _run(argv: list[str], timeout: float = _TIMEOUT_S) -> str:
 
 def _smi_query(query: str) -> str | None:
     """One nvidia-smi --query-gpu value of the first GPU, None when it cannot be read."""
-    exe = shutil.which("nvidia-smi")
+    exe = _which("nvidia-smi")
     if exe is None:
         return None
     try:
@@ -80,7 +80,7 @@ class Nvidia(Vendor):
 
     def smi(self) -> tuple[list[GPU], str] | None:
         """None when nvidia-smi is not installed (then the driver API is asked instead)."""
-        exe = shutil.which("nvidia-smi")
+        exe = _which("nvidia-smi")
         if exe is None:
             return None
         try:
@@ -102,6 +102,8 @@ class Nvidia(Vendor):
 
     def driver_api(self, library: str | Path | None = None) -> tuple[list[GPU], str]:
         """The CUDA driver API: cuInit, cuDeviceGetCount, and each device's compute capability and name."""
+        import ctypes  # loads nothing by itself, but costs an import a serving host may never need
+
         path = Path(library) if library is not None else self.find_library()
         if path is None:
             return [], f"CUDA driver: {self.libraries[0]} not found"
@@ -182,3 +184,10 @@ class Nvidia(Vendor):
 
 
 NVIDIA = Nvidia()
+
+
+def _which(name: str) -> str | None:
+    """shutil.which, imported only when a tool is looked for (shutil pulls in the compression modules)."""
+    import shutil
+
+    return shutil.which(name)

@@ -8,8 +8,6 @@ where its machine code is (codeobject.py), and its static checks (checks.py).
 from __future__ import annotations
 
 import hashlib
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -73,6 +71,8 @@ class Gfx950:
         """Inspect and check every code object; one llvm-objdump per worker (its start-up dominates)."""
         chunks = [[p for _, p in built[i::jobs]] for i in range(jobs)]
         listings: dict[Path, str] = {}
+        from concurrent.futures import ThreadPoolExecutor  # build time only: it imports logging
+
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             for part in pool.map(lambda c: assemble.disassemble(tools, c), [c for c in chunks if c]):
                 listings.update(part)
@@ -86,6 +86,8 @@ class Gfx950:
 
     def first_difference(self, tools: Tools, ours: Path, theirs: bytes, spec: ArtifactSpec) -> str:
         """The first instruction where two code objects' disassemblies differ, for the mismatch message."""
+        import tempfile
+
         with tempfile.TemporaryDirectory(prefix="netra-ref-") as tmp:
             ref = Path(tmp) / ours.name
             ref.write_bytes(theirs)

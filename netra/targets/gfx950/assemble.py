@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import posixpath
 import re
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from netra.core import files, proc
+from netra.core import files
 from netra.errors import AssemblyError, NetraError
 from netra.targets.gfx950.toolchain import TRIPLE
 from netra.targets.target import Tools
 
 if TYPE_CHECKING:
+    import subprocess
+
     from netra.core.types import ArtifactSpec
 
 CODE_OBJECT_VERSION = 5
@@ -156,6 +157,8 @@ def assemble(spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path
             f"{spec.name} ({spec.template.source}): include cycle {' -> '.join(cycle)}",
             "remove one `.include` of the cycle: the include graph of a template must be acyclic",
         )
+    from netra.core import proc  # imported by the build only: a serving host never runs a tool
+
     src = work / f"{spec.name}.s"
     obj = work / f"{spec.name}.o"
     src.write_text(instantiation(spec))
@@ -183,6 +186,8 @@ def assemble(spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path
 
 def disassemble(tools: Tools, paths: list[Path], mcpu: str = "gfx950") -> dict[Path, str]:
     """Disassemble several code objects with one llvm-objdump process (its start-up dominates)."""
+    from netra.core import proc
+
     if not paths:
         return {}
     argv = [

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from pathlib import Path
 
-from netra.core import proc
 from netra.core.types import Toolchain
 from netra.errors import ToolchainError, ToolError
 from netra.targets.target import Tools
@@ -34,6 +32,8 @@ def _prove(llvm_mc: str) -> tuple[int, str] | None:
     The probe assembles one gfx950-only instruction (the OCP FP8 conversion the kernels rely on). A
     candidate that cannot run, crashes or hangs is not a toolchain: give up on it, never on the search.
     """
+    from netra.core import proc  # a tool run: imported by the build only
+
     probe = "v_cvt_pk_fp8_f32 v0, v1, v2\ns_endpgm\n"
     try:
         ver = proc.run(
@@ -58,7 +58,7 @@ def _candidate(
     paths = {}
     for tool in TOOLS:
         name = names[tool]
-        p = bindir / name if bindir is not None else shutil.which(name, path=search_path)
+        p = bindir / name if bindir is not None else _which(name, path=search_path)
         if p is None or not os.access(p, os.X_OK) or not Path(p).is_file():
             return None
         paths[tool] = str(p)
@@ -120,3 +120,10 @@ def discover(env: dict[str, str] | None = None) -> Tools:
     raise ToolchainError(
         f"no AMDGPU toolchain with gfx950 found (searched {', '.join(searched)})", INSTALL_HINT
     )
+
+
+def _which(name: str, path: str) -> str | None:
+    """shutil.which, imported when a toolchain is searched for (never on a serving host's path)."""
+    import shutil
+
+    return shutil.which(name, path=path)

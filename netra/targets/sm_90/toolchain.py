@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
-from netra.core import proc
 from netra.core.types import Toolchain
 from netra.errors import ToolchainError, ToolError
 from netra.targets.target import Tools
@@ -42,6 +39,8 @@ _PROBE = 'extern "C" __global__ void __launch_bounds__(32) netra_probe(float* y)
 
 def _prove(nvcc: str) -> tuple[tuple[int, int], str] | None:
     """((major, minor), full version) when this nvcc builds an sm_90a cubin; None otherwise."""
+    from netra.core import proc  # a tool run: imported by the build only
+
     try:
         ver = proc.run([nvcc, "--version"], tool="nvcc", what="proving nvcc", timeout=PROBE_TIMEOUT_S)
     except ToolError:
@@ -52,6 +51,8 @@ def _prove(nvcc: str) -> tuple[tuple[int, int], str] | None:
     major_minor = (int(m.group(1)), int(m.group(2)))
     if major_minor < MIN_CUDA:
         return None
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="netra-nvcc-probe-") as tmp:
         (Path(tmp) / "probe.cu").write_text(_PROBE)
         try:
@@ -126,7 +127,7 @@ def discover(env: dict[str, str] | None = None) -> Tools:
             if found:
                 return found
             searched.append(f"${var}/bin/nvcc")
-    found = _candidate(shutil.which("nvcc", path=env.get("PATH", "")), "PATH")
+    found = _candidate(_which("nvcc", path=env.get("PATH", "")), "PATH")
     if found:
         return found
     searched.append("nvcc on PATH")
@@ -145,3 +146,10 @@ def discover(env: dict[str, str] | None = None) -> Tools:
 
 def _version_key(name: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", name))
+
+
+def _which(name: str, path: str) -> str | None:
+    """shutil.which, imported when a toolchain is searched for (never on a serving host's path)."""
+    import shutil
+
+    return shutil.which(name, path=path)
