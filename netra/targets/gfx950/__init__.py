@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from netra.core.schema import Field, Int, opt
 from netra.targets.amd import AMD
-from netra.targets.gfx950 import assemble, checks, codeobject, toolchain
+from netra.targets.gfx950 import toolchain
 from netra.targets.target import Examined, Problem, Target, Tools
 
 if TYPE_CHECKING:
@@ -28,7 +28,13 @@ class Gfx950:
     identities = (90500,)  # KFD gfx_target_version 9.5.0
     suffix = ".hsaco"
     flavours = toolchain.FLAVOURS
-    checks = checks.CHECKS
+
+    @property
+    def checks(self) -> tuple[str, ...]:
+        from netra.targets.gfx950 import checks  # with the code-object reader: build and examine only
+
+        return checks.CHECKS
+
     sources = ("kernels/gfx950",)
     provision = ("apt", "llvm-22 lld-22")  # Debian 12's LLVM with the AMDGPU target
     # A template manifest's register and LDS allocation, fixed for every instantiation (docs/authoring.md).
@@ -62,13 +68,19 @@ class Gfx950:
         return {}  # the instantiation sets NETRA_BLOCK itself; nothing else comes from the tactic
 
     def instantiation(self, spec: ArtifactSpec) -> str:
+        from netra.targets.gfx950 import assemble
+
         return assemble.instantiation(spec)
 
     def compile(self, spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path) -> Path:
+        from netra.targets.gfx950 import assemble
+
         return assemble.assemble(spec, tools, root, work, out)
 
     def examine(self, built: list[tuple[ArtifactSpec, Path]], tools: Tools, jobs: int) -> list[Examined]:
         """Inspect and check every code object; one llvm-objdump per worker (its start-up dominates)."""
+        from netra.targets.gfx950 import assemble
+
         chunks = [[p for _, p in built[i::jobs]] for i in range(jobs)]
         listings: dict[Path, str] = {}
         from concurrent.futures import ThreadPoolExecutor  # build time only: it imports logging
@@ -79,14 +91,20 @@ class Gfx950:
         return [_examined(spec, path, listings[path]) for spec, path in built]
 
     def text_sha256(self, data: bytes, symbol: str, name: str) -> str:
+        from netra.targets.gfx950 import codeobject
+
         return codeobject.text_sha256(data, name)
 
     def launch_digest(self, data: bytes, symbol: str, name: str) -> str:
+        from netra.targets.gfx950 import codeobject
+
         return codeobject.launch_digest(data, symbol, name)
 
     def first_difference(self, tools: Tools, ours: Path, theirs: bytes, spec: ArtifactSpec) -> str:
         """The first instruction where two code objects' disassemblies differ, for the mismatch message."""
         import tempfile
+
+        from netra.targets.gfx950 import assemble
 
         with tempfile.TemporaryDirectory(prefix="netra-ref-") as tmp:
             ref = Path(tmp) / ours.name
@@ -102,6 +120,8 @@ class Gfx950:
 
 
 def _examined(spec: ArtifactSpec, path: Path, listing: str) -> Examined:
+    from netra.targets.gfx950 import checks, codeobject
+
     data = path.read_bytes()
     co = codeobject.inspect(data, spec.file)
     problems: list[Problem] = checks.check(co, spec, listing)

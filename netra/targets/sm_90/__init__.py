@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from netra.core.schema import Field, Int
 from netra.targets.nvidia import NVIDIA
-from netra.targets.sm_90 import checks, compile, cubin, toolchain
+from netra.targets.sm_90 import toolchain
 from netra.targets.target import Examined, Target, Tools
 
 if TYPE_CHECKING:
@@ -28,7 +28,13 @@ class Sm90:
     identities = ((9, 0),)  # compute capability 9.0 (H100, H200)
     suffix = ".cubin"
     flavours = toolchain.FLAVOURS
-    checks = checks.CHECKS
+
+    @property
+    def checks(self) -> tuple[str, ...]:
+        from netra.targets.sm_90 import checks  # with the cubin reader: build and examine only
+
+        return checks.CHECKS
+
     # Its template sources: its own folder, then the CUDA templates shared by NVIDIA classes.
     sources = ("kernels/sm_90", NVIDIA.shared_templates)
     provision = ("pip-pinned", "nvidia-")  # the pinned nvidia-cuda-nvcc wheels and their headers
@@ -63,21 +69,31 @@ class Sm90:
         }
 
     def instantiation(self, spec: ArtifactSpec) -> str:
+        from netra.targets.sm_90 import compile
+
         return compile.instantiation(spec)
 
     def compile(self, spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path) -> Path:
+        from netra.targets.sm_90 import compile
+
         return compile.compile_cubin(spec, tools, root, work, out)
 
     def examine(self, built: list[tuple[ArtifactSpec, Path]], tools: Tools, jobs: int) -> list[Examined]:
         return [_examined(spec, path) for spec, path in built]
 
     def text_sha256(self, data: bytes, symbol: str, name: str) -> str:
+        from netra.targets.sm_90 import cubin
+
         return cubin.text_sha256(data, symbol, name)
 
     def launch_digest(self, data: bytes, symbol: str, name: str) -> str:
+        from netra.targets.sm_90 import cubin
+
         return cubin.launch_digest(data, symbol, name)
 
     def first_difference(self, tools: Tools, ours: Path, theirs: bytes, spec: ArtifactSpec) -> str:
+        from netra.targets.sm_90 import cubin
+
         a = cubin.inspect(ours.read_bytes(), spec.file)
         b = cubin.inspect(theirs, spec.file)
         ka, kb = a.kernels.get(spec.symbol), b.kernels.get(spec.symbol)
@@ -89,6 +105,8 @@ class Sm90:
 
 
 def _examined(spec: ArtifactSpec, path: Path) -> Examined:
+    from netra.targets.sm_90 import checks, cubin
+
     data = path.read_bytes()
     cb = cubin.inspect(data, spec.file)
     problems = checks.check(cb, spec)
