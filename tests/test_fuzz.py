@@ -467,8 +467,25 @@ def test_build_record_structure_mutations_resealed(inputs: Inputs) -> None:
         parses_or_refuses(
             lambda: layout.read_record(raw, inputs.lock_bytes, "build.json", "manifest.lock", "")
         )
+        # As the runtime and doctor read it when RECORD vouches for the bytes (a resealed wheel): the
+        # schemas are skipped, and whatever a gated build does not write still ends as a NetraError.
+        parses_or_refuses(
+            lambda: layout.read_record(
+                raw, inputs.lock_bytes, "build.json", "manifest.lock", "", vouched=True
+            )
+        )
 
     check()
+
+
+def test_a_vouched_build_record_reads_as_the_schema_reads_it(inputs: Inputs) -> None:
+    """The fast path (bytes vouched for by RECORD: no schema) gives exactly what the strict read gives."""
+    strict = layout.read_record(inputs.record, inputs.lock_bytes, "build.json", "manifest.lock", "")
+    fast = layout.read_record(
+        inputs.record, inputs.lock_bytes, "build.json", "manifest.lock", "", vouched=True
+    )
+    assert fast == strict
+    assert lock_mod.to_dict(fast.lock) == lock_mod.to_dict(strict.lock) == json.loads(inputs.record)["lock"]
 
 
 # -- code objects -----------------------------------------------------------------------------------

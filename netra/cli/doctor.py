@@ -441,7 +441,13 @@ def _check_build_record(inst: Install, lock_raw: bytes, rep: _Report, lock_info:
     record = None
     lock_sha = hashlib.sha256(lock_raw).hexdigest()
     try:
-        record = layout.read_record(raw, lock_raw, layout.BUILD_RECORD, "manifest.lock", inst.reinstall)
+        # hash first: bytes the wheel's RECORD vouches for need not go through the schemas again
+        vouched = (
+            rep.digest is not None and rep.digest.get(layout.BUILD_RECORD) == hashlib.sha256(raw).hexdigest()
+        )
+        record = layout.read_record(
+            raw, lock_raw, layout.BUILD_RECORD, "manifest.lock", inst.reinstall, vouched=vouched
+        )
         lock_info["bound_to_build_record"] = True
     except NetraError as e:
         bound = "disagree: the build record was made for lock" in e.message

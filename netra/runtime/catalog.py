@@ -399,7 +399,10 @@ def installed_lock(inst: Install) -> tuple[Lock, dict[str, CodeRecord] | None]:
         raise MissingFileError(
             f"{inst.build_record}: the build record of this netra install is missing", inst.reinstall
         )
-    record = layout.read_record(rec_raw, raw, str(inst.build_record), str(inst.lock_file), inst.reinstall)
+    vouched = installed.recorded_sha256(inst, layout.BUILD_RECORD) == _sha256(rec_raw)  # hash first
+    record = layout.read_record(
+        rec_raw, raw, str(inst.build_record), str(inst.lock_file), inst.reinstall, vouched=vouched
+    )
     return record.lock, record.code_objects
 
 

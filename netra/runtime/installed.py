@@ -197,6 +197,24 @@ def _reinstall(inst: Install) -> str:
     return inst.distribution.reinstall()
 
 
+def recorded_sha256(inst: Install, data_path: str) -> str | None:
+    """The sha256 (hex) the wheel's RECORD holds for netra/_data/`data_path`: the bytes the gated build
+    wrote (None without a RECORD, or when it lists no hash for that file)."""
+    import base64
+
+    if inst.kind != "wheel" or inst.distribution is None:
+        return None
+    want = f"{PACKAGE_DATA}/{data_path}"
+    for path, h, _ in DistInfo(Path(inst.distribution.dist_info)).record():
+        mode, _, value = h.partition("=")
+        if path == want and mode == "sha256" and value:
+            try:
+                return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
+            except ValueError:
+                return None
+    return None
+
+
 def wheel(data_dir: str | Path, distribution: Distribution | None = None) -> Install:
     data = Path(data_dir)
     return Install("wheel", data, distribution=distribution, package=data.parent)
