@@ -46,14 +46,14 @@ class Item:
         return self.path.parents[len(Path(self.name).parts) - 1]
 
 
-def _check(item: Item) -> tuple[int, dict[str, Any] | None]:
+def _check(item: Item, below: Any) -> tuple[int, dict[str, Any] | None]:
     """(bytes read, None when intact or the problem as report data). Reads the file once, following
-    no link below the install's root (files.read_below)."""
+    no link below the install's root (files.Below: files.read_below, each folder opened once)."""
     from netra.core import files
     from netra.errors import MissingFileError
 
     try:
-        data = files.read_below(item.root, item.path, limit=files.CODE_OBJECT_LIMIT, what=item.name)
+        data = below.read(item.path, limit=files.CODE_OBJECT_LIMIT, what=item.name)
     except MissingFileError:
         return 0, {"path": item.name, "kind": item.kind, "problem": "missing", "expected": _expected(item)}
     except NetraError as e:
@@ -145,23 +145,29 @@ def _package_files(record: list[RecordEntry] | None) -> dict[str, Any]:
     from netra.core import files
 
     out: dict[str, Any] = {"checked": 0, "bytes": 0, "missing": [], "altered": []}
-    for e in record or ():
-        if e.sha256 is None or e.path.startswith(layout.PACKAGE_DATA + "/"):
-            continue
-        out["checked"] += 1
-        parts = Path(e.path).parts
-        try:
-            if len(parts) > 1 and parts[0] == _PACKAGE and ".." not in parts:  # no link below netra/
-                package = e.file.parents[len(parts) - 2]
-                data = files.read_below(package, e.file, limit=files.CODE_OBJECT_LIMIT, what=e.path)
-            else:  # the metadata and the console script, as they lie
-                data = files.read_path(e.file, limit=files.CODE_OBJECT_LIMIT, what=e.path)
-        except NetraError:
-            out["missing" if not os.path.lexists(e.file) else "altered"].append(e.path)
-            continue
-        out["bytes"] += len(data)
-        if hashlib.sha256(data).hexdigest() != e.sha256:
-            out["altered"].append(e.path)
+    belows: dict[Path, files.Below] = {}
+    try:
+        for e in record or ():
+            if e.sha256 is None or e.path.startswith(layout.PACKAGE_DATA + "/"):
+                continue
+            out["checked"] += 1
+            parts = Path(e.path).parts
+            try:
+                if len(parts) > 1 and parts[0] == _PACKAGE and ".." not in parts:  # no link below netra/
+                    package = e.file.parents[len(parts) - 2]
+                    below = belows.get(package) or belows.setdefault(package, files.Below(package, "package"))
+                    data = below.read(e.file, limit=files.CODE_OBJECT_LIMIT, what=e.path)
+                else:  # the metadata and the console script, as they lie
+                    data = files.read_path(e.file, limit=files.CODE_OBJECT_LIMIT, what=e.path)
+            except NetraError:
+                out["missing" if not os.path.lexists(e.file) else "altered"].append(e.path)
+                continue
+            out["bytes"] += len(data)
+            if hashlib.sha256(data).hexdigest() != e.sha256:
+                out["altered"].append(e.path)
+    finally:
+        for b in belows.values():
+            b.__exit__()
     return out
 
 
@@ -317,14 +323,15 @@ def verify(inst: Install) -> dict[str, Any]:
         toolchain=lock.describe_toolchains(), artifacts=len(lock.artifacts), tracked_files=len(lock.files)
     )
     items = _items(inst, lock, record)
-    if len(items) >= _PARALLEL_FILES and _total_size(items) >= _PARALLEL_BYTES:
-        # hashlib releases the GIL on large buffers: a big install hashes on every core.
-        from concurrent.futures import ThreadPoolExecutor  # imports logging: only when worth it
+    with files.Below(inst.root, "install") as below:
+        if len(items) >= _PARALLEL_FILES and _total_size(items) >= _PARALLEL_BYTES:
+            # hashlib releases the GIL on large buffers: a big install hashes on every core.
+            from concurrent.futures import ThreadPoolExecutor  # imports logging: only when worth it
 
-        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-            results = list(pool.map(_check, items))
-    else:
-        results = [_check(it) for it in items]
+            with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+                results = list(pool.map(lambda it: _check(it, below), items))
+        else:
+            results = [_check(it, below) for it in items]
     for size, problem in results:
         rep.files["checked"] += 1
         rep.files["bytes"] += size

@@ -17,6 +17,7 @@ import contextlib
 import errno
 import os
 import stat
+import threading
 from pathlib import Path
 
 from netra.errors import FileTooLargeError, MissingFileError, NetraError, PathError, UnreadableFileError
@@ -128,6 +129,58 @@ def read_below(root: Path, path: Path, *, limit: int, what: str) -> bytes:
     if not os.path.isdir(root):  # no root at all: read_path says what is missing, in its words
         return read_path(path, limit=limit, what=what)
     return read_bytes(root, rel, limit=limit, where=f"{what} in {root}" if what != rel else f"in {root}")
+
+
+class Below:
+    """read_below for many files of one install: the root is resolved and opened once, and each folder
+    below it once (opened relative to its parent with O_NOFOLLOW, as read_bytes does), instead of once
+    per file. Doctor reads every file of an install; per-file opens of the same folders were a third
+    of its time. Safe to share between threads (openat on read-only folder descriptors)."""
+
+    def __init__(self, root: Path, what: str) -> None:
+        self.root = Path(root)
+        self._base = os.path.abspath(root)
+        self._what = what
+        self._fds: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Below:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def read(self, path: Path, *, limit: int, what: str) -> bytes:
+        full = os.path.abspath(path)
+        if not full.startswith(self._base + os.sep) or not os.path.isdir(self._base):
+            return read_below(self.root, path, limit=limit, what=what)  # its own words for these cases
+        rel = full[len(self._base) + 1 :].replace(os.sep, "/")
+        where = f"{what} in {self.root}" if what != rel else f"in {self.root}"
+        relative(rel, where)
+        folder, _, name = rel.rpartition("/")
+        dfd = self._folder(folder, rel, where)
+        fd = _open_file_at(dfd, name, rel, where)
+        try:
+            return _read_fd(fd, f"{rel} ({where})", limit)
+        finally:
+            os.close(fd)
+
+    def _folder(self, folder: str, rel: str, where: str) -> int:
+        with self._lock:
+            return self._folder_unlocked(folder, rel, where)
+
+    def _folder_unlocked(self, folder: str, rel: str, where: str) -> int:
+        fd = self._fds.get(folder)
+        if fd is None:
+            if not folder:
+                fd = _open_root(self.root, where)
+            else:
+                parent, _, name = folder.rpartition("/")
+                fd = _open_dir_at(self._folder_unlocked(parent, rel, where), name, folder, rel, where)
+            self._fds[folder] = fd
+        return fd
 
 
 def walk(root: Path, base: str, *, where: str) -> list[str]:
