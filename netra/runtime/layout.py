@@ -145,9 +145,10 @@ def read_record(
     names the file that is wrong: build.json, or the lock when the binding does not hold.
 
     `vouched`: the caller proved these bytes are those the gated build wrote (their sha256 is the one
-    the wheel's RECORD holds). The schemas, which that build applied, are then not run again (they are
-    most of a first lookup's cost); the binding and the cross-checks still are, and anything a gated
-    build does not write falls back to the full read, which names what is wrong."""
+    the wheel's RECORD holds). Its own hash and the schemas, which that build applied, are then not
+    computed again (they were most of a first lookup's cost); the binding to the lock bytes and the
+    cross-checks still are, and anything a gated build does not write falls back to the full read,
+    which names what is wrong."""
 
     def bad(what: str) -> AlteredFileError:
         return AlteredFileError(f"{where}: {what}", hint)
@@ -158,13 +159,18 @@ def read_record(
         raise bad(f"not a readable build record ({str(e)[:200]})") from None
     if not isinstance(data, dict) or not isinstance(data.get("record_sha256"), str):
         raise bad("not a build record (no record_sha256)")
-    body = {k: v for k, v in data.items() if k != "record_sha256"}
-    try:
-        digest = hashlib.sha256(canonical(body)).hexdigest()
-    except (TypeError, ValueError) as e:
-        raise bad(f"not a readable build record ({e})") from None
-    if digest != data["record_sha256"]:
-        raise bad(f"altered: its content hashes to {digest}, it records {data['record_sha256']}")
+
+    def self_hash() -> None:
+        body = {k: v for k, v in data.items() if k != "record_sha256"}
+        try:
+            digest = hashlib.sha256(canonical(body)).hexdigest()
+        except (TypeError, ValueError) as e:
+            raise bad(f"not a readable build record ({e})") from None
+        if digest != data["record_sha256"]:
+            raise bad(f"altered: its content hashes to {digest}, it records {data['record_sha256']}")
+
+    if not vouched:  # vouched bytes are the gated build's, whose record_sha256 was right
+        self_hash()
     d: dict[str, Any] | None = None
     if vouched:
         try:
@@ -177,6 +183,8 @@ def read_record(
         except (KeyError, TypeError, ValueError, AttributeError):
             d = None  # not what a gated build writes: the full read below says what is wrong
     if d is None:
+        if vouched:
+            self_hash()
         try:
             d = s.Reader(_RECORD, AlteredFileError, hint).read(data, where)
             lock = from_dict(data["lock"], f"{where}: lock copy")
