@@ -1242,8 +1242,16 @@ def _append(rel: str, text: str) -> Callable[[Path], None]:
     return make
 
 
-def _empty_folder(rel: str) -> Callable[[Path], None]:
-    return lambda root: (root / rel).mkdir()
+def _folder_in_place(rel: str, inner: str) -> Callable[[Path], None]:
+    """The tracked file `rel` moved into a folder of its own name (`x.toml/x.toml`)."""
+
+    def make(root: Path) -> None:
+        data = (root / rel).read_bytes()
+        (root / rel).unlink()
+        (root / rel).mkdir()
+        (root / rel / inner).write_bytes(data)
+
+    return make
 
 
 NOT_FILES: dict[str, tuple[Callable[[Path], None], list[str]]] = {
@@ -1259,9 +1267,9 @@ NOT_FILES: dict[str, tuple[Callable[[Path], None], list[str]]] = {
         _folder_for("kernels/gfx950/rmsnorm.s"),
         ["kernels/gfx950/rmsnorm.s", "is a folder, not a regular file"],
     ),
-    "an empty folder among the manifests": (
-        _empty_folder("manifests/models/drafts"),
-        ["manifests/models/drafts", "holds no file"],
+    "a model manifest replaced by a folder of manifests": (
+        _folder_in_place("manifests/models/gemma-2-9b.toml", "gemma.toml"),
+        ["manifests/models/gemma-2-9b.toml", "is a folder, not a regular file"],
     ),
     "a duplicate [[ops]] entry in a model manifest": (
         _append(

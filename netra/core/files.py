@@ -188,8 +188,8 @@ def walk(root: Path, base: str, *, where: str) -> list[str]:
 
     Where tracked files live every file must be trackable, so anything the lock could not record is
     an error naming it: a symlink (to a file or a folder), FIFO, socket or device, a hidden entry
-    (name starting with '.'), a name with a backslash or that is not UTF-8, and a folder where a file
-    belongs (named like a file, or holding no file: skipping it would drop what it replaced).
+    (name starting with '.'), a name with a backslash or that is not UTF-8, and a folder named like a
+    file (`x.toml/`: one put where a file was; skipping it would drop what it replaced).
     `__pycache__` folders are skipped. Nothing is followed: folders are opened with O_NOFOLLOW
     relative to their parent.
     """
@@ -433,18 +433,17 @@ def _scan(dfd: int, prefix: str, base: str, where: str, found: list[str], depth:
             )
         _check_name(entry.name, shown, base, where)
         if is_dir:
-            if "." in entry.name:  # tracked folders have plain names: this one is where a file was
+            # Tracked folders have plain names, and every tracked file a suffix: a folder named like a
+            # file is one put where a file was (an empty one would otherwise be skipped silently).
+            if "." in entry.name:
                 raise PathError(
                     f"{shown} ({where}) is a folder, not a regular file (its name is a file's)", _FOLDER_HINT
                 )
-            before = len(found)
             fd = _open_dir_at(dfd, entry.name, shown, shown, where)
             try:
                 _scan(fd, shown, base, where, found, depth + 1)
             finally:
                 os.close(fd)
-            if len(found) == before:  # nothing the lock could record: never skipped silently
-                raise PathError(f"{shown} ({where}) is a folder that holds no file", _FOLDER_HINT)
         elif entry.is_file(follow_symlinks=False):
             found.append(shown)
         else:
