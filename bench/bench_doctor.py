@@ -1,11 +1,12 @@
 """What `netra doctor` verification costs against `sha256sum` over the same files.
 
-The files are every file the installed lock implies (netra.runtime.layout.members): the lock, build.json,
-tables, manifests and code objects under netra/_data. Side by side, alternately, medians:
+The files are every file doctor reads: what the installed lock implies (netra.runtime.layout.members:
+the lock, build.json, tables, manifests and code objects under netra/_data) and the package files the
+wheel's RECORD lists with a hash (doctor holds them to RECORD). Side by side, alternately, medians:
   - `sha256sum FILES` (one process hashing every file) and `sha256sum -c SUMS` (checking them),
-  - doctor's verification in-process (netra.cli.doctor.verify: read the lock, bind build.json, hash every
-    file, parse each code object's ELF for .text and hash that too), imports already done,
-  - the same with the lock already parsed (hashing and ELF work only),
+  - doctor's verification in-process (netra.cli.doctor.verify: hash every file, bind the lock and
+    build.json by sha256, read the tables through their schema), imports already done,
+  - the data files hashed the way doctor reads them (no link followed, each folder opened once),
   - `netra doctor` end to end as a command (interpreter start, imports, GPU and library probes).
 Run it with the python of an environment where netra is installed (a wheel install):
 
@@ -45,6 +46,8 @@ def main() -> None:
         )
     lk = lock_mod.read(inst.lock_file)
     files = [str(inst.root / m.data_path) for m in layout.members(lk)]
+    package = [str(e.file) for e in doctor.wheel_record(inst) or () if e.sha256 and str(e.file) not in files]
+    files += package  # the same files doctor hashes
     size = sum(Path(f).stat().st_size for f in files)
     with tempfile.NamedTemporaryFile("w", suffix=".sha256", delete=False) as sums:
         for f in files:
@@ -71,8 +74,11 @@ def main() -> None:
     items = doctor._items(inst, lk, read_record())
 
     def hash_only() -> float:
+        from netra.core import files as _files
+
         t0 = time.perf_counter()
-        bad = [doctor._check(it)[1] for it in items]
+        with _files.Below(inst.root, "install") as below:
+            bad = [doctor._check(it, below)[1] for it in items]
         dt = time.perf_counter() - t0
         assert not any(bad)
         return dt
@@ -93,7 +99,7 @@ def main() -> None:
         "doctor.verify (in-process)": verify,
         "  of which: read the lock (build.json copy)": parse_lock,
         "  (not on doctor's path) parse the TOML lock": parse_toml,
-        "  of which: hash + .text (lock parsed)": hash_only,
+        "  of which: hash the data files (lock parsed)": hash_only,
         "python -c pass": lambda: run([sys.executable, "-c", "pass"]),
         "netra doctor (command)": lambda: run([sys.executable, "-m", "netra", "doctor"]),
     }
@@ -104,7 +110,10 @@ def main() -> None:
         for name, f in cases.items():
             times[name].append(f())
     base = median_ms(times["sha256sum FILES"])
-    print(f"{len(files)} files, {size} bytes, under {inst.root}; {n} alternating runs, medians")
+    print(
+        f"{len(files)} files ({len(package)} of them package files RECORD lists), {size} bytes, "
+        f"under {inst.root.parent.parent}; {n} alternating runs, medians"
+    )
     for name, ts in times.items():
         m = median_ms(ts)
         print(f"  {name:40} {m:8.2f} ms  x{m / base:6.2f} of sha256sum FILES")

@@ -30,6 +30,8 @@ _HATCH_OPTIONS = frozenset(
     {"path", "dependencies", "require-runtime-dependencies", "require-runtime-features", "enable-by-default"}
 )
 _OUR_OPTIONS = frozenset({"jobs"})
+# pyproject.toml force-includes this path that never exists: hatchling fails unless this hook removed it.
+_GUARD = "build_backend/the-netra-build-hook-did-not-run"
 _TAG = "py3-none-any"  # code objects are not host code; no CPU binary ships (yet)
 
 
@@ -61,6 +63,8 @@ class NetraGateHook(BuildHookInterface):
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         self._reset()
+        if self.target_name == "wheel":  # the hook runs: hatchling may now build (pyproject.toml says why)
+            self.build_config.force_include.pop(os.path.abspath(os.path.join(self.root, _GUARD)), None)
         jobs = self._validated_config(version)
         _import_netra(self.root)
         if self.target_name == "sdist":

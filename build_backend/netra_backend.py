@@ -14,6 +14,10 @@ Everything is hatchling.build's, except:
 Every frontend goes through this module: pip, `python -m build`, `uv build` and `hatch build` (hatch
 runs [build-system]'s backend in its build environment; pyproject.toml's hatch-build environment puts
 build_backend/ on its path), so each gets the same gate and the same bytes (docs/release.md).
+`python -m hatchling build` calls hatchling directly and bypasses this module; a wheel still needs
+the hook there: pyproject.toml force-includes a path that never exists and only the hook removes the
+entry, so without it hatchling fails and writes nothing. Release with `python -m build` or
+tools/release.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ for _name in ("prepare_metadata_for_build_wheel", "prepare_metadata_for_build_ed
 # bytes of every release artifact, so it is a constant of the project, not of the build machine.
 SOURCE_DATE_EPOCH = "1767225600"
 _SWITCHES = ("HATCH_BUILD_NO_HOOKS",)
+_GUARD = "the-netra-build-hook-did-not-run"  # pyproject.toml [tool.hatch.build.targets.wheel.force-include]
 
 
 def build_wheel(
@@ -235,14 +240,34 @@ def _prepare_environment() -> None:
 
 
 def _build(hook: Any, directory: str, *args: Any) -> str:
-    """Run a hatchling build; if it fails, remove any archive it wrote (new, or replacing an old one)."""
+    """Run a hatchling build; if it fails, remove any archive it wrote (new, or replacing an old one).
+
+    A wheel build whose hook did not run stops inside hatchling at the guard pyproject.toml
+    force-includes (a path that never exists; the hook removes the entry): that is this gate's
+    refusal, said in one line, not hatchling's FileNotFoundError."""
     before = _archives(Path(directory))
     try:
         return hook(directory, *args)
-    except BaseException:
+    except BaseException as e:
         for p, stamp in _archives(Path(directory)).items():
             if before.get(p) != stamp:
                 p.unlink(missing_ok=True)
+        if isinstance(e, FileNotFoundError) and _GUARD in str(e):
+            switched = [f"{v}={os.environ[v]}" for v in _SWITCHES if os.environ.get(v) in ("1", "true")]
+            why = (
+                f"{', '.join(switched)} skipped the build hook"
+                if switched
+                else "the netra build hook did not run"
+            )
+            hint = (
+                f"unset {', '.join(v.split('=')[0] for v in switched)}: the release gate cannot be skipped"
+                if switched
+                else "enable the hook in pyproject.toml [tool.hatch.build.hooks.custom]: it is the release gate"
+            )
+            _refuse(
+                f"wheel refused ({why}): it would carry none of netra/_data/ (netra/_data/manifest.lock, "
+                f"build.json, the tables, every code object); hint: {hint}"
+            )
         raise
 
 

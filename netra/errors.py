@@ -96,6 +96,14 @@ class ContractError(NetraError, ValueError):
     """A malformed request: a contract with the wrong parameters for its op, or an unknown policy."""
 
 
+class ArgumentTypeError(ContractError, TypeError):
+    """An argument of the wrong type at the Python API (open_catalog, select, Contract, netra.torch).
+
+    Also a ContractError, so a caller that catches malformed requests catches it, and a TypeError, as
+    Python's own calls raise for a wrong type. The message names the call and the argument.
+    """
+
+
 class TableError(NetraError):
     """A certified table breaks the table format (docs/tables.md): the release itself is wrong."""
 

@@ -311,3 +311,54 @@ def test_schemas_complete_from_the_registry() -> None:
     assert doctor["properties"]["runtime_libraries"]["required"] == list(targets.loader_names())
     raw = json.loads((schemas.FOLDER / "doctor.schema.json").read_text())
     assert "required" not in raw["properties"]["runtime_libraries"]
+
+
+# -- one decoding policy for every tool's output (issue 14) -----------------------------------------
+
+_SPAWNERS = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput"}
+
+
+def tool_runs_and_decodes(path: Path, base: Path = PACKAGE) -> list[str]:
+    """Every place that starts a process other than netra.core.proc, and every bytes.decode with an
+    error policy other than netra.core.text's: both would read a tool's bytes by another policy."""
+    rel = path.relative_to(base).as_posix()
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        owner = node.func.value.id if isinstance(node.func.value, ast.Name) else ""
+        if owner == "subprocess" and node.func.attr in _SPAWNERS and rel != "core/proc.py":
+            found.append(
+                f"{rel}:{node.lineno}: subprocess.{node.func.attr} (run tools through netra.core.proc)"
+            )
+        if owner == "os" and (node.func.attr in ("popen", "system") or node.func.attr.startswith("spawn")):
+            found.append(f"{rel}:{node.lineno}: os.{node.func.attr} (run tools through netra.core.proc)")
+        if node.func.attr == "decode" and rel != "core/text.py":
+            policy = [k.value for k in node.keywords if k.arg == "errors"] + node.args[1:2]
+            if any(isinstance(p, ast.Constant) and p.value == "replace" for p in policy):
+                found.append(f"{rel}:{node.lineno}: .decode(..., 'replace') (use netra.core.text.decode)")
+    return found
+
+
+def test_every_tool_runs_through_proc_and_its_bytes_are_decoded_by_one_policy() -> None:
+    """A tool printing bytes that are not UTF-8 (an nvcc, an nvidia-smi on a broken host) once ended in a
+    UnicodeDecodeError: subprocess's text mode decodes strictly. proc.run reads bytes, bounded, and
+    decodes them with netra.core.text.decode; nothing else in the package starts a process."""
+    found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in tool_runs_and_decodes(path)]
+    assert not found, "\n".join(found)
+
+
+def test_the_tool_run_check_can_fail(tmp_path: Path) -> None:
+    src = tmp_path / "probe.py"
+    src.write_text(
+        "import os, subprocess\n"
+        "subprocess.run(['x'], text=True)\n"
+        "subprocess.check_output(['x'])\n"
+        "os.system('x')\n"
+        "b''.decode(errors='replace')\n"
+        "b''.decode('utf-8', 'replace')\n"
+        "b''.decode('utf-8')\n"
+    )
+    hits = [h.split(":")[1] for h in tool_runs_and_decodes(src, tmp_path)]
+    assert hits == ["2", "3", "4", "5", "6"], hits

@@ -704,29 +704,35 @@ def test_a_hanging_assembler_is_killed_at_its_time_limit_naming_the_artifact(
     assert empty_eventually(tmpdir) == []
 
 
-CYCLE = r"""
-import sys
-from netra import cli
-from netra.core import proc
-proc.TOOL_MEMORY_BYTES = 1 << 30  # the real limit is 4 GiB; a smaller one reaches it sooner
-sys.exit(cli.main(sys.argv[1:]))
-"""
+CYCLES = {
+    "a file that includes itself": (
+        {"kernels/gfx950/include/netra.inc": '.include "include/netra.inc"\n'},
+        "kernels/gfx950/include/netra.inc -> kernels/gfx950/include/netra.inc",
+    ),
+    "two files that include each other (behind their guards)": (
+        {"kernels/gfx950/include/bf16.inc": '.include "include/wave.inc"\n',
+         "kernels/gfx950/include/wave.inc": '.include "include/bf16.inc"\n'},
+        "include/wave.inc -> kernels/gfx950/include/bf16.inc -> kernels/gfx950/include/wave.inc",
+    ),
+}  # fmt: skip
 
 
-def test_an_include_cycle_is_stopped_by_the_tool_limits(tree: Path, tmp_path: Path) -> None:
-    """llvm-mc follows `.include` without a depth limit: a cycle recurses until memory runs out. The
-    address-space limit stops it (a crash naming the artifact and the tool), never a hang or gigabytes."""
+@pytest.mark.parametrize("case", sorted(CYCLES))
+def test_an_include_cycle_is_recognised_and_named_before_the_assembler_runs(
+    tree: Path, tmp_path: Path, case: str
+) -> None:
+    """llvm-mc follows `.include` without a depth limit: a cycle used to recurse until the address-space
+    limit stopped it (gigabytes, seconds per job). The include graph is now checked first: the cycle is
+    refused naming its files, in one line, and the assembler never sees it."""
+    edits, chain = CYCLES[case]
     root = sources(tree, tmp_path / "tree")
-    inc = root / "kernels/gfx950/include/netra.inc"  # included by every gfx950 template
-    inc.write_text('.include "include/netra.inc"\n' + inc.read_text())
+    for rel, line in edits.items():
+        (root / rel).write_text(line + (root / rel).read_text())
     tmpdir = private(tmp_path)
-    env = clean_env(PYTHONPATH=str(REPO), TMPDIR=str(tmpdir))
-    r = subprocess.run(
-        [sys.executable, "-c", CYCLE, "lock", "--check", "--root", str(root), "-q", "-j", "1"],
-        env=env, capture_output=True, text=True, timeout=170, check=False,
-    )  # fmt: skip
-    line = refused(r, "llvm-mc", "netra_")
-    assert "crashed" in line or "failed" in line or "did not finish" in line, line
+    r = netra("lock", "--check", "--root", str(root), "-q", tmpdir=tmpdir)
+    line = refused(r, "include cycle", chain, "netra_", "acyclic")
+    assert re.search(r"netra_[a-z0-9_]+ \(kernels/gfx950/[a-z0-9_]+\.s\)", line), line
+    assert "crashed" not in r.stderr and "did not finish" not in r.stderr  # no tool ran into its limits
     assert empty_eventually(tmpdir) == []
 
 
@@ -1244,3 +1250,384 @@ def test_an_interrupted_wheel_build_leaves_no_wheel_and_no_temporaries(
     assert not outdir.exists() or not list(outdir.iterdir()), sorted(outdir.iterdir())
     assert empty_eventually(tmpdir) == [], r.stdout  # ours, hatchling's and the frontend's temporaries
     assert (root / LOCK).read_bytes() == before
+
+
+# -- issue 14: tracked inputs that are not regular files, or are duplicated ---------------------------
+
+
+def _folder_for(rel: str) -> Callable[[Path], None]:
+    """The tracked file `rel` replaced by a folder (empty, or holding a file: both were skipped once)."""
+
+    def make(root: Path) -> None:
+        (root / rel).unlink()
+        (root / rel).mkdir()
+        if rel.startswith("kernels/"):
+            (root / rel / "x.toml").write_text("")
+
+    return make
+
+
+def _append(rel: str, text: str) -> Callable[[Path], None]:
+    def make(root: Path) -> None:
+        with (root / rel).open("a") as f:
+            f.write(text)
+
+    return make
+
+
+def _folder_in_place(rel: str, inner: str) -> Callable[[Path], None]:
+    """The tracked file `rel` moved into a folder of its own name (`x.toml/x.toml`)."""
+
+    def make(root: Path) -> None:
+        data = (root / rel).read_bytes()
+        (root / rel).unlink()
+        (root / rel).mkdir()
+        (root / rel / inner).write_bytes(data)
+
+    return make
+
+
+NOT_FILES: dict[str, tuple[Callable[[Path], None], list[str]]] = {
+    "model manifest replaced by an empty folder": (
+        _folder_for("manifests/models/gemma-2-9b.toml"),
+        ["manifests/models/gemma-2-9b.toml", "is a folder, not a regular file"],
+    ),
+    "template manifest replaced by a folder": (
+        _folder_for("kernels/sm_90/rmsnorm.toml"),
+        ["kernels/sm_90/rmsnorm.toml", "is a folder, not a regular file"],
+    ),
+    "template source replaced by a folder": (
+        _folder_for("kernels/gfx950/rmsnorm.s"),
+        ["kernels/gfx950/rmsnorm.s", "is a folder, not a regular file"],
+    ),
+    "a model manifest replaced by a folder of manifests": (
+        _folder_in_place("manifests/models/gemma-2-9b.toml", "gemma.toml"),
+        ["manifests/models/gemma-2-9b.toml", "is a folder, not a regular file"],
+    ),
+    "a duplicate [[ops]] entry in a model manifest": (
+        _append(
+            "manifests/models/gemma-2-9b.toml",
+            '\n[[ops]]\nop = "rmsnorm"\nhidden = 3584\nweight_offset = 1\n',
+        ),
+        ["manifests/models/gemma-2-9b.toml", "duplicate of entry 0", "rmsnorm(hidden=3584,weight_offset=1)"],
+    ),
+    "a duplicate [[ops]] entry that differs only in its note": (
+        _append(
+            "manifests/models/gemma-2-9b.toml",
+            '\n[[ops]]\nop = "rmsnorm"\nuse = "again"\nweight_offset = 1\nhidden = 3584\n',
+        ),
+        ["manifests/models/gemma-2-9b.toml", "duplicate of entry 0"],
+    ),
+    "a duplicate [[fallbacks]] entry in a model manifest": (
+        _append(
+            "manifests/models/gemma-2-9b.toml",
+            '\n[[fallbacks]]\nop = "softcap"\nreason = "a"\n[[fallbacks]]\nop = "softcap"\nreason = "b"\n',
+        ),
+        ["manifests/models/gemma-2-9b.toml", "fallbacks", "duplicate of entry"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOT_FILES))
+def test_a_tracked_input_that_is_not_a_regular_file_or_is_duplicated_is_refused_naming_itself(
+    tmp_path: Path, case: str
+) -> None:
+    """Never skipped: a folder where a manifest or source was once made `netra lock` write a lock with
+    one model's contracts silently gone, and a repeated [[ops]] entry was accepted."""
+    make, fragments = NOT_FILES[case]
+    root = sources(REPO, tmp_path / "tree")
+    make(root)
+    with pytest.raises(NetraError) as e:
+        manifests.load(root)
+    msg = str(e.value)
+    assert "\n" not in msg
+    for f in fragments:
+        assert f in msg, f"{f!r} not in {msg!r}"
+
+
+def test_netra_lock_refuses_a_manifest_replaced_by_a_folder_and_leaves_the_lock(tmp_path: Path) -> None:
+    root = sources(REPO, tmp_path / "tree")
+    before = _release(root)
+    _folder_for("manifests/models/qwen3-30b-a3b.toml")(root)
+    tmpdir = private(tmp_path)
+    r = netra("lock", "--root", str(root), "-q", tmpdir=tmpdir)
+    refused(r, "manifests/models/qwen3-30b-a3b.toml", "is a folder, not a regular file", "git checkout")
+    assert "[1/" not in r.stderr  # refused before anything was compiled
+    assert _release(root) == before
+    assert empty_eventually(tmpdir) == []
+
+
+# -- issue 14: tool output and host files decoded by one policy; detection never crashes or hangs -----
+
+
+def _version_shim(folder: Path, real: str, name: str, garbage: bytes, *, keep_version: bool) -> Path:
+    """`name` that runs the real tool, except `--version`: the real version's text with bytes that are not
+    UTF-8 around it (keep_version), or only those bytes."""
+    folder.mkdir(exist_ok=True)
+    (folder / "garbage").write_bytes(garbage)
+    version = f"{real} --version; " if keep_version else ""
+    shim = folder / name
+    shim.write_text(
+        f'#!/bin/sh\ncase " $* " in *" --version "*) cat "{folder}/garbage"; {version}'
+        f'cat "{folder}/garbage"; exit 0;; esac\nexec {real} "$@"\n'
+    )
+    shim.chmod(0o755)
+    return shim
+
+
+NOT_UTF8 = b"\xff\xfe\xc3(\xa0\xa1 \xe2\x28\xa1\r\n\x00\x80\n"
+
+
+@pytest.mark.parametrize("tool", ["nvcc", "llvm-mc"])
+@pytest.mark.parametrize("keep_version", [True, False], ids=["with-version", "garbage-only"])
+def test_a_tool_printing_bytes_that_are_not_utf8_is_read_by_the_one_decoding_policy(
+    tmp_path: Path, tool: str, keep_version: bool
+) -> None:
+    """nvcc whose `--version` printed non-UTF-8 bytes ended in a UnicodeDecodeError traceback. Now its
+    version is read through the bytes (the toolchain proves itself), or the candidate is refused in one
+    line naming the variable that chose it."""
+    from netra.errors import ToolchainError
+    from netra.targets.gfx950 import toolchain as gfx_tc
+    from netra.targets.sm_90 import toolchain as sm_tc
+
+    bindir = tmp_path / "bin"
+    if tool == "nvcc":
+        shim = _version_shim(bindir, NVCC, "nvcc", NOT_UTF8, keep_version=keep_version)
+        env, discover, var = {**os.environ, "NETRA_NVCC": str(shim)}, sm_tc.discover, "NETRA_NVCC"
+    else:
+        _version_shim(bindir, str(LLVM_BIN / "llvm-mc"), "llvm-mc", NOT_UTF8, keep_version=keep_version)
+        for t in ("ld.lld", "llvm-objdump"):
+            (bindir / t).symlink_to(LLVM_BIN / t)
+        env, discover, var = (
+            {**os.environ, "NETRA_LLVM_BINDIR": str(bindir)},
+            gfx_tc.discover,
+            "NETRA_LLVM_BINDIR",
+        )
+    if keep_version:
+        tools = discover(env)
+        assert tools.identity.version[:2].isdigit(), tools.identity
+    else:
+        with pytest.raises(ToolchainError) as e:
+            discover(env)
+        assert f"{var}={bindir if tool != 'nvcc' else shim}" in str(e.value) and "\n" not in str(e.value)
+
+
+def _kfd(root: Path) -> Path:
+    """A KFD topology as a broken host shows it: one good gfx950 node (whose name and properties carry
+    bytes that are not UTF-8), a node whose properties are a FIFO, one whose properties are a folder,
+    and an entry whose name is not UTF-8."""
+    nodes = root / "nodes"
+    for nid in range(4):
+        (nodes / str(nid)).mkdir(parents=True)
+    (nodes / "0" / "properties").write_bytes(b"simd_count 0\ngfx_target_version 0\n")
+    (nodes / "1" / "properties").write_bytes(
+        b"simd_count 256\nmarketing \xff\xfe\x80\ngfx_target_version 90500\nvendor_id 4098\n"
+    )
+    (nodes / "1" / "name").write_bytes(b"MI355\xffX\n")
+    os.mkfifo(nodes / "2" / "properties")
+    (nodes / "3" / "properties").mkdir()
+    os.mkdir(os.fsencode(nodes) + b"/4\xff")
+    return nodes
+
+
+def test_gpu_detection_on_a_broken_sysfs_reports_each_source_and_never_hangs(tmp_path: Path) -> None:
+    from netra.runtime import gpus
+
+    nodes = _kfd(tmp_path)
+    found = gpus.detect(nodes, tools=False)  # a hang fails the suite's timeout; it used to, on the FIFO
+    amd = [g for g in found.gpus if g.source == "kfd-sysfs"]
+    assert [(g.gpu_class, g.index, g.name) for g in amd] == [("gfx950", 1, "MI355\ufffdX")], found
+    note = next(n for n in found.notes if n.startswith("kfd sysfs"))
+    assert "node 2: unreadable" in note and "FIFO" in note, note
+    assert "node 3: unreadable" in note and "directory" in note, note
+    assert "not a node: 4\\xff" in note, note
+    note.encode("utf-8")  # printable: nothing of the host's bytes leaks into it undecoded
+
+
+GARBAGE_SMI = {
+    "not UTF-8": "printf '\\377\\376 garbage, 9.0\\n0, H\\377200, 9.0\\n'",
+    "crashes": "kill -SEGV $$",
+    "fails": "echo 'NVIDIA-SMI has failed' >&2; exit 9",
+    "prints random lines": "printf 'a,b\\n,,,\\n9999999999, x, 9.0\\n\\n¹, x, 9.0\\n0, x, 9.0.1\\n'",
+}
+
+
+@pytest.mark.parametrize("case", sorted(GARBAGE_SMI))
+def test_doctor_with_a_garbage_nvidia_smi_and_a_broken_sysfs_reports_them_and_still_counts_the_rest(
+    tmp_path: Path, case: str
+) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nvidia-smi").write_text(f"#!/bin/sh\n{GARBAGE_SMI[case]}\n")
+    (bindir / "nvidia-smi").chmod(0o755)
+    nodes = _kfd(tmp_path)
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}"}
+    r = netra("doctor", "--json", "--sysfs-nodes", str(nodes), env=env, timeout=120)
+    assert "Traceback" not in r.stderr, log(r)
+    report = json.loads(r.stdout)
+    seen = {(g["vendor"], g["class"], g["source"]) for g in report["gpus"]}
+    assert ("amd", "gfx950", "kfd-sysfs") in seen, report["gpus"]  # the sysfs node still counts
+    smi = next(n for n in report["gpu_detection"] if n.startswith("nvidia-smi"))
+    if case == "not UTF-8":
+        assert ("nvidia", "sm_90", "nvidia-smi") in seen and "1 line(s) of its output not understood" in smi
+        assert any(g["name"] == "H\ufffd200" for g in report["gpus"])
+    elif case == "prints random lines":
+        assert smi == "nvidia-smi: 0 GPU(s) (5 line(s) of its output not understood)", smi
+    else:
+        assert smi.startswith("nvidia-smi: failed") and ("SIGSEGV" in smi or "exit status 9" in smi), smi
+    # nvidia-smi showed nothing it could read: the driver API was asked too, and says so
+    if case != "not UTF-8":
+        assert any(n.startswith("CUDA driver") for n in report["gpu_detection"]), report["gpu_detection"]
+
+
+# -- issue 14: the Python API given wrong types -------------------------------------------------------
+
+API_MISUSE: dict[str, tuple[str, type, list[str]]] = {
+    "open_catalog with a list": ("open_catalog(['sm_90'])", TypeError, ["open_catalog", "gpu_class", "list"]),
+    "select with an unhashable policy": (
+        "open_catalog('sm_90').select('rmsnorm(hidden=4096,weight_offset=0)', ['accepted'])",
+        TypeError,
+        ["select", "policy", "list"],
+    ),
+    "select with an unhashable tactic": (
+        "open_catalog('sm_90').select('rmsnorm(hidden=4096,weight_offset=0)', tactic={'b': 1})",
+        TypeError,
+        ["select", "tactic", "dict"],
+    ),
+    "select with rows as a string": (
+        "open_catalog('sm_90').select('rmsnorm(hidden=4096,weight_offset=0)', tactic='w8', rows='8')",
+        TypeError,
+        ["select", "rows", "str"],
+    ),
+    "select with an unknown policy": (
+        "open_catalog('sm_90').select('rmsnorm(hidden=4096,weight_offset=0)', 'gold')",
+        ValueError,
+        ["select", "policy", "'gold'"],
+    ),
+    "a Contract with a string parameter": (
+        "Contract('rmsnorm', {'hidden': '4096', 'weight_offset': 0})",
+        TypeError,
+        ["Contract", "parameter hidden", "str '4096'"],
+    ),
+    "Contract.of with a float": (
+        "Contract.of('rmsnorm', hidden=4096.0, weight_offset=0)",
+        TypeError,
+        ["hidden"],
+    ),
+    "a contract that is an int": (
+        "open_catalog('sm_90').select(4096)",
+        TypeError,
+        ["select", "contract", "int"],
+    ),
+    "kernel with something that is no candidate": (
+        "open_catalog('sm_90').kernel('netra_x')",
+        TypeError,
+        ["Catalog.kernel", "Candidate"],
+    ),
+    "kernel_for on a torch without CUDA": (
+        "__import__('netra.torch').torch.kernel_for('rmsnorm(hidden=4096,weight_offset=0)')",
+        NetraError,
+        ["kernel_for", "no usable CUDA device"],
+    ),
+    "kernel_for with rows as a string": (
+        "__import__('netra.torch').torch.kernel_for('rmsnorm(hidden=4096,weight_offset=0)', '1')",
+        TypeError,
+        ["kernel_for", "rows", "str"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(API_MISUSE))
+def test_the_python_api_given_wrong_types_raises_the_projects_error_naming_the_argument(case: str) -> None:
+    """Each once escaped as a bare TypeError from a dict lookup, torch's AssertionError, or was accepted."""
+    expr, kind, fragments = API_MISUSE[case]
+    if "torch" in expr:
+        torch = pytest.importorskip("torch")
+        if torch.cuda.is_available() and "without CUDA" in case:
+            pytest.skip("this torch has CUDA")
+    from netra.runtime import Contract, open_catalog
+
+    with pytest.raises(NetraError) as e:
+        eval(expr, {"open_catalog": open_catalog, "Contract": Contract})
+    assert isinstance(e.value, kind), type(e.value).__mro__
+    msg = str(e.value)
+    assert "\n" not in msg
+    for f in fragments:
+        assert f in msg, f"{f!r} not in {msg!r}"
+
+
+# -- issue 14: where `netra build` writes: '' paths, full and read-only filesystems, --reference ------
+
+
+@pytest.fixture
+def mount(tmp_path: Path) -> Any:
+    """mount(name, options): a real tmpfs of its own (a small one fills up for real; `ro` is read-only
+    even for root), unmounted afterwards. Skipped where this process may not mount."""
+    mounted: list[Path] = []
+
+    def make(name: str, options: str) -> Path:
+        point = tmp_path / name
+        point.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)],
+                           capture_output=True, text=True, check=False)  # fmt: skip
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+        mounted.append(point)
+        return point
+
+    yield make
+    for point in reversed(mounted):
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+def test_netra_build_refuses_an_empty_output_path_and_writes_nothing_in_the_cwd(
+    tree: Path, tmp_path: Path
+) -> None:
+    here = private(tmp_path, "cwd")
+    for args in (["build", ""], ["build", str(tmp_path / "out"), "--keep", ""], ["build", "x", "--root", ""]):
+        r = subprocess.run(
+            [sys.executable, "-m", "netra", *args, *(["--root", str(tree)] if "--root" not in args else []), "-q"],
+            env=clean_env(PYTHONPATH=str(REPO)), cwd=here, capture_output=True, text=True, timeout=TIMEOUT,
+            check=False,
+        )  # fmt: skip
+        refused(r, "'' is not a path")
+        assert "[1/" not in r.stderr and list(here.iterdir()) == [] and not (tmp_path / "out").exists()
+
+
+def test_netra_build_refuses_a_reference_that_does_not_exist_before_any_work(
+    tree: Path, tmp_path: Path
+) -> None:
+    r = netra("build", str(tmp_path / "out"), "--root", str(tree), "--reference", str(tmp_path / "nope"))
+    refused(r, f"--reference {tmp_path / 'nope'}: does not exist")
+    assert "[1/" not in r.stderr and not (tmp_path / "out").exists()
+
+
+def test_netra_build_into_a_full_filesystem_leaves_no_partial_output_and_names_it(
+    tree: Path, tmp_path: Path, mount: Callable[[str, str], Path]
+) -> None:
+    """The code objects take more than 100 KiB: the disk fills up half way through publishing."""
+    disk = mount("small", "size=100k")
+    r = netra("build", str(disk / "out"), "--root", str(tree), "-q")
+    refused(r, f"{disk / 'out'}/", "No space left on device")
+    assert list(disk.iterdir()) == [], sorted(disk.rglob("*"))  # nothing published, no temporaries
+
+
+def test_netra_build_with_tmpdir_on_a_full_filesystem_names_tmpdir(
+    tree: Path, tmp_path: Path, mount: Callable[[str, str], Path]
+) -> None:
+    """It used to say no nvcc was found (the probe could not write its kernel)."""
+    disk = mount("tmp", "size=64k")
+    r = netra("build", str(tmp_path / "out"), "--root", str(tree), "-q", tmpdir=disk)
+    refused(r, f"{disk} (TMPDIR", "filesystem is full", "point TMPDIR")
+    assert not (tmp_path / "out").exists()
+    assert empty_eventually(disk) == []
+
+
+def test_netra_build_with_a_read_only_keep_folder_is_one_line_and_publishes_nothing(
+    tree: Path, tmp_path: Path, mount: Callable[[str, str], Path]
+) -> None:
+    disk = mount("ro", "ro")
+    for keep in (disk, disk / "keep"):
+        r = netra("build", str(tmp_path / "out"), "--root", str(tree), "--keep", str(keep), "-q")
+        refused(r, f"--keep {keep}: cannot be written", "Read-only file system")
+        assert not (tmp_path / "out").exists()

@@ -467,8 +467,25 @@ def test_build_record_structure_mutations_resealed(inputs: Inputs) -> None:
         parses_or_refuses(
             lambda: layout.read_record(raw, inputs.lock_bytes, "build.json", "manifest.lock", "")
         )
+        # As the runtime and doctor read it when RECORD vouches for the bytes (a resealed wheel): the
+        # schemas are skipped, and whatever a gated build does not write still ends as a NetraError.
+        parses_or_refuses(
+            lambda: layout.read_record(
+                raw, inputs.lock_bytes, "build.json", "manifest.lock", "", vouched=True
+            )
+        )
 
     check()
+
+
+def test_a_vouched_build_record_reads_as_the_schema_reads_it(inputs: Inputs) -> None:
+    """The fast path (bytes vouched for by RECORD: no schema) gives exactly what the strict read gives."""
+    strict = layout.read_record(inputs.record, inputs.lock_bytes, "build.json", "manifest.lock", "")
+    fast = layout.read_record(
+        inputs.record, inputs.lock_bytes, "build.json", "manifest.lock", "", vouched=True
+    )
+    assert fast == strict
+    assert lock_mod.to_dict(fast.lock) == lock_mod.to_dict(strict.lock) == json.loads(inputs.record)["lock"]
 
 
 # -- code objects -----------------------------------------------------------------------------------
@@ -531,3 +548,102 @@ def test_truncated_code_objects_at_every_length_are_refused(inputs: Inputs) -> N
             part = blob[:n]
             parses_or_refuses(lambda: tgt.text_sha256(part, sym, "x"))  # noqa: B023 - called at once
             parses_or_refuses(lambda: tgt.launch_digest(part, sym, "x"))  # noqa: B023
+
+
+# -- the Python API: any argument works or raises the project's error (issue 14) ---------------------
+
+
+class _BadRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("a __repr__ that fails")
+
+
+_LEAVES = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=40)
+    | st.binary(max_size=20) | st.builds(_BadRepr) | st.builds(Path, st.text(max_size=20))
+    | st.sampled_from(["sm_90", "gfx950", "accepted", "verified", "experiment", "rejected", "b256", "cuda:0",
+                       "cpu", "rmsnorm(hidden=4096,weight_offset=0)", "rmsnorm(hidden=x)", "", "\x00"])
+)  # fmt: skip
+VALUES = st.recursive(
+    _LEAVES,
+    lambda inner: st.lists(inner, max_size=4) | st.sets(st.integers(), max_size=3)
+    | st.dictionaries(st.text(max_size=8) | st.integers(), inner, max_size=4) | st.tuples(inner, inner),
+    max_leaves=8,
+)  # fmt: skip
+CONTRACTS = VALUES | st.sampled_from(["rmsnorm(hidden=4096,weight_offset=0)", "fp8_group_quant(hidden=4096,group=128)"]) | st.builds(
+    lambda p: {"op": "rmsnorm", **p}, st.dictionaries(st.sampled_from(["hidden", "weight_offset", "x"]), VALUES, max_size=3)
+)  # fmt: skip
+
+
+def api_call(call: Callable[[], Any]) -> None:
+    """The property: the call returns, or raises NetraError in one line; a wrong type is also a
+    TypeError, a wrong value also a ValueError (an ArgumentTypeError is both: it is a ContractError)."""
+    from netra.errors import ArgumentTypeError, ContractError
+
+    try:
+        with guard():
+            call()
+    except NetraError as e:
+        assert "\n" not in str(e), str(e)
+        if isinstance(e, ArgumentTypeError):
+            assert isinstance(e, TypeError) and isinstance(e, ContractError), type(e).__mro__
+        if isinstance(e, ContractError):
+            assert isinstance(e, ValueError), type(e).__mro__
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Any:
+    from netra.runtime import open_catalog
+
+    return open_catalog(targets.names()[0])
+
+
+@FUZZ
+@given(gpu_class=VALUES, sysfs=VALUES)
+def test_open_catalog_with_any_argument(gpu_class: Any, sysfs: Any) -> None:
+    from netra.runtime import open_catalog
+
+    api_call(lambda: open_catalog(gpu_class))
+    api_call(lambda: open_catalog("gfx950", sysfs_nodes=sysfs))
+    api_call(lambda: open_catalog("gfx950", install=gpu_class))
+
+
+@FUZZ
+@given(contract=CONTRACTS, policy=VALUES, tactic=VALUES, rows=VALUES)
+def test_select_with_any_argument(catalog: Any, contract: Any, policy: Any, tactic: Any, rows: Any) -> None:
+    api_call(lambda: catalog.select(contract))
+    api_call(lambda: catalog.select(contract, policy))
+    api_call(lambda: catalog.select("rmsnorm(hidden=4096,weight_offset=0)", "experiment", tactic=tactic))
+    api_call(lambda: catalog.select(contract, "accepted", tactic=tactic, rows=rows))
+    api_call(lambda: catalog.served(contract, policy))
+    api_call(lambda: catalog.kernel(policy))
+
+
+@FUZZ
+@given(op=VALUES, params=VALUES, text=VALUES)
+def test_contract_with_any_argument(op: Any, params: Any, text: Any) -> None:
+    from netra.runtime import Contract, as_contract
+
+    api_call(lambda: Contract(op, params))
+    api_call(lambda: Contract.of("rmsnorm", hidden=params, weight_offset=0))
+    api_call(lambda: Contract.parse(text))
+    api_call(lambda: as_contract(text))
+    api_call(lambda: as_contract({"op": op, "hidden": params}))
+
+
+@FUZZ
+@given(contract=CONTRACTS, rows=VALUES, device=VALUES)
+def test_netra_torch_kernel_for_with_any_argument(contract: Any, rows: Any, device: Any) -> None:
+    pytest.importorskip("torch")
+    import netra.torch as nt
+
+    api_call(lambda: nt.kernel_for(contract, rows, device))
+    api_call(lambda: nt.kernel_for("rmsnorm(hidden=4096,weight_offset=0)", 1, device))
+    api_call(lambda: nt.prepare(device, rows))
+
+
+def test_the_api_property_can_fail() -> None:
+    """A bare TypeError (what a dict lookup with an unhashable policy raised) fails the property."""
+    with pytest.raises(TypeError):
+        api_call(lambda: {}.get([]))  # type: ignore[arg-type]
+    api_call(lambda: None)

@@ -762,6 +762,7 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch, as_cuda: Any) -> FakeCuda:
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # kernel_for asks before anything else
     return cu
 
 

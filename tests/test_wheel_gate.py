@@ -193,7 +193,10 @@ def test_stale_member_forced_into_the_data_folder_is_refused(
     with zipfile.ZipFile(built_wheel) as z:
         (root / "stale.hsaco").write_bytes(z.read(DATA + a.file))
     stale = f"{DATA}{a.target}/netra_stale_artifact.hsaco"
-    append_to_pyproject(root, f'[tool.hatch.build.targets.wheel.force-include]\n"stale.hsaco" = "{stale}"')
+    text = (root / "pyproject.toml").read_text()
+    table = "[tool.hatch.build.targets.wheel.force-include]\n"
+    assert table in text
+    (root / "pyproject.toml").write_text(text.replace(table, f'{table}"stale.hsaco" = "{stale}"\n', 1))
     r = run_build(root, root / "dist", "--wheel", env=clean_env(TMPDIR=str(private_tmpdir)))
     line = assert_refused(r, root / "dist", [stale], private_tmpdir)
     assert "unexpected" in line and "code objects built and gated" in output(r), "refused after the build"
@@ -203,12 +206,29 @@ def test_stale_member_forced_into_the_data_folder_is_refused(
 def test_hatch_build_no_hooks_yields_no_kernel_less_wheel(
     repo_copy: Path, tmp_path: Path, private_tmpdir: Path, target: tuple[str, ...]
 ) -> None:
-    _, lock = lock_of(repo_copy)
     out = tmp_path / "dist"
     env = clean_env(HATCH_BUILD_NO_HOOKS="true", TMPDIR=str(private_tmpdir))
     r = run_build(repo_copy, out, *target, env=env)
-    line = assert_refused(r, out, ["HATCH_BUILD_NO_HOOKS", DATA + lock.artifacts[0].file], private_tmpdir)
-    assert "missing" in line and "code objects assembled" not in output(r)
+    assert_refused(
+        r, out, ["HATCH_BUILD_NO_HOOKS", DATA + "manifest.lock", "cannot be skipped"], private_tmpdir
+    )
+    assert "code objects assembled" not in output(r) and "Traceback" not in output(r)
+
+
+@pytest.mark.parametrize("how", ["--no-hooks", "HATCH_BUILD_NO_HOOKS"])
+def test_hatchling_itself_builds_no_wheel_without_the_hook(repo_copy: Path, tmp_path: Path, how: str) -> None:
+    """`python -m hatchling build` run on the tree bypasses netra_backend: the gate must not depend on the
+    frontend. pyproject.toml force-includes a path only the hook removes, so hatchling fails by itself."""
+    out = tmp_path / "dist"
+    env = clean_env(HATCH_BUILD_NO_HOOKS="true") if how != "--no-hooks" else clean_env()
+    flags = ["--no-hooks"] if how == "--no-hooks" else []
+    r = subprocess.run(
+        [sys.executable, "-m", "hatchling", "build", "-t", "wheel", *flags, "-d", str(out)],
+        cwd=repo_copy, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert r.returncode != 0, log(r)
+    assert "Forced include not found" in output(r) and "the-netra-build-hook-did-not-run" in output(r), log(r)
+    assert not out.exists() or not list(out.iterdir()), sorted(out.iterdir())
 
 
 def test_hook_disabled_in_pyproject_yields_no_wheel(

@@ -37,10 +37,20 @@ _DIR = {"bash": "_shtab_compgen_dirs", "zsh": "_files -/", "tcsh": "d"}
 _WHEEL = {"bash": "_shtab_compgen_files", "zsh": "_files -g '*.whl'", "tcsh": "f:*.whl"}
 
 
+def _path(arg: str, option: str) -> Path:
+    """A path the user passed: '' would mean the current folder to Path(), and a NUL no path at all."""
+    if arg == "" or "\0" in arg:
+        raise NetraError(
+            f"{option} {arg!r} is not a path",
+            f"pass a real path as {option}, e.g. build/kernels",
+        )
+    return Path(arg)
+
+
 def _root(arg: str | None) -> Path:
     """The source tree: --root, else the nearest parent of the cwd holding kernels/ and manifests/."""
-    if arg:
-        return Path(arg).resolve()
+    if arg is not None:
+        return _path(arg, "--root").resolve()
     here = Path.cwd().resolve()
     for d in (here, *here.parents):
         if (d / "kernels").is_dir() and (d / "manifests").is_dir():
@@ -183,10 +193,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     root = _root(args.root)
     report = build.build(
         root,
-        Path(args.out),
+        _path(args.out, "the output folder"),
         jobs=args.jobs,
-        reference=Path(args.reference) if args.reference else None,
-        keep=Path(args.keep) if args.keep else None,
+        reference=_path(args.reference, "--reference") if args.reference is not None else None,
+        keep=_path(args.keep, "--keep") if args.keep is not None else None,
         progress=_progress(args),
     )
     _PROGRESS.end()

@@ -47,14 +47,14 @@ class Item:
         return self.path.parents[len(Path(self.name).parts) - 1]
 
 
-def _check(item: Item) -> tuple[int, dict[str, Any] | None]:
+def _check(item: Item, below: Any) -> tuple[int, dict[str, Any] | None]:
     """(bytes read, None when intact or the problem as report data). Reads the file once, following
-    no link below the install's root (files.read_below)."""
+    no link below the install's root (files.Below: files.read_below, each folder opened once)."""
     from netra.core import files
     from netra.errors import MissingFileError
 
     try:
-        data = files.read_below(item.root, item.path, limit=files.CODE_OBJECT_LIMIT, what=item.name)
+        data = below.read(item.path, limit=files.CODE_OBJECT_LIMIT, what=item.name)
     except MissingFileError:
         return 0, {"path": item.name, "kind": item.kind, "problem": "missing", "expected": _expected(item)}
     except NetraError as e:
@@ -101,7 +101,7 @@ def _expected(item: Item) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class RecordEntry:
-    """One RECORD line of the installed wheel, read through importlib.metadata."""
+    """One RECORD line of the installed wheel."""
 
     path: str  # as RECORD names it, relative to site-packages
     sha256: str | None  # hex; None when RECORD carries no hash (bytecode, INSTALLER, ...)
@@ -110,22 +110,22 @@ class RecordEntry:
 
 
 def wheel_record(inst: Install) -> list[RecordEntry] | None:
-    """The installed distribution's RECORD (importlib.metadata), None when this is not a recorded wheel
-    install; [] when the dist-info has no RECORD."""
+    """The installed distribution's RECORD, None when this is not a recorded wheel install; [] when the
+    dist-info has no RECORD. Read directly (installed.DistInfo), as importlib.metadata would."""
     import base64
-    from importlib import metadata
 
     if inst.kind != "wheel" or inst.distribution is None:
         return None
-    dist = metadata.Distribution.at(inst.distribution.dist_info)
+    info = installed.DistInfo(Path(inst.distribution.dist_info))
+    site = info.folder.parent
     out = []
-    for f in dist.files or ():
-        h = f.hash
+    for path, h, size in info.record():
+        mode, _, value = h.partition("=")
         digest = None
-        if h is not None and h.mode == "sha256":
+        if mode == "sha256" and value:
             with contextlib.suppress(ValueError):
-                digest = base64.urlsafe_b64decode(h.value + "=" * (-len(h.value) % 4)).hex()
-        out.append(RecordEntry(f.as_posix(), digest, f.size, Path(str(dist.locate_file(f)))))
+                digest = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
+        out.append(RecordEntry(path, digest, int(size) if size.isdigit() else None, site / path))
     return out
 
 
@@ -146,23 +146,29 @@ def _package_files(record: list[RecordEntry] | None) -> dict[str, Any]:
     from netra.core import files
 
     out: dict[str, Any] = {"checked": 0, "bytes": 0, "missing": [], "altered": []}
-    for e in record or ():
-        if e.sha256 is None or e.path.startswith(layout.PACKAGE_DATA + "/"):
-            continue
-        out["checked"] += 1
-        parts = Path(e.path).parts
-        try:
-            if len(parts) > 1 and parts[0] == _PACKAGE and ".." not in parts:  # no link below netra/
-                package = e.file.parents[len(parts) - 2]
-                data = files.read_below(package, e.file, limit=files.CODE_OBJECT_LIMIT, what=e.path)
-            else:  # the metadata and the console script, as they lie
-                data = files.read_path(e.file, limit=files.CODE_OBJECT_LIMIT, what=e.path)
-        except NetraError:
-            out["missing" if not os.path.lexists(e.file) else "altered"].append(e.path)
-            continue
-        out["bytes"] += len(data)
-        if hashlib.sha256(data).hexdigest() != e.sha256:
-            out["altered"].append(e.path)
+    belows: dict[Path, files.Below] = {}
+    try:
+        for e in record or ():
+            if e.sha256 is None or e.path.startswith(layout.PACKAGE_DATA + "/"):
+                continue
+            out["checked"] += 1
+            parts = Path(e.path).parts
+            try:
+                if len(parts) > 1 and parts[0] == _PACKAGE and ".." not in parts:  # no link below netra/
+                    package = e.file.parents[len(parts) - 2]
+                    below = belows.get(package) or belows.setdefault(package, files.Below(package, "package"))
+                    data = below.read(e.file, limit=files.CODE_OBJECT_LIMIT, what=e.path)
+                else:  # the metadata and the console script, as they lie
+                    data = files.read_path(e.file, limit=files.CODE_OBJECT_LIMIT, what=e.path)
+            except NetraError:
+                out["missing" if not os.path.lexists(e.file) else "altered"].append(e.path)
+                continue
+            out["bytes"] += len(data)
+            if hashlib.sha256(data).hexdigest() != e.sha256:
+                out["altered"].append(e.path)
+    finally:
+        for b in belows.values():
+            b.__exit__()
     return out
 
 
@@ -299,15 +305,21 @@ def verify(inst: Install) -> dict[str, Any]:
     rep.files["checked"] += 1
     rep.files["bytes"] += len(lock_raw)
     lock: Lock | None = None
-    try:  # the TOML itself, always: doctor holds build.json's copy to it
-        lock = lock_mod.loads(lock_raw, lock_name)
-    except NetraError as e:
-        rep.fail({"path": lock_name, "kind": "lock", "problem": "altered", "checks": {"parse": e.message}})
     record = None
     if inst.build_record is not None:
-        record = _check_build_record(inst, lock, lock_raw, rep, lock_info)
-        if lock is None and record is not None:
-            lock = record.lock  # the TOML is damaged: check the rest against build.json's copy
+        # Hash first: build.json binds the lock's sha256 and carries its content, read through the
+        # lock's schema. Lock bytes that hash to what the gated build recorded are those bytes: the
+        # TOML need not be parsed again to be trusted (tomllib is pure Python, the slowest step here).
+        record = _check_build_record(inst, lock_raw, rep, lock_info)
+        if record is not None:
+            lock = record.lock
+    if lock is None:  # no build record (a checkout), or one that does not bind these bytes: parse them
+        try:
+            lock = lock_mod.loads(lock_raw, lock_name)
+        except NetraError as e:
+            rep.fail(
+                {"path": lock_name, "kind": "lock", "problem": "altered", "checks": {"parse": e.message}}
+            )
     if lock is None:
         _problems(inst, rep)
         return _verified(rep, lock_info, None)
@@ -315,14 +327,15 @@ def verify(inst: Install) -> dict[str, Any]:
         toolchain=lock.describe_toolchains(), artifacts=len(lock.artifacts), tracked_files=len(lock.files)
     )
     items = _items(inst, lock, record)
-    if len(items) >= _PARALLEL_FILES and _total_size(items) >= _PARALLEL_BYTES:
-        # hashlib releases the GIL on large buffers: a big install hashes on every core.
-        from concurrent.futures import ThreadPoolExecutor  # imports logging: only when worth it
+    with files.Below(inst.root, "install") as below:
+        if len(items) >= _PARALLEL_FILES and _total_size(items) >= _PARALLEL_BYTES:
+            # hashlib releases the GIL on large buffers: a big install hashes on every core.
+            from concurrent.futures import ThreadPoolExecutor  # imports logging: only when worth it
 
-        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-            results = list(pool.map(_check, items))
-    else:
-        results = [_check(it) for it in items]
+            with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+                results = list(pool.map(lambda it: _check(it, below), items))
+        else:
+            results = [_check(it, below) for it in items]
     for size, problem in results:
         rep.files["checked"] += 1
         rep.files["bytes"] += size
@@ -420,12 +433,10 @@ def _name(inst: Install, p: Path) -> str:
         return str(p)
 
 
-def _check_build_record(
-    inst: Install, lock: Lock | None, lock_raw: bytes, rep: _Report, lock_info: dict[str, Any]
-) -> Any:
-    """build.json read whole (layout.read_record), held to the TOML lock and to the wheel's RECORD."""
+def _check_build_record(inst: Install, lock_raw: bytes, rep: _Report, lock_info: dict[str, Any]) -> Any:
+    """build.json read whole (layout.read_record: its own hash, its schema, its lock copy, its binding to
+    these lock bytes by sha256) and held to the wheel's RECORD. None when it cannot be trusted."""
     from netra.core import files
-    from netra.runtime import lockfile as lock_mod
 
     path = inst.build_record
     assert path is not None
@@ -447,7 +458,13 @@ def _check_build_record(
     record = None
     lock_sha = hashlib.sha256(lock_raw).hexdigest()
     try:
-        record = layout.read_record(raw, lock_raw, layout.BUILD_RECORD, "manifest.lock", inst.reinstall)
+        # hash first: bytes the wheel's RECORD vouches for need not go through the schemas again
+        vouched = (
+            rep.digest is not None and rep.digest.get(layout.BUILD_RECORD) == hashlib.sha256(raw).hexdigest()
+        )
+        record = layout.read_record(
+            raw, lock_raw, layout.BUILD_RECORD, "manifest.lock", inst.reinstall, vouched=vouched
+        )
         lock_info["bound_to_build_record"] = True
     except NetraError as e:
         bound = "disagree: the build record was made for lock" in e.message
@@ -455,16 +472,6 @@ def _check_build_record(
         who = "manifest.lock" if bound else layout.BUILD_RECORD
         rep.fail({"path": who, "kind": "lock" if bound else "build_record", "problem": "altered",
                   "checks": {"build_record": e.message}})  # fmt: skip
-    # field-by-field equality first (fast, and it implies the canonical forms agree); to_dict, which
-    # sorts, decides only when they differ
-    if (
-        record is not None
-        and lock is not None
-        and record.lock != lock
-        and lock_mod.to_dict(record.lock) != lock_mod.to_dict(lock)
-    ):
-        rep.fail({"path": "manifest.lock", "kind": "lock", "problem": "altered",
-                  "checks": {"content": "differs from build.json's bound copy of the lock"}})  # fmt: skip
     digest = rep.digest
     lock_info["record"] = "absent" if digest is None else "match"
     if digest is not None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+
+from netra.errors import ToolError
 
 _SYSTEM_DIRS = (
     "/usr/lib/x86_64-linux-gnu",
@@ -43,12 +43,14 @@ def search_dirs(extra: Sequence[str] = ()) -> list[Path]:
 
 @functools.lru_cache(maxsize=1)
 def _ldconfig() -> dict[str, str]:
-    exe = shutil.which("ldconfig") or ("/sbin/ldconfig" if os.path.exists("/sbin/ldconfig") else None)
+    exe = _which("ldconfig") or ("/sbin/ldconfig" if os.path.exists("/sbin/ldconfig") else None)
     if exe is None:
         return {}
+    from netra.core import proc  # ldconfig runs only when the folders did not have the library
+
     try:
-        out = subprocess.run([exe, "-p"], capture_output=True, text=True, timeout=10, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
+        out = proc.run([exe, "-p"], tool="ldconfig", what="finding the GPU driver library", timeout=10).stdout
+    except ToolError:
         return {}
     found: dict[str, str] = {}
     for line in out.splitlines():
@@ -71,3 +73,10 @@ def find(names: Sequence[str], extra_dirs: Sequence[str] = ()) -> Path | None:
         if name in cache and "stubs" not in Path(cache[name]).parts:
             return Path(cache[name])
     return None
+
+
+def _which(name: str) -> str | None:
+    """shutil.which, imported only when a tool is looked for (shutil pulls in the compression modules)."""
+    import shutil
+
+    return shutil.which(name)

@@ -16,11 +16,19 @@ from netra.errors import ManifestError
 
 HINT = "see docs/authoring.md for the manifest formats"
 
+
+def _contract_of(entry: dict[str, Any]) -> str:
+    """What an [[ops]] entry asks for, as a contract is written (its `use` note is not part of it)."""
+    params = ",".join(f"{k}={v!r}" for k, v in sorted(entry.items()) if k not in ("op", "use"))
+    return f"{entry['op']}({params})"
+
+
 _OP = s.Table({"op": s.Str(max_len=64), "use": s.opt(s.Str(max_len=300), "")}, label="op", extra=True)
 SCHEMA = s.Table(
     {
         "model": s.Str(max_len=128),
-        "ops": s.opt(s.ListOf(_OP, max_len=1000), []),
+        # One entry per contract: a repeated one is a merge or copy slip, refused naming both entries.
+        "ops": s.opt(s.ListOf(_OP, max_len=1000, unique=lambda o: _contract_of(o)), []),
         "fallbacks": s.opt(
             s.ListOf(
                 s.Table(
@@ -34,6 +42,7 @@ SCHEMA = s.Table(
                     extra=True,  # with gpu_class: the contract's parameters
                 ),
                 max_len=1000,
+                unique=lambda f: (f["op"], f["use"]),
             ),
             [],
         ),

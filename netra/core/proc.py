@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from netra.core import interrupts
+from netra.core import interrupts, text
 from netra.errors import ToolCrashError, ToolError, ToolInterruptedError, ToolOutputError, ToolTimeoutError
 
 # One assembly, link, disassembly or nvcc compile of one kernel takes well under a second here
@@ -116,7 +116,7 @@ def run(
         if child is not None:
             with interrupts.deferred():  # a signal now must not leave it registered or unreaped
                 _end(child.proc)
-    stderr = _text(err)
+    stderr = text.decode(err)
     last = next((line.strip() for line in reversed(stderr.splitlines()) if line.strip()), "")
     tail = f": {last}" if last else ""
     assert child is not None
@@ -134,7 +134,7 @@ def run(
         if memory_bytes is not None:
             hint += f"; it ran under a {_size(memory_bytes)} address-space limit (running out of it aborts a tool)"
         raise ToolCrashError(f"{what}: {tool} crashed ({_signame(-p.returncode)}){tail}", hint)
-    return subprocess.CompletedProcess(argv, p.returncode, _text(out), stderr)
+    return subprocess.CompletedProcess(argv, p.returncode, text.decode(out), stderr)
 
 
 def kill_all() -> None:
@@ -315,11 +315,6 @@ def _exited(pid: int) -> bool:
         return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:
         return True
-
-
-def _text(data: bytes) -> str:
-    """Text as subprocess's text mode gives it (universal newlines), but always UTF-8 and never failing."""
-    return data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _signame(n: int) -> str:

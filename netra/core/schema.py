@@ -188,6 +188,12 @@ class Table(Node):
     fields: dict[str, Field | Node]
     label: str | None = None  # a key whose value names the entry in messages (e.g. "name")
     extra: bool = False  # allow keys not listed (used only for documented free-form notes)
+    # fields as Field objects, made once (check runs once per entry of every file read)
+    _fields: tuple[tuple[str, Field], ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        norm = tuple((k, f if isinstance(f, Field) else Field(f)) for k, f in self.fields.items())
+        object.__setattr__(self, "_fields", norm)
 
     def check(self, v: Any, at: str, p: Problems) -> Any:
         if not isinstance(v, dict):
@@ -195,21 +201,22 @@ class Table(Node):
             return None
         before = len(p.items)
         out: dict[str, Any] = {}
-        for key, f in self.fields.items():
-            f = f if isinstance(f, Field) else Field(f)
-            sub = f"{at}.{key}" if at else key
+        present = 0
+        for key, f in self._fields:
             if key not in v:
                 if f.required:
                     p.add(at or "top level", f"missing required field {key!r}")
                 elif f.default is not ABSENT:
                     out[key] = f.default
                 continue
-            out[key] = f.node.check(v[key], sub, p)
-        for key in sorted(set(v) - set(self.fields), key=str):
-            if self.extra:
-                out[key] = v[key]  # free-form: the caller checks these (e.g. a contract's parameters)
-            else:
-                p.add(at or "top level", f"unknown field {key!r}")
+            present += 1
+            out[key] = f.node.check(v[key], f"{at}.{key}" if at else key, p)
+        if present != len(v):  # keys the schema does not list
+            for key in sorted(v.keys() - self.fields.keys(), key=str):
+                if self.extra:
+                    out[key] = v[key]  # free-form: the caller checks these (e.g. a contract's parameters)
+                else:
+                    p.add(at or "top level", f"unknown field {key!r}")
         return out if len(p.items) == before else None
 
 

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from netra.core import text
 from netra.errors import CudaError, RuntimeUnavailableError
 from netra.loaders.devops import DeviceOps
 from netra.loaders.launch import Extra as _Extra
@@ -164,11 +165,11 @@ class Cuda(DeviceOps):
 
     def check(self, rc: int, what: str) -> None:
         if rc != CUDA_SUCCESS:
-            name, text = ctypes.c_char_p(), ctypes.c_char_p()
+            name, words = ctypes.c_char_p(), ctypes.c_char_p()
             self.lib.cuGetErrorName(rc, ctypes.byref(name))
-            self.lib.cuGetErrorString(rc, ctypes.byref(text))
-            n = (name.value or b"CUDA_ERROR_UNKNOWN").decode(errors="replace")
-            t = (text.value or b"?").decode(errors="replace")
+            self.lib.cuGetErrorString(rc, ctypes.byref(words))
+            n = text.decode(name.value or b"CUDA_ERROR_UNKNOWN")
+            t = text.decode(words.value or b"?")
             raise CudaError(
                 f"{what}: {n} ({rc}): {t}",
                 _HINTS.get(rc, "see the CUDA error above; `netra doctor` checks the install and the host"),
@@ -215,7 +216,7 @@ class Cuda(DeviceOps):
         dev = self.current_device() if device is None else device
         buf = ctypes.create_string_buffer(256)
         self.check(self.lib.cuDeviceGetName(buf, 256, dev), "cuDeviceGetName")
-        return buf.value.decode(errors="replace")
+        return text.decode(buf.value)
 
     def driver_version(self) -> str:
         """The CUDA version the driver supports, e.g. '13.0'."""

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from netra.core import text
 from netra.errors import HipError, RuntimeUnavailableError
 from netra.loaders.devops import DeviceOps
 from netra.loaders.launch import Extra as _Extra
@@ -119,7 +120,7 @@ class Hip(DeviceOps):
     def device_name(self) -> str:
         buf = ctypes.create_string_buffer(256)
         self._check(self.lib.hipDeviceGetName(buf, 256, self.device()), "hipDeviceGetName")
-        return buf.value.decode(errors="replace")
+        return text.decode(buf.value)
 
     def driver_version(self) -> str:
         v = ctypes.c_int(0)
@@ -135,9 +136,9 @@ class Hip(DeviceOps):
 
     def _check(self, rc: int, what: str) -> None:
         if rc != HIP_SUCCESS:
-            name = (self.lib.hipGetErrorName(rc) or b"?").decode(errors="replace")
-            text = (self.lib.hipGetErrorString(rc) or b"?").decode(errors="replace")
-            raise HipError(f"{what}: {name} ({rc}): {text}", _hint(rc))
+            name = text.decode(self.lib.hipGetErrorName(rc) or b"?")
+            words = text.decode(self.lib.hipGetErrorString(rc) or b"?")
+            raise HipError(f"{what}: {name} ({rc}): {words}", _hint(rc))
 
     def device(self) -> int:
         dev = ctypes.c_int(0)

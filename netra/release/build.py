@@ -14,6 +14,7 @@ touched once everything has passed, and each file lands whole.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -82,7 +83,49 @@ def derive(
     jobs: int | None = None,
     progress: Progress | None = None,
 ) -> Derived:
-    """Load, hash, compile and examine everything the tree declares. Refuses on any static problem."""
+    """Load, hash, compile and examine everything the tree declares. Refuses on any static problem.
+
+    `work` is scratch space (under TMPDIR). When it fills up, what fails first is whatever wrote next:
+    a probe (then "no nvcc found"), a tool ("No space left on device" as its words), a copy with no
+    file name. Every failure is therefore checked against the scratch space first, and a full one is
+    the error, naming the folder.
+    """
+    try:
+        return _derive(root, work, tools=tools, jobs=jobs, progress=progress)
+    except (NetraError, OSError) as e:
+        full = scratch_full(work)
+        if full is not None:
+            raise NetraError(full, SCRATCH_HINT) from None
+        if isinstance(e, OSError):
+            raise _unwritable(e, work) from None
+        raise
+
+
+SCRATCH_HINT = "free space there, or point TMPDIR at a filesystem with room (a build needs a few MiB)"
+_SCRATCH_MIN = 1 << 20  # less free than this after a failure: the failure was the full disk
+
+
+def scratch_full(work: Path) -> str | None:
+    """Why the filesystem of `work` is full (no room or no inodes left), or None."""
+    try:
+        st = os.statvfs(work if work.exists() else tempfile.gettempdir())
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free >= _SCRATCH_MIN and st.f_favail != 0:
+        return None
+    left = f"{free >> 10} KiB free" if free < _SCRATCH_MIN else "no inodes free"
+    return f"{tempfile.gettempdir()} (TMPDIR, netra's scratch folder): its filesystem is full ({left})"
+
+
+def _derive(
+    root: Path,
+    work: Path,
+    *,
+    tools: dict[str, Tools] | None,
+    jobs: int | None,
+    progress: Progress | None,
+) -> Derived:
     t0 = time.monotonic()
     root = Path(root).resolve()
     man = manifests.load(root)
@@ -230,9 +273,10 @@ def _replaceable(path: Path) -> None:
             break
 
 
-def _unwritable(e: OSError) -> NetraError:
+def _unwritable(e: OSError, folder: Path) -> NetraError:
+    """An OSError while writing into `folder`, naming the file when the OS says which, else the folder."""
     return NetraError(
-        f"{e.filename or 'a file'}: cannot be written ({e.strerror or e})",
+        f"{e.filename or folder}: cannot be written ({e.strerror or e})",
         "check that the folder is writable by this user and the disk has room",
     )
 
@@ -247,7 +291,7 @@ def write_lock(root: Path, fresh: Fresh) -> None:
             files.atomic_write(Path(root) / rel, text.encode())
         locking.write(fresh.lock, Path(root) / lockfile.LOCK_PATH)
     except OSError as e:
-        raise _unwritable(e) from None
+        raise _unwritable(e, Path(root) / "release") from None
 
 
 def differences(root: Path, d: Derived, locked: Lock) -> tuple[Fresh, list[str]]:
@@ -324,10 +368,14 @@ def build(
         _check_out_dir(Path(out_dir))
         for a in locked.artifacts:  # where the code objects will land: refused before the work
             _replaceable(Path(out_dir) / a.file)
+    if reference is not None:  # what a difference is shown against: it must be one, before the work
+        _check_reference(Path(reference))
+    if keep is not None:
+        _check_out_dir(Path(keep))
     with tempfile.TemporaryDirectory(prefix="netra-build-") as tmp:
         d = derive(root, Path(tmp), tools=tools, jobs=jobs, progress=progress)
         if keep is not None:
-            shutil.copytree(Path(tmp) / "src", keep, dirs_exist_ok=True)
+            _keep(Path(tmp) / "src", Path(keep))
         _, diffs = differences(root, d, locked)
         if diffs:
             if reference is not None:
@@ -394,6 +442,29 @@ def _reference_bytes(reference: Path, spec_file: str) -> bytes | None:
     )
 
 
+def _check_reference(reference: Path) -> None:
+    if reference.is_dir() or (reference.is_file() and reference.suffix == ".whl"):
+        return
+    state = "does not exist" if not reference.exists() else "is not a build folder or a .whl"
+    raise NetraError(f"--reference {reference}: {state}", "pass a previous `netra build` output or a wheel")
+
+
+def _keep(src: Path, keep: Path) -> None:
+    """--keep: a copy of the instantiation sources; one that cannot be written is removed, not left half."""
+    existed = keep.exists()
+    try:
+        shutil.copytree(src, keep, dirs_exist_ok=True)
+    except (OSError, shutil.Error) as e:
+        if not existed:
+            shutil.rmtree(keep, ignore_errors=True)
+        first = e.args[0][0] if isinstance(e, shutil.Error) and e.args and e.args[0] else None
+        why = f"{first[2]}" if first else (e.strerror if isinstance(e, OSError) and e.strerror else str(e))
+        raise NetraError(
+            f"--keep {keep}: cannot be written ({why})",
+            "pass a folder this user can write on a disk with room, or leave --keep out",
+        ) from None
+
+
 def _check_out_dir(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise NetraError(
@@ -402,21 +473,38 @@ def _check_out_dir(out: Path) -> None:
 
 
 def publish(src: Path, dest: Path, names: list[str]) -> None:
-    """Copy the gated code objects out; each file lands whole under a unique temporary name."""
+    """Copy the gated code objects out, all or none: every file is written whole under a temporary
+    name first; only when all are written are they renamed into place. A failure (a full disk, a
+    folder that is not writable) removes every temporary file and every folder this call made."""
     _check_out_dir(dest)
     for rel in sorted(names):  # every destination first: a refusal must not come half way through
         _replaceable(dest / rel)
-    for rel in sorted(names):
-        target = dest / rel
+    made: list[Path] = []
+    try:
+        for folder in sorted({(dest / rel).parent for rel in names}):
+            _make_folders(folder, made)
+        files.atomic_write_all([(dest / rel, (src / rel).read_bytes()) for rel in sorted(names)])
+    except OSError as e:
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise _unwritable(e, dest) from None
+
+
+def _make_folders(folder: Path, made: list[Path]) -> None:
+    """mkdir -p, recording each folder it creates (so a failed publish can remove exactly those)."""
+    missing = [p for p in [folder, *folder.parents] if not p.exists()]
+    for p in reversed(missing):
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
+            p.mkdir()
+        except FileExistsError:
+            if not p.is_dir():
+                raise NetraError(
+                    f"{p}: exists and is not a folder", "remove it or pick another output folder"
+                ) from None
+            continue
+        except NotADirectoryError:
             raise NetraError(
-                f"{target.parent}: exists and is not a folder", "remove it or pick another output folder"
+                f"{p.parent}: exists and is not a folder", "remove it or pick another output folder"
             ) from None
-        except OSError as e:
-            raise _unwritable(e) from None
-        try:
-            files.atomic_write(target, (src / rel).read_bytes())
-        except OSError as e:
-            raise _unwritable(e) from None
+        made.append(p)

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from netra.core import text
 from netra.errors import BusyError, PathError, UnreadableFileError
 
 _POLL_S = 0.05  # how often a bounded wait retries
@@ -114,7 +115,7 @@ def _wait(
 def _holder(fd: int) -> str | None:
     """The holder as "pid N", from the lock file; None while the holder has not written it yet."""
     try:
-        pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        pid = text.decode(os.pread(fd, 32, 0)).strip()
     except OSError:
         return None
-    return f"pid {pid}" if pid.isdigit() else None
+    return f"pid {pid}" if pid.isascii() and pid.isdigit() else None

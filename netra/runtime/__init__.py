@@ -15,6 +15,7 @@ imports release-time code (netra.release) or a GPU runtime (netra.loaders).
 # The errors the runtime raises, importable from here as they always were (defined in netra.errors).
 from netra.errors import (
     AlteredFileError,
+    ArgumentTypeError,
     ContractError,
     MissingFileError,
     NetraError,
@@ -40,6 +41,7 @@ __all__ = [
     "DEFAULT_POLICY",
     "POLICIES",
     "AlteredFileError",
+    "ArgumentTypeError",
     "Catalog",
     "Contract",
     "ContractError",

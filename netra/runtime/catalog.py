@@ -32,7 +32,7 @@ from netra.errors import (
     NoGPUError,
     UncertifiedGPUClassError,
 )
-from netra.runtime import installed, tables
+from netra.runtime import arguments, installed, tables
 from netra.runtime.contract import Contract, as_contract
 from netra.runtime.installed import Install
 from netra.runtime.kernarg import KernargLayout
@@ -75,6 +75,7 @@ class Kernel:
 
     def grid(self, rows: int) -> tuple[int, int, int]:
         """Blocks per axis for `rows` rows (the flattened token dimension)."""
+        arguments.count(rows, call="Kernel.grid", arg="rows")
         return self.candidate.launch.grid(rows)
 
     def pack(self, /, **args: Any) -> bytes:
@@ -170,6 +171,8 @@ class Catalog:
         fastest at that size (decode or prefill); without it, or without a dispatch, the first ranked
         candidate that meets the policy is served. Results are memoized: asking again returns the same
         object without parsing or file access."""
+        if type(policy) is not str or not (tactic is None or type(tactic) is str) or rows is not None:
+            self._check(policy, tactic, rows)  # before any lookup: an unhashable one is no dict's TypeError
         if rows is not None and tactic is None:
             tactic = self._dispatch(contract, policy, rows)
         raw = (contract, policy, tactic) if isinstance(contract, (str, Contract)) else None
@@ -177,14 +180,12 @@ class Catalog:
             hit = self._selected.get(raw)
             if hit is not None:
                 return hit
-        c = as_contract(contract)
+        c = as_contract(contract, call="select")
         memo = (c.key, policy, tactic)
         hit = self._selected.get(memo)
         if hit is None:
             if policy not in POLICIES:
-                raise ContractError(
-                    f"policy {policy!r} is not one of {', '.join(POLICIES)}", "the default is 'accepted'"
-                )
+                self._check(policy, tactic, rows)
             result = self._select(c, policy, tactic)
             with self._mutex:
                 hit = self._selected.setdefault(memo, result)
@@ -213,15 +214,19 @@ class Catalog:
             low = d.max_rows if d.max_rows is not None else low
         return tuple(out)
 
+    @staticmethod
+    def _check(policy: object, tactic: object, rows: object) -> None:
+        arguments.choice(policy, POLICIES, call="select", arg="policy", hint="the default is 'accepted'")
+        arguments.text(
+            tactic, call="select", arg="tactic", optional=True, hint="pass a tactic name, e.g. 'b256'"
+        )
+        arguments.count(rows, call="select", arg="rows", optional=True)
+
     def _dispatch(self, contract: Contract | str | Mapping[str, Any], policy: str, rows: int) -> str | None:
         """The tactic the entry's certified dispatch names for `rows`, if it meets the policy."""
-        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
-            raise ContractError(
-                f"rows must be a non-negative integer, got {rows!r}", "pass the call's row count"
-            )
         entry = self.table.entries.get(contract) if isinstance(contract, str) else None
         if entry is None:
-            entry = self.table.entries.get(as_contract(contract).key)
+            entry = self.table.entries.get(as_contract(contract, call="select").key)
         if entry is None or not entry.dispatch:
             return None
         name = entry.tactic_for(max(rows, 1))
@@ -275,7 +280,13 @@ class Catalog:
     def kernel(self, c: Candidate) -> Kernel:
         """The launchable kernel of any candidate of this table, whatever its maturity (certification
         runs every candidate; serving goes through select, which applies the policy)."""
-        entry = next(e for e in self.table.entries.values() if c in e.candidates)
+        arguments.instance(c, Candidate, call="Catalog.kernel", arg="the candidate")
+        entry = next((e for e in self.table.entries.values() if c in e.candidates), None)
+        if entry is None:
+            raise ContractError(
+                f"Catalog.kernel: candidate {c.artifact} is not in the {self.gpu_class} table of this catalog",
+                "pass a candidate of this catalog's table (catalog.table.entries[...].candidates)",
+            )
         return Kernel(
             gpu_class=self.gpu_class,
             loader=self.table.loader,
@@ -296,6 +307,7 @@ class Catalog:
 
     def code_object(self, c: Candidate) -> bytes:
         """The candidate's code object bytes, verified against the lock the first time, then cached."""
+        arguments.instance(c, Candidate, call="Catalog.code_object", arg="the candidate")
         data = self._code.get(c.file)
         if data is not None:
             return data
@@ -391,7 +403,10 @@ def installed_lock(inst: Install) -> tuple[Lock, dict[str, CodeRecord] | None]:
         raise MissingFileError(
             f"{inst.build_record}: the build record of this netra install is missing", inst.reinstall
         )
-    record = layout.read_record(rec_raw, raw, str(inst.build_record), str(inst.lock_file), inst.reinstall)
+    vouched = installed.recorded_sha256(inst, layout.BUILD_RECORD) == _sha256(rec_raw)  # hash first
+    record = layout.read_record(
+        rec_raw, raw, str(inst.build_record), str(inst.lock_file), inst.reinstall, vouched=vouched
+    )
     return record.lock, record.code_objects
 
 
@@ -473,6 +488,15 @@ def open_catalog(
     certify, NoGPUError when no class is given and no GPU is found, and an IntegrityError subclass when
     the lock, build record or table is missing or altered. Catalogs are cached per install and class.
     """
+    arguments.text(
+        gpu_class,
+        call="open_catalog",
+        arg="gpu_class",
+        optional=True,
+        hint="pass a GPU class name, e.g. from certified_classes(), or None to detect it",
+    )
+    arguments.instance(install, Install, call="open_catalog", arg="install", optional=True)
+    sysfs_nodes = arguments.path(sysfs_nodes, call="open_catalog", arg="sysfs_nodes")
     inst = install or _default_install()
     if gpu_class is None:
         found = _detected.get((inst, sysfs_nodes))

@@ -13,6 +13,7 @@ from typing import Any
 
 from netra.core.ops import FAMILIES, contract_key
 from netra.errors import ContractError
+from netra.runtime import arguments
 
 _KEY = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\((.*)\)\s*$")
 
@@ -24,6 +25,23 @@ class Contract:
     op: str
     params: Mapping[str, int]
 
+    def __post_init__(self) -> None:
+        """A contract is an op name and integer parameters, or it is refused here, not carried along."""
+        arguments.text(self.op, call="Contract", arg="op", hint="pass the op family's name, e.g. 'rmsnorm'")
+        if not isinstance(self.params, Mapping):
+            raise arguments.wrong_type("Contract", "params", self.params, "a mapping of name to int")
+        for k, v in self.params.items():
+            if not isinstance(k, str):
+                raise arguments.wrong_type("Contract", "a parameter name", k, "a str")
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise arguments.wrong_type(
+                    "Contract",
+                    f"parameter {k}",
+                    v,
+                    "an int",
+                    "e.g. Contract.of('rmsnorm', hidden=4096, weight_offset=0)",
+                )
+
     @classmethod
     def of(cls, op: str, **params: int) -> Contract:
         return cls(op, dict(params))
@@ -31,6 +49,7 @@ class Contract:
     @classmethod
     def parse(cls, text: str) -> Contract:
         """'rmsnorm(hidden=4096,weight_offset=0)' -> Contract; parameter order does not matter."""
+        arguments.text(text, call="Contract.parse", arg="text")
         m = _KEY.match(text)
         if m is None:
             raise ContractError(
@@ -60,19 +79,21 @@ class Contract:
         return f"{self.op}(" + ",".join(f"{k}={self.params[k]}" for k in sorted(self.params)) + ")"
 
 
-def as_contract(value: Contract | str | Mapping[str, Any]) -> Contract:
+def as_contract(value: Contract | str | Mapping[str, Any], *, call: str = "as_contract") -> Contract:
+    """Any of the three ways to write a contract as a Contract; `call` is the API call named in errors."""
     if isinstance(value, Contract):
         return value
     if isinstance(value, str):
         return Contract.parse(value)
+    hint = "pass Contract.of(op, **params), 'op(k=v,...)' or {'op': ..., k: v}"
     if isinstance(value, Mapping) and isinstance(value.get("op"), str):
         params = {k: v for k, v in value.items() if k != "op"}
-        bad = [k for k, v in params.items() if isinstance(v, bool) or not isinstance(v, int)]
+        bad = [str(k) for k, v in params.items() if isinstance(v, bool) or not isinstance(v, int)]
         if bad:
-            raise ContractError(
-                f"contract {value!r}: parameters {', '.join(bad)} must be integers", "see netra/core/ops.py"
+            raise arguments.wrong_type(
+                call, f"contract parameters {', '.join(bad)}", value, "integers", "see netra/core/ops.py"
             )
         return Contract(value["op"], params)
-    raise ContractError(
-        f"{value!r} is not a contract", "pass Contract.of(op, **params), 'op(k=v,...)' or {'op': ..., k: v}"
-    )
+    if isinstance(value, Mapping):
+        raise ContractError(f"{call}: {arguments.shown(value)} is not a contract: its 'op' is no str", hint)
+    raise arguments.wrong_type(call, "contract", value, "a Contract, a str or a mapping", hint)

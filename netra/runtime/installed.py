@@ -1,7 +1,7 @@
 """Which netra this is, where its release data lives, and how to restore it: from the distribution's records.
 
-The kind of install is read from what the installer recorded (importlib.metadata: the dist-info's
-RECORD, and PEP 610's direct_url.json), never guessed from the folder layout:
+The kind of install is read from what the installer recorded (the dist-info's RECORD, and PEP 610's
+direct_url.json, read directly as importlib.metadata would), never guessed from the folder layout:
 
 - "wheel": an installed netra-kernel distribution whose RECORD lists this very package (pip, uv or
   installer put it there, from an index, a wheel file, a URL, a directory or a VCS). Its data is
@@ -197,6 +197,24 @@ def _reinstall(inst: Install) -> str:
     return inst.distribution.reinstall()
 
 
+def recorded_sha256(inst: Install, data_path: str) -> str | None:
+    """The sha256 (hex) the wheel's RECORD holds for netra/_data/`data_path`: the bytes the gated build
+    wrote (None without a RECORD, or when it lists no hash for that file)."""
+    import base64
+
+    if inst.kind != "wheel" or inst.distribution is None:
+        return None
+    want = f"{PACKAGE_DATA}/{data_path}"
+    for path, h, _ in DistInfo(Path(inst.distribution.dist_info)).record():
+        mode, _, value = h.partition("=")
+        if path == want and mode == "sha256" and value:
+            try:
+                return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
+            except ValueError:
+                return None
+    return None
+
+
 def wheel(data_dir: str | Path, distribution: Distribution | None = None) -> Install:
     data = Path(data_dir)
     return Install("wheel", data, distribution=distribution, package=data.parent)
@@ -212,39 +230,82 @@ def source(source_root: str | Path, shadowed: Distribution | None = None) -> Ins
     return Install("source", root, shadowed=shadowed, package=root / "netra")
 
 
-def distributions() -> list[tuple[Distribution, object]]:
-    """Every installed netra-kernel distribution on sys.path, in sys.path order, with its
-    importlib.metadata object (duplicates of one dist-info folder once)."""
-    from importlib import metadata
+class DistInfo:
+    """One installed distribution's .dist-info folder, read directly: the few files locating an install
+    needs (METADATA's version, INSTALLER, direct_url.json, RECORD). importlib.metadata would do the
+    same, at the cost of importing it (email, zipfile, csv...: more than the rest of a first lookup)."""
 
-    out: list[tuple[Distribution, object]] = []
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def read_text(self, name: str) -> str | None:
+        try:
+            return (self.folder / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+    @property
+    def version(self) -> str:
+        for line in (self.read_text("METADATA") or "").splitlines():
+            if not line.strip():
+                break  # the headers end at the first blank line
+            key, _, value = line.partition(":")
+            if key.strip().lower() == "version":
+                return value.strip()
+        return ""
+
+    def record(self) -> list[tuple[str, str, str]]:
+        """RECORD's rows (path, hash, size), as the installer wrote them."""
+        import csv
+
+        text = self.read_text("RECORD")
+        if text is None:
+            return []
+        rows = [[*r, "", ""] for r in csv.reader(text.splitlines()) if r]
+        return [(r[0], r[1], r[2]) for r in rows]
+
+
+def _named(entry: str) -> bool:
+    """A .dist-info folder of netra-kernel (names normalized as packaging does: -, _ and . alike)."""
+    if not entry.endswith(".dist-info"):
+        return False
+    name = entry[: -len(".dist-info")].rpartition("-")[0] or entry[: -len(".dist-info")]
+    return name.lower().replace("-", "_").replace(".", "_") == DISTRIBUTION.replace("-", "_")
+
+
+def distributions() -> list[tuple[Distribution, DistInfo]]:
+    """Every installed netra-kernel distribution on sys.path, in sys.path order, with its dist-info
+    (duplicates of one dist-info folder once)."""
+    import os
+
+    out: list[tuple[Distribution, DistInfo]] = []
     seen: set[str] = set()
-    for dist in metadata.distributions(name=DISTRIBUTION):
-        info = _dist_info(dist)
-        if info is None or info in seen:
+    for entry in sys.path:
+        try:
+            names = sorted(n for n in os.listdir(entry or ".") if _named(n))
+        except OSError:
             continue
-        seen.add(info)
-        out.append((_record(dist, info), dist))
+        for n in names:
+            folder = Path(entry or ".", n)
+            if not folder.is_dir():
+                continue
+            info = str(folder.resolve())
+            if info in seen:
+                continue
+            seen.add(info)
+            dist = DistInfo(Path(info))
+            out.append((_record(dist, info), dist))
     return out
 
 
-def _dist_info(dist: object) -> str | None:
-    """The .dist-info folder of a distribution, from its own RECORD (or its metadata path)."""
-    for f in getattr(dist, "files", None) or ():
-        if f.name == "METADATA" and f.parent.name.endswith(".dist-info"):
-            return str(Path(dist.locate_file(f)).resolve().parent)  # type: ignore[attr-defined]
-    path = getattr(dist, "_path", None)  # no RECORD: importlib's own path to the metadata
-    return str(Path(path).resolve()) if path is not None else None
-
-
-def _record(dist: object, info: str) -> Distribution:
-    read = dist.read_text  # type: ignore[attr-defined]
+def _record(dist: DistInfo, info: str) -> Distribution:
+    read = dist.read_text
     installer = ((read("INSTALLER") or "").strip().splitlines() or [""])[0]
     try:
         direct = json.loads(read("direct_url.json") or "null")
     except ValueError:
         direct = None
-    version = dist.version  # type: ignore[attr-defined]
+    version = dist.version
     if not isinstance(direct, dict) or not isinstance(direct.get("url"), str):
         return Distribution(version, info, installer, "index")
     url = direct["url"]
@@ -260,16 +321,15 @@ def _record(dist: object, info: str) -> Distribution:
     )
 
 
-def _owns(dist: object, pkg: Path) -> bool:
+def _owns(dist: DistInfo, pkg: Path) -> bool:
     """The distribution's RECORD lists this package's __init__.py at this very place."""
-    init = pkg / "__init__.py"
-    for f in getattr(dist, "files", None) or ():
-        if f.name == "__init__.py" and f.parent.name == pkg.name and len(f.parts) == 2:
-            try:
-                return Path(dist.locate_file(f)).resolve() == init.resolve()  # type: ignore[attr-defined]
-            except OSError:
-                return False
-    return False
+    init = f"{pkg.name}/__init__.py"
+    if not any(path == init for path, _, _ in dist.record()):
+        return False
+    try:
+        return (dist.folder.parent / init).resolve() == (pkg / "__init__.py").resolve()
+    except OSError:
+        return False
 
 
 def locate(package_dir: str | Path | None = None) -> Install:

@@ -220,6 +220,29 @@ def from_dict(data: Any, where: str = LOCK_PATH) -> Lock:
     )
 
 
+def from_vouched(data: dict[str, Any]) -> Lock:
+    """A lock from a copy whose bytes a gated build vouched for (build.json, its sha256 in the wheel's
+    RECORD): built directly, without the schema, which that build already applied. Raises KeyError,
+    TypeError or ValueError on anything a gated build does not write; the caller then reads it
+    through from_dict, which names what is wrong."""
+    from netra import targets
+
+    if (
+        data["schema"] != SCHEMA
+        or not isinstance(data["artifacts"], list)
+        or not isinstance(data["files"], list)
+        or not all(targets.known(a["target"]) for a in data["artifacts"])
+    ):
+        raise ValueError("not a lock a gated build wrote")
+    return Lock(
+        toolchains={
+            str(k): targets.toolchain(k, v["flavour"], v["version"]) for k, v in data["toolchains"].items()
+        },
+        files=tuple(TrackedFile(f["path"], f["sha256"], f["role"]) for f in data["files"]),
+        artifacts=tuple(LockedArtifact(**{**a, "symbols": tuple(a["symbols"])}) for a in data["artifacts"]),
+    )
+
+
 def loads(raw: bytes, where: str) -> Lock:
     """The lock file's exact bytes -> Lock. Bytes first, so what is checked is what ships."""
     from netra.core import toml as _toml

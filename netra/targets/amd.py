@@ -9,11 +9,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
-import subprocess
 from collections.abc import Hashable
 from pathlib import Path
 
+from netra.core import files, text
+from netra.errors import NetraError, ToolError
 from netra.targets.vendor import GPU, Vendor, Versions
 
 SYSFS_NODES = "/sys/class/kfd/kfd/topology/nodes"
@@ -21,6 +21,8 @@ AMDGPU_MODULE = "/sys/module/amdgpu"  # `version` there: the amdgpu-dkms driver'
 AMD_VENDOR_ID = 0x1002
 _TIMEOUT_S = 10
 _GFX = re.compile(r"gfx([0-9]+)([0-9a-f])([0-9a-f])")
+_NODE = re.compile(r"[0-9]{1,6}")
+_SYSFS_LIMIT = 1 << 20  # a KFD properties file is under 2 KiB; sysfs files are at most a page
 
 
 def gfx_name(gfx_target_version: int) -> str | None:
@@ -53,7 +55,31 @@ def _properties(text: str) -> dict[str, int]:
 
 
 def _run(argv: list[str]) -> str:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_S, check=True).stdout
+    """A vendor tool's stdout (netra.core.proc: bounded, its bytes decoded by the one policy);
+    ToolError when it cannot run, fails, crashes or hangs."""
+    from netra.core import proc  # detection with tools only: reading files needs none of it
+
+    r = proc.run(argv, tool=Path(argv[0]).name, what="GPU detection", timeout=_TIMEOUT_S)
+    if r.returncode != 0:
+        last = next((ln.strip() for ln in reversed(r.stderr.splitlines()) if ln.strip()), "")
+        raise ToolError(f"exit status {r.returncode}" + (f": {last}" if last else ""))
+    return r.stdout
+
+
+def _host_text(path: Path) -> str:
+    """A host's version file, read as `_sysfs_text` reads the topology (regular, bounded, one decoding)."""
+    return text.decode(files.read_path(path, limit=_SYSFS_LIMIT, what="version file"))
+
+
+def _sysfs_text(path: Path) -> str:
+    """A sysfs file as text: a regular file, opened non-blocking (a FIFO there is refused, never waited
+    on), bounded, decoded by the one policy (bytes that are not UTF-8 are the host's, not an error)."""
+    return text.decode(files.read_path(path, limit=_SYSFS_LIMIT, what="KFD topology file"))
+
+
+def _shown(name: str) -> str:
+    """A file name from the host as text that can always be printed (not UTF-8: escaped)."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
 class Amd(Vendor):
@@ -91,15 +117,22 @@ class Amd(Vendor):
         """GPU nodes of the KFD topology: every node whose gfx_target_version is not 0."""
         root = Path(nodes if nodes is not None else SYSFS_NODES)
         if not root.is_dir():
-            return [], f"kfd sysfs: {root} not present (no amdgpu kernel driver)"
+            return [], f"kfd sysfs: {_shown(str(root))} not present (no amdgpu kernel driver)"
         gpus: list[GPU] = []
         skipped: list[str] = []
-        entries = sorted((p for p in root.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+        try:
+            names = [p.name for p in root.iterdir()]
+        except OSError as e:
+            return [], f"kfd sysfs: {_shown(str(root))} unreadable ({e.strerror or e})"
+        strays = sorted(_shown(n) for n in names if not _NODE.fullmatch(n))
+        if strays:
+            skipped.append(f"not a node: {', '.join(strays[:5])}" + (" ..." if len(strays) > 5 else ""))
+        entries = sorted((root / n for n in names if _NODE.fullmatch(n)), key=lambda p: int(p.name))
         for node in entries:
             try:
-                props = _properties((node / "properties").read_text())
-            except OSError as e:
-                skipped.append(f"node {node.name}: unreadable ({e.strerror or e})")
+                props = _properties(_sysfs_text(node / "properties"))
+            except NetraError as e:
+                skipped.append(f"node {node.name}: unreadable ({e.message})")
                 continue
             version = props.get("gfx_target_version", 0)
             if version == 0:
@@ -112,8 +145,8 @@ class Amd(Vendor):
                 )
                 continue
             name = cls
-            with contextlib.suppress(OSError):
-                name = (node / "name").read_text().strip() or cls
+            with contextlib.suppress(NetraError):
+                name = _sysfs_text(node / "name").strip() or cls
             gpus.append(GPU(self.name, cls, name, int(node.name), "kfd-sysfs"))
         note = f"kfd sysfs: {len(gpus)} GPU node(s) in {root}" + (
             f" ({'; '.join(skipped)})" if skipped else ""
@@ -121,13 +154,13 @@ class Amd(Vendor):
         return gpus, note
 
     def rocminfo(self) -> tuple[list[GPU], str]:
-        exe = shutil.which("rocminfo")
+        exe = _which("rocminfo")
         if exe is None:
             return [], "rocminfo: not on PATH"
         try:
             out = _run([exe])
-        except (OSError, subprocess.SubprocessError) as e:
-            return [], f"rocminfo: failed ({e})"
+        except ToolError as e:
+            return [], f"rocminfo: failed ({e.message})"
         gpus: list[GPU] = []
         for block in re.split(r"\n(?=\s*Agent \d+\s*\n)", out):
             if not re.search(r"Device Type:\s*GPU", block):
@@ -140,13 +173,13 @@ class Amd(Vendor):
         return gpus, f"rocminfo: {len(gpus)} GPU agent(s)"
 
     def smi(self) -> tuple[list[GPU], str]:
-        exe = shutil.which("amd-smi")
+        exe = _which("amd-smi")
         if exe is None:
             return [], "amd-smi: not on PATH"
         try:
             out = _run([exe, "static", "--asic"])
-        except (OSError, subprocess.SubprocessError) as e:
-            return [], f"amd-smi: failed ({e})"
+        except ToolError as e:
+            return [], f"amd-smi: failed ({e.message})"
         found = re.findall(r"TARGET_GRAPHICS_VERSION:\s*(gfx[0-9a-f]+)", out)
         gpus = [GPU(self.name, self._named(c), c, i, "amd-smi") for i, c in enumerate(found)]
         return gpus, f"amd-smi: {len(found)} GPU(s)"
@@ -170,27 +203,27 @@ class Amd(Vendor):
 
     def versions(self) -> Versions:
         """The amdgpu kernel driver's version (sysfs), and the ROCm release of the HIP runtime the loader
-        uses (its .info/version file), files only."""
+        uses (its .info/version file), files only, each read as `_sysfs_text` reads the topology."""
         import platform
 
         notes = []
         module = Path(AMDGPU_MODULE)
         driver = None
         try:
-            driver = (module / "version").read_text().strip() or None
+            driver = _host_text(module / "version").strip() or None
             notes.append(f"driver: {module}/version")
-        except OSError:
+        except NetraError:
             if module.is_dir():
                 driver = f"in-tree amdgpu of kernel {platform.release()}"
-                notes.append(f"driver: {module} has no version file (the kernel's own amdgpu)")
+                notes.append(f"driver: {module} has no readable version file (the kernel's own amdgpu)")
             else:
                 notes.append(f"driver: {module} not present (no amdgpu kernel driver loaded)")
         runtime = None
         for root in self.rocm_roots():
-            with contextlib.suppress(OSError):
-                text = (root / ".info" / "version").read_text().strip()
-                if text:
-                    runtime = f"ROCm {text}"
+            with contextlib.suppress(NetraError):
+                release = _host_text(root / ".info" / "version").strip()
+                if release:
+                    runtime = f"ROCm {release}"
                     notes.append(f"runtime: {root}/.info/version")
                     break
         if runtime is None:
@@ -199,3 +232,10 @@ class Amd(Vendor):
 
 
 AMD = Amd()
+
+
+def _which(name: str) -> str | None:
+    """shutil.which, imported only when a tool is looked for (shutil pulls in the compression modules)."""
+    import shutil
+
+    return shutil.which(name)

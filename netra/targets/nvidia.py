@@ -8,13 +8,12 @@ C++ templates the NVIDIA classes compile live once, sources and manifests, in on
 
 from __future__ import annotations
 
-import ctypes
 import re
-import shutil
-import subprocess
 from collections.abc import Hashable
 from pathlib import Path
 
+from netra.core import text
+from netra.errors import ToolError
 from netra.targets.vendor import GPU, DriverNeed, MemoryChecker, Profiler, Vendor, Versions
 
 _TIMEOUT_S = 10
@@ -35,22 +34,27 @@ def sm_name(major: int, minor: int) -> str:
 
 
 def _run(argv: list[str], timeout: float = _TIMEOUT_S) -> str:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=True).stdout
+    """A vendor tool's stdout (netra.core.proc: bounded, its bytes decoded by the one policy);
+    ToolError when it cannot run, fails, crashes or hangs."""
+    from netra.core import proc  # detection with tools only: reading files needs none of it
+
+    r = proc.run(argv, tool=Path(argv[0]).name, what="GPU detection", timeout=timeout)
+    if r.returncode != 0:
+        last = next((ln.strip() for ln in reversed(r.stderr.splitlines()) if ln.strip()), "")
+        raise ToolError(f"exit status {r.returncode}" + (f": {last}" if last else ""))
+    return r.stdout
 
 
 def _smi_query(query: str) -> str | None:
     """One nvidia-smi --query-gpu value of the first GPU, None when it cannot be read."""
-    try:
-        r = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
+    exe = _which("nvidia-smi")
+    if exe is None:
         return None
-    return r.stdout.splitlines()[0].strip() if r.returncode == 0 and r.stdout.strip() else None
+    try:
+        out = _run([exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"], timeout=20)
+    except ToolError:
+        return None
+    return out.splitlines()[0].strip() if out.strip() else None
 
 
 class Nvidia(Vendor):
@@ -81,27 +85,30 @@ class Nvidia(Vendor):
 
     def smi(self) -> tuple[list[GPU], str] | None:
         """None when nvidia-smi is not installed (then the driver API is asked instead)."""
-        exe = shutil.which("nvidia-smi")
+        exe = _which("nvidia-smi")
         if exe is None:
             return None
         try:
             out = _run([exe, "--query-gpu=index,name,compute_cap", "--format=csv,noheader"])
-        except (OSError, subprocess.SubprocessError) as e:
-            return [], f"nvidia-smi: failed ({e})"
+        except ToolError as e:
+            return [], f"nvidia-smi: failed ({e.message})"
         gpus: list[GPU] = []
+        unread = 0
         for line in out.splitlines():
             parts = [p.strip() for p in line.split(",")]
-            if len(parts) < 3:
+            m = re.fullmatch(r"([0-9]{1,3})\.([0-9]{1,3})", parts[-1]) if len(parts) >= 3 else None
+            if m is None or re.fullmatch(r"[0-9]{1,6}", parts[0]) is None:
+                unread += line.strip() != ""
                 continue
-            index, name, cap = parts[0], ", ".join(parts[1:-1]), parts[-1]
-            m = re.fullmatch(r"(\d+)\.(\d+)", cap)
-            if m and index.isdigit():
-                cls = self._cls(int(m.group(1)), int(m.group(2)))
-                gpus.append(GPU(self.name, cls, name, int(index), "nvidia-smi"))
-        return gpus, f"nvidia-smi: {len(gpus)} GPU(s)"
+            cls = self._cls(int(m.group(1)), int(m.group(2)))
+            gpus.append(GPU(self.name, cls, ", ".join(parts[1:-1]), int(parts[0]), "nvidia-smi"))
+        said = f" ({unread} line(s) of its output not understood)" if unread else ""
+        return gpus, f"nvidia-smi: {len(gpus)} GPU(s){said}"
 
     def driver_api(self, library: str | Path | None = None) -> tuple[list[GPU], str]:
         """The CUDA driver API: cuInit, cuDeviceGetCount, and each device's compute capability and name."""
+        import ctypes  # loads nothing by itself, but costs an import a serving host may never need
+
         path = Path(library) if library is not None else self.find_library()
         if path is None:
             return [], f"CUDA driver: {self.libraries[0]} not found"
@@ -134,21 +141,26 @@ class Nvidia(Vendor):
             ):
                 continue
             cu.cuDeviceGetName(name, 256, dev)
-            label = name.value.decode(errors="replace") or f"CUDA device {i}"
+            label = text.decode(name.value) or f"CUDA device {i}"
             gpus.append(GPU(self.name, self._cls(major.value, minor.value), label, i, "libcuda"))
         return gpus, f"CUDA driver: {len(gpus)} GPU(s) via {path}"
 
     def detect(self, sysfs_nodes: str | Path | None, *, tools: bool) -> tuple[list[GPU], list[str]]:
-        """nvidia-smi when installed, else the driver API; nothing without tools (both run code)."""
+        """nvidia-smi when it shows GPUs, else the driver API; nothing without tools (both run code)."""
         if not tools:
             return [], []
         notes = []
         smi = self.smi()
         if smi is None:
             notes.append("nvidia-smi: not on PATH")
-            smi = self.driver_api()
-        notes.append(smi[1])
-        return smi[0], notes
+        else:
+            notes.append(smi[1])
+            if smi[0]:
+                return smi[0], notes
+        # No nvidia-smi, or one that failed or showed nothing it could read: the driver still counts.
+        api = self.driver_api()
+        notes.append(api[1])
+        return api[0], notes
 
     def driver(self) -> str:
         import platform
@@ -168,14 +180,23 @@ class Nvidia(Vendor):
         (cuDriverGetVersion from libcuda: the runtime netra's loader uses; it needs no cuInit)."""
         notes = []
         driver = None
-        try:
-            text = Path(DRIVER_VERSION_FILE).read_text(errors="replace")
-            m = re.search(r"Kernel Module\b.*?\s(\d+\.\d+(?:\.\d+)?)\s", text)
+        import ctypes
+
+        from netra.core import files
+        from netra.errors import MissingFileError, NetraError
+
+        try:  # a regular file, bounded, decoded by the one policy (a FIFO there is refused, never waited on)
+            version = text.decode(
+                files.read_path(Path(DRIVER_VERSION_FILE), limit=1 << 16, what="driver version")
+            )
+            m = re.search(r"Kernel Module\b.*?\s(\d+\.\d+(?:\.\d+)?)\s", version)
             driver = m.group(1) if m else None
             notes.append(f"driver: {DRIVER_VERSION_FILE}" + ("" if m else " has no version line"))
-        except OSError:
+        except MissingFileError:
             notes.append(f"driver: {DRIVER_VERSION_FILE} not present (no NVIDIA kernel module loaded)")
-        if driver is None and shutil.which("nvidia-smi"):
+        except NetraError as e:
+            notes.append(f"driver: {DRIVER_VERSION_FILE} unreadable ({e.message})")
+        if driver is None and _which("nvidia-smi"):
             driver = _smi_query("driver_version")
             notes.append("driver: nvidia-smi" + ("" if driver else " did not say"))
         runtime = None
@@ -217,3 +238,10 @@ class Nvidia(Vendor):
 
 
 NVIDIA = Nvidia()
+
+
+def _which(name: str) -> str | None:
+    """shutil.which, imported only when a tool is looked for (shutil pulls in the compression modules)."""
+    import shutil
+
+    return shutil.which(name)

@@ -34,7 +34,13 @@ from typing import Any
 import torch
 
 from netra.core.ops import FAMILIES
-from netra.errors import ContractError, CudaError, StrictModeError, UncertifiedGPUClassError
+from netra.errors import (
+    ContractError,
+    CudaError,
+    RuntimeUnavailableError,
+    StrictModeError,
+    UncertifiedGPUClassError,
+)
 from netra.torch import composite, contracts
 from netra.torch.launcher import launcher
 
@@ -604,24 +610,48 @@ moe_topk_softmax = _pair_op(
 # Introspection and warm-up
 
 
-def _index(device: Any) -> int:
-    if device is None:
-        return torch.cuda.current_device()
-    d = torch.device(device)
+def _index(device: Any, call: str) -> int:
+    """The CUDA device index `device` names (None: the current one), checked before torch is asked:
+    a torch without CUDA, or a device it does not have, is the project's error naming the argument."""
+    from netra.runtime import arguments
+
+    if isinstance(device, bool) or not (device is None or isinstance(device, (str, int, torch.device))):
+        raise arguments.wrong_type(
+            call, "device", device, "a CUDA device ('cuda:0', 0, torch.device) or None"
+        )
+    try:
+        d = torch.device("cuda" if device is None else device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ContractError(
+            f"{call}: device {arguments.shown(device)} is not a device", "pass a CUDA device, e.g. 'cuda:0'"
+        ) from None
     if d.type != "cuda":
-        raise ContractError(f"{d} is not a CUDA device", "pass a CUDA device, e.g. 'cuda:0'")
-    return d.index if d.index is not None else torch.cuda.current_device()
+        raise ContractError(f"{call}: device {d} is not a CUDA device", "pass a CUDA device, e.g. 'cuda:0'")
+    if not torch.cuda.is_available():
+        raise RuntimeUnavailableError(
+            f"{call}: this torch {torch.__version__} has no usable CUDA device "
+            f"({'built without CUDA' if torch.version.cuda is None else 'no device visible'})",
+            "install a CUDA build of torch on a host with a CUDA GPU (docs/torch.md)",
+        )
+    index = d.index if d.index is not None else torch.cuda.current_device()
+    if not 0 <= index < torch.cuda.device_count():
+        raise ContractError(
+            f"{call}: device {d} does not exist ({torch.cuda.device_count()} CUDA device(s))",
+            "pass one of this host's CUDA devices",
+        )
+    return index
 
 
 def kernel_for(contract: str, rows: int = 1, device: Any = None) -> Any:
     """The runtime Kernel a call of `contract` with `rows` rows launches on `device` (default: the
     current CUDA device), or the falsy Route naming why the composite runs instead."""
-    from netra.runtime import as_contract
+    from netra.runtime import arguments, as_contract
 
-    c = as_contract(contract)
+    arguments.count(rows, call="kernel_for", arg="rows")
+    c = as_contract(contract, call="kernel_for")
     if c.op not in NAMES:
         raise ContractError(f"{contract!r} is not a netra.torch op", f"one of {', '.join(NAMES)}")
-    k = kernels(_index(device), c.key, c.op)
+    k = kernels(_index(device, "kernel_for"), c.key, c.op)
     return k if isinstance(k, Route) else k.kernel(rows)
 
 
@@ -632,7 +662,11 @@ def prepare(device: Any = None, keys: list[str] | None = None) -> dict[str, str]
     Run it at startup (to fail before taking traffic) and before capturing CUDA graphs."""
     from netra.runtime import as_contract, open_catalog
 
-    index = _index(device)
+    if keys is not None and not isinstance(keys, (list, tuple)):
+        from netra.runtime import arguments
+
+        raise arguments.wrong_type("prepare", "keys", keys, "a list of contracts or None")
+    index = _index(device, "prepare")
     if keys is None:
         try:
             keys = open_catalog(gpu_class(index)).contracts()

@@ -8,14 +8,12 @@ where its machine code is (codeobject.py), and its static checks (checks.py).
 from __future__ import annotations
 
 import hashlib
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from netra.core.schema import Field, Int, opt
 from netra.targets.amd import AMD
-from netra.targets.gfx950 import assemble, checks, codeobject, toolchain
+from netra.targets.gfx950 import toolchain
 from netra.targets.target import Examined, Problem, Target, Tools
 
 if TYPE_CHECKING:
@@ -32,7 +30,13 @@ class Gfx950:
     identities = (90500,)  # KFD gfx_target_version 9.5.0
     suffix = ".hsaco"
     flavours = toolchain.FLAVOURS
-    checks = checks.CHECKS
+
+    @property
+    def checks(self) -> tuple[str, ...]:
+        from netra.targets.gfx950 import checks  # with the code-object reader: build and examine only
+
+        return checks.CHECKS
+
     sources = ("kernels/gfx950",)
     provision = ("apt", "llvm-22 lld-22")  # Debian 12's LLVM with the AMDGPU target
     # A template manifest's register and LDS allocation, fixed for every instantiation (docs/authoring.md).
@@ -50,6 +54,7 @@ class Gfx950:
         """ROCm 7.0, the first release whose HIP runtime and amdgpu driver support gfx950 (MI350X /
         MI355X). Whichever LLVM built them, the code objects are version 5 (assemble.py pins it), which
         every ROCm since 5 loads, so the class's own support is the bound. Not run on a gfx950 GPU."""
+        from netra.targets.gfx950 import assemble
         from netra.targets.vendor import DriverNeed
 
         return DriverNeed(
@@ -80,28 +85,44 @@ class Gfx950:
         return {}  # the instantiation sets NETRA_BLOCK itself; nothing else comes from the tactic
 
     def instantiation(self, spec: ArtifactSpec) -> str:
+        from netra.targets.gfx950 import assemble
+
         return assemble.instantiation(spec)
 
     def compile(self, spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path) -> Path:
+        from netra.targets.gfx950 import assemble
+
         return assemble.assemble(spec, tools, root, work, out)
 
     def examine(self, built: list[tuple[ArtifactSpec, Path]], tools: Tools, jobs: int) -> list[Examined]:
         """Inspect and check every code object; one llvm-objdump per worker (its start-up dominates)."""
+        from netra.targets.gfx950 import assemble
+
         chunks = [[p for _, p in built[i::jobs]] for i in range(jobs)]
         listings: dict[Path, str] = {}
+        from concurrent.futures import ThreadPoolExecutor  # build time only: it imports logging
+
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             for part in pool.map(lambda c: assemble.disassemble(tools, c), [c for c in chunks if c]):
                 listings.update(part)
         return [_examined(spec, path, listings[path]) for spec, path in built]
 
     def text_sha256(self, data: bytes, symbol: str, name: str) -> str:
+        from netra.targets.gfx950 import codeobject
+
         return codeobject.text_sha256(data, name)
 
     def launch_digest(self, data: bytes, symbol: str, name: str) -> str:
+        from netra.targets.gfx950 import codeobject
+
         return codeobject.launch_digest(data, symbol, name)
 
     def first_difference(self, tools: Tools, ours: Path, theirs: bytes, spec: ArtifactSpec) -> str:
         """The first instruction where two code objects' disassemblies differ, for the mismatch message."""
+        import tempfile
+
+        from netra.targets.gfx950 import assemble
+
         with tempfile.TemporaryDirectory(prefix="netra-ref-") as tmp:
             ref = Path(tmp) / ours.name
             ref.write_bytes(theirs)
@@ -116,6 +137,8 @@ class Gfx950:
 
 
 def _examined(spec: ArtifactSpec, path: Path, listing: str) -> Examined:
+    from netra.targets.gfx950 import checks, codeobject
+
     data = path.read_bytes()
     co = codeobject.inspect(data, spec.file)
     problems: list[Problem] = checks.check(co, spec, listing)

@@ -7,16 +7,19 @@ metadata note derived from the template manifest. It contains no paths, times or
 
 from __future__ import annotations
 
-import subprocess
+import posixpath
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from netra.core import proc
-from netra.errors import AssemblyError
+from netra.core import files
+from netra.errors import AssemblyError, NetraError
 from netra.targets.gfx950.toolchain import TRIPLE
 from netra.targets.target import Tools
 
 if TYPE_CHECKING:
+    import subprocess
+
     from netra.core.types import ArtifactSpec
 
 CODE_OBJECT_VERSION = 5
@@ -94,8 +97,68 @@ def _fail(spec: ArtifactSpec, step: str, r: subprocess.CompletedProcess[str], wo
     )
 
 
+_INCLUDE = re.compile(r'^[ \t]*\.include[ \t]+"([^"\n]+)"', re.M)
+_BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.S)
+_LINE_COMMENT = re.compile(r"//[^\n]*")
+
+
+def include_cycle(root: Path, source: str) -> list[str] | None:
+    """The first `.include` cycle reachable from `source` (tracked paths, the first one repeated at
+    the end), or None. llvm-mc follows `.include` without a depth limit, so a cycle recurses until a
+    memory limit stops it; it is recognised here, before anything runs. Includes resolve as llvm-mc's
+    do here: against the template's folder (the -I folder), then the including file's folder. A cycle
+    is refused even where an .ifndef guard would cut it: guards are for diamonds, the graph is acyclic.
+    """
+    base = posixpath.dirname(source)
+    graph: dict[str, list[str]] = {}
+
+    def edges(rel: str) -> list[str]:
+        if rel not in graph:
+            text = files.read_text(root, rel, limit=files.SOURCE_LIMIT, where=f"included from {source}")
+            text = _LINE_COMMENT.sub("", _BLOCK_COMMENT.sub("", text))
+            found = []
+            for name in _INCLUDE.findall(text):
+                for folder in (base, posixpath.dirname(rel)):
+                    cand = posixpath.normpath(posixpath.join(folder, name))
+                    if cand.startswith("kernels/") and (root / cand).is_file():
+                        found.append(cand)
+                        break  # one that resolves to nothing is llvm-mc's error, in its words
+            graph[rel] = found
+        return graph[rel]
+
+    path: list[str] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(rel: str) -> list[str] | None:
+        state[rel] = 1
+        path.append(rel)
+        for nxt in edges(rel):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[rel] = 2
+        return None
+
+    return visit(source)
+
+
 def assemble(spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path) -> Path:
     """Assemble and link one artifact; `work` holds scratch files, `out` receives the code object."""
+    try:
+        cycle = include_cycle(root, spec.template.source)
+    except NetraError as e:
+        raise AssemblyError(f"{spec.name} ({spec.template.source}): {e.message}", e.hint) from None
+    if cycle:
+        raise AssemblyError(
+            f"{spec.name} ({spec.template.source}): include cycle {' -> '.join(cycle)}",
+            "remove one `.include` of the cycle: the include graph of a template must be acyclic",
+        )
+    from netra.core import proc  # imported by the build only: a serving host never runs a tool
+
     src = work / f"{spec.name}.s"
     obj = work / f"{spec.name}.o"
     src.write_text(instantiation(spec))
@@ -123,6 +186,8 @@ def assemble(spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path
 
 def disassemble(tools: Tools, paths: list[Path], mcpu: str = "gfx950") -> dict[Path, str]:
     """Disassemble several code objects with one llvm-objdump process (its start-up dominates)."""
+    from netra.core import proc
+
     if not paths:
         return {}
     argv = [

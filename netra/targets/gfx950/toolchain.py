@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 from netra.core.types import Toolchain
-from netra.errors import ToolchainError
+from netra.errors import ToolchainError, ToolError
 from netra.targets.target import Tools
 
 MIN_LLVM = 20
@@ -29,32 +27,25 @@ _VERSION_RE = re.compile(r"LLVM version (\d+)\.(\d+)\.(\d+)(\S*)")
 
 
 def _prove(llvm_mc: str) -> tuple[int, str] | None:
-    """Version and gfx950 support, asked concurrently: a target list can claim AMDGPU without gfx950.
+    """Version and gfx950 support: a target list can claim AMDGPU without gfx950.
 
-    The probe assembles one gfx950-only instruction (the OCP FP8 conversion the kernels rely on).
+    The probe assembles one gfx950-only instruction (the OCP FP8 conversion the kernels rely on). A
+    candidate that cannot run, crashes or hangs is not a toolchain: give up on it, never on the search.
     """
+    from netra.core import proc  # a tool run: imported by the build only
+
     probe = "v_cvt_pk_fp8_f32 v0, v1, v2\ns_endpgm\n"
     try:
-        ver = subprocess.Popen(
-            [llvm_mc, "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        ver = proc.run(
+            [llvm_mc, "--version"], tool="llvm-mc", what="proving llvm-mc", timeout=PROBE_TIMEOUT_S
         )
-        asm = subprocess.Popen(
+        asm = proc.run(
             [llvm_mc, f"-triple={TRIPLE}", "-mcpu=gfx950", "-show-encoding"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-    except OSError:
+            tool="llvm-mc", what="proving llvm-mc", timeout=PROBE_TIMEOUT_S, input=probe,
+        )  # fmt: skip
+    except ToolError:
         return None
-    try:  # a hanging candidate is not a toolchain: give up on it, never on the search
-        asm_out, _ = asm.communicate(probe, timeout=PROBE_TIMEOUT_S)
-        ver_out, _ = ver.communicate(timeout=PROBE_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        for p in (asm, ver):
-            p.kill()
-            p.wait()
-        return None
+    ver_out, asm_out = ver.stdout, asm.stdout
     m = _VERSION_RE.search(ver_out)
     if not m or asm.returncode != 0 or "v_cvt_pk_fp8_f32" not in asm_out:
         return None
@@ -67,7 +58,7 @@ def _candidate(
     paths = {}
     for tool in TOOLS:
         name = names[tool]
-        p = bindir / name if bindir is not None else shutil.which(name, path=search_path)
+        p = bindir / name if bindir is not None else _which(name, path=search_path)
         if p is None or not os.access(p, os.X_OK) or not Path(p).is_file():
             return None
         paths[tool] = str(p)
@@ -129,3 +120,10 @@ def discover(env: dict[str, str] | None = None) -> Tools:
     raise ToolchainError(
         f"no AMDGPU toolchain with gfx950 found (searched {', '.join(searched)})", INSTALL_HINT
     )
+
+
+def _which(name: str, path: str) -> str | None:
+    """shutil.which, imported when a toolchain is searched for (never on a serving host's path)."""
+    import shutil
+
+    return shutil.which(name, path=path)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from netra.core.schema import Field, Int
 from netra.targets.nvidia import NVIDIA
-from netra.targets.sm_90 import checks, compile, cubin, toolchain
+from netra.targets.sm_90 import toolchain
 from netra.targets.target import Examined, Target, Tools
 
 if TYPE_CHECKING:
@@ -28,11 +28,17 @@ class Sm90:
     name = "sm_90"
     vendor = NVIDIA
     identities = ((9, 0),)  # compute capability 9.0 (H100, H200)
-    arch = compile.ARCH  # nvcc -arch: the arch-specific sm_90a (its features are Hopper's alone)
-    sm = cubin.SM_ARCH
+    arch = toolchain.ARCH  # nvcc -arch: the arch-specific sm_90a (its features are Hopper's alone)
+    sm = 90  # the cubin's SM number (cubin.SM_ARCH; the build's modules are imported only to build)
     suffix = ".cubin"
     flavours = toolchain.FLAVOURS
-    checks = checks.CHECKS
+
+    @property
+    def checks(self) -> tuple[str, ...]:
+        from netra.targets.sm_90 import checks  # with the cubin reader: build and examine only
+
+        return checks.CHECKS
+
     # Its template sources: its own folder, then the CUDA templates shared by NVIDIA classes.
     sources = ("kernels/sm_90", NVIDIA.shared_templates)
     provision = ("pip-pinned", "nvidia-")  # the pinned nvidia-cuda-nvcc wheels and their headers
@@ -69,21 +75,31 @@ class Sm90:
         }
 
     def instantiation(self, spec: ArtifactSpec) -> str:
+        from netra.targets.sm_90 import compile
+
         return compile.instantiation(spec)
 
     def compile(self, spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path) -> Path:
+        from netra.targets.sm_90 import compile
+
         return compile.compile_cubin(spec, tools, root, work, out, self.arch)
 
     def examine(self, built: list[tuple[ArtifactSpec, Path]], tools: Tools, jobs: int) -> list[Examined]:
         return [_examined(spec, path, self.sm) for spec, path in built]
 
     def text_sha256(self, data: bytes, symbol: str, name: str) -> str:
+        from netra.targets.sm_90 import cubin
+
         return cubin.text_sha256(data, symbol, name)
 
     def launch_digest(self, data: bytes, symbol: str, name: str) -> str:
+        from netra.targets.sm_90 import cubin
+
         return cubin.launch_digest(data, symbol, name)
 
     def first_difference(self, tools: Tools, ours: Path, theirs: bytes, spec: ArtifactSpec) -> str:
+        from netra.targets.sm_90 import cubin
+
         a = cubin.inspect(ours.read_bytes(), spec.file)
         b = cubin.inspect(theirs, spec.file)
         ka, kb = a.kernels.get(spec.symbol), b.kernels.get(spec.symbol)
@@ -95,6 +111,8 @@ class Sm90:
 
 
 def _examined(spec: ArtifactSpec, path: Path, sm: int) -> Examined:
+    from netra.targets.sm_90 import checks, cubin
+
     data = path.read_bytes()
     cb = cubin.inspect(data, spec.file)
     problems = checks.check(cb, spec, sm)

@@ -8,15 +8,15 @@ names, and nvcc runs in the scratch folder on relative names, so two builds anyw
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from netra.core import proc
 from netra.errors import AssemblyError
 from netra.targets.target import Tools
 
 if TYPE_CHECKING:
+    import subprocess
+
     from netra.core.types import ArtifactSpec
 
 ARCH = "sm_90a"
@@ -59,6 +59,8 @@ def compile_cubin(
     spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path, arch: str = ARCH
 ) -> Path:
     """Compile one artifact; `work` holds the instantiation file and nvcc's temporaries."""
+    from netra.core import proc  # imported by the build only: a serving host never runs a tool
+
     src = work / f"{spec.name}.cu"
     src.write_text(instantiation(spec))
     dest = out / spec.file

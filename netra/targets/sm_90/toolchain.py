@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from netra.core.types import Toolchain
-from netra.errors import ToolchainError
+from netra.errors import ToolchainError, ToolError
 from netra.targets.target import Tools
 
 MIN_CUDA = (12, 0)
@@ -45,11 +42,11 @@ _PROBE = 'extern "C" __global__ void __launch_bounds__(32) netra_probe(float* y)
 
 def _prove(nvcc: str, arch: str) -> tuple[tuple[int, int], str] | None:
     """((major, minor), full version) when this nvcc builds an `arch` (sm_90a) cubin; None otherwise."""
+    from netra.core import proc  # a tool run: imported by the build only
+
     try:
-        ver = subprocess.run(
-            [nvcc, "--version"], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
+        ver = proc.run([nvcc, "--version"], tool="nvcc", what="proving nvcc", timeout=PROBE_TIMEOUT_S)
+    except ToolError:
         return None
     m = _VERSION_RE.search(ver.stdout)
     if ver.returncode != 0 or not m:
@@ -57,15 +54,16 @@ def _prove(nvcc: str, arch: str) -> tuple[tuple[int, int], str] | None:
     major_minor = (int(m.group(1)), int(m.group(2)))
     if major_minor < MIN_CUDA:
         return None
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="netra-nvcc-probe-") as tmp:
         (Path(tmp) / "probe.cu").write_text(_PROBE)
         try:
-            r = subprocess.run(
-                [nvcc, "-cubin", f"-arch={arch}", "-o", "probe.cubin", "probe.cu"],
-                cwd=tmp, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False,
-                env={**os.environ, "TMPDIR": tmp},
+            r = proc.run(
+                [nvcc, "-cubin", f"-arch={arch}", "-o", "probe.cubin", "probe.cu"], tool="nvcc",
+                what="proving nvcc", timeout=PROBE_TIMEOUT_S, cwd=Path(tmp), env={**os.environ, "TMPDIR": tmp},
             )  # fmt: skip
-        except (OSError, subprocess.SubprocessError):
+        except ToolError:
             return None
         out = Path(tmp) / "probe.cubin"
         if r.returncode != 0 or not out.is_file():
@@ -136,7 +134,7 @@ def discover(env: dict[str, str] | None = None, *, target: str = "sm_90", arch: 
             if found:
                 return found
             searched.append(f"${var}/bin/nvcc")
-    found = candidate(shutil.which("nvcc", path=env.get("PATH", "")), "PATH")
+    found = candidate(_which("nvcc", path=env.get("PATH", "")), "PATH")
     if found:
         return found
     searched.append("nvcc on PATH")
@@ -155,3 +153,10 @@ def discover(env: dict[str, str] | None = None, *, target: str = "sm_90", arch: 
 
 def _version_key(name: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", name))
+
+
+def _which(name: str, path: str) -> str | None:
+    """shutil.which, imported when a toolchain is searched for (never on a serving host's path)."""
+    import shutil
+
+    return shutil.which(name, path=path)
