@@ -25,7 +25,9 @@ def closest(typed: str, valid: Iterable[str], n: int = 3) -> list[str]:
     same = [v for v in names if v.casefold() == typed.casefold()]
     by_case = {v.casefold(): v for v in names if v not in same}
     near = difflib.get_close_matches(typed.casefold(), list(by_case), n=n, cutoff=0.6)
-    return (same + [by_case[c] for c in near])[:n]
+    if same:  # the name itself, typed in another case: nothing else is as close
+        return same[:n]
+    return [by_case[c] for c in near][:n]
 
 
 def did_you_mean(typed: str, valid: Iterable[str]) -> str:

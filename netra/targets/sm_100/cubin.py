@@ -15,7 +15,7 @@ import hashlib
 import json
 from typing import Any
 
-from netra.core import elf
+from netra.core import elf, text
 from netra.errors import ValidationError
 from netra.targets.sm_90 import cubin as sm90
 
@@ -24,7 +24,7 @@ MERCURY_SECTIONS = (".nv.capmerc.text.", ".nv.merc.nv.info.")  # + the kernel's 
 
 def mercury(data: bytes, symbol: str) -> dict[str, str | None]:
     """sha256 of each of the kernel's Mercury sections (None: the cubin has no such section)."""
-    names = {s.name.decode(errors="replace") for s in elf.sections(data)}
+    names = {text.decode(s.name) for s in elf.sections(data)}
     return {
         p: hashlib.sha256(elf.section_bytes(data, p + symbol)).hexdigest() if p + symbol in names else None
         for p in MERCURY_SECTIONS
