@@ -120,6 +120,8 @@ class Inputs:
     hsaco_symbol: str
     cubin: bytes
     cubin_symbol: str
+    blackwell_cubin: bytes  # sm_100a: its launch digest also reads the kernel's Mercury sections
+    blackwell_symbol: str
     manifests: dict[str, bytes]  # tracked manifest path -> bytes
 
 
@@ -157,7 +159,7 @@ def inputs(repo_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Inputs:
     work = tmp_path_factory.mktemp("fuzz-build")
     (work / "src").mkdir()
     built: dict[str, tuple[bytes, str]] = {}
-    for cls in ("gfx950", "sm_90"):  # one real code object per class, compiled by the real toolchain
+    for cls in ("gfx950", "sm_90", "sm_100"):  # one real code object per class, by its real toolchain
         spec = next(a for a in cat.artifacts if a.target == cls)
         tgt = targets.get(cls)
         path = tgt.compile(spec, tgt.discover(), root, work / "src", work / "out")
@@ -175,6 +177,8 @@ def inputs(repo_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Inputs:
         hsaco_symbol=built["gfx950"][1],
         cubin=built["sm_90"][0],
         cubin_symbol=built["sm_90"][1],
+        blackwell_cubin=built["sm_100"][0],
+        blackwell_symbol=built["sm_100"][1],
         manifests=manifest_bytes,
     )
 
@@ -328,13 +332,16 @@ def test_deeply_nested_toml_and_json_are_refused() -> None:
 def _readers() -> dict[str, s.Reader]:
     from netra.errors import ManifestError
 
+    # A template manifest is read with the budget of the class whose folder holds it (or of the classes
+    # sharing that folder, kernels/cuda/: they have the same budget keys).
     return {
-        "template gfx950": s.Reader(
-            manifests._template_schema(targets.get("gfx950").budget), ManifestError, ""
-        ),
-        "template sm_90": s.Reader(
-            manifests._template_schema(targets.get("sm_90").budget), ManifestError, ""
-        ),
+        **{
+            "template " + d.rsplit("/", 1)[1]: s.Reader(
+                manifests._template_schema(t.budget), ManifestError, ""
+            )
+            for t in targets.every()
+            for d in t.sources
+        },
         "tactics": s.Reader(manifests._TACTICS, ManifestError, ""),
         "model": s.Reader(models.SCHEMA, ManifestError, ""),
     }
@@ -512,6 +519,19 @@ def test_sm_90_cubin_mutations(inputs: Inputs) -> None:
         parses_or_refuses(lambda: cubin.inspect(raw, "x.cubin"))
         parses_or_refuses(lambda: cubin.text_sha256(raw, sym, "x.cubin"))
         parses_or_refuses(lambda: cubin.launch_digest(raw, sym, "x.cubin"))
+
+    check()
+
+
+def test_sm_100_cubin_mutations(inputs: Inputs) -> None:
+    tgt = targets.get("sm_100")
+
+    @FUZZ
+    @given(mutated_bytes(inputs.blackwell_cubin))
+    def check(raw: bytes) -> None:
+        sym = inputs.blackwell_symbol
+        parses_or_refuses(lambda: tgt.text_sha256(raw, sym, "x.cubin"))
+        parses_or_refuses(lambda: tgt.launch_digest(raw, sym, "x.cubin"))
 
     check()
 
