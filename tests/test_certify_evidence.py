@@ -102,8 +102,10 @@ def test_skipped_or_unavailable_is_at_most_verified_and_never_served_by_default(
     parsed = tables.parse(t, "sm_90.json", "sm_90")
     entry = next(iter(parsed.entries.values()))
     assert entry.candidates[0].maturity == "verified"
-    assert catalog.choose(entry.candidates, catalog.DEFAULT_POLICY) is None  # the default serves nothing
-    assert catalog.choose(entry.candidates, "verified") is entry.candidates[0]  # served to who opts in
+    # that candidate alone (the certified table's others are accepted): the default does not serve it,
+    # a caller who opts into verified gets it
+    assert catalog.choose(entry.candidates[:1], catalog.DEFAULT_POLICY) is None
+    assert catalog.choose(entry.candidates[:1], "verified") is entry.candidates[0]
     # a passing candidate with clean checks must be accepted; verified needs evidence that is not clean
     assert "maturity 'verified' but its hardware evidence gives 'accepted'" in _refused(
         _table("clean", "verified")
