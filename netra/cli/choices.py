@@ -55,26 +55,24 @@ def check(what: str, typed: str | None, valid: Iterable[str], *, where: str = ""
         raise unknown(what, typed, names, where=where)
 
 
-def positive_int(text: str) -> int:
-    """argparse type: a whole number >= 1 (-j 0 or -j -3 is refused, not taken as 1)."""
+def _whole(text: str, least: int, example: int, bound: str) -> int:
     try:
         n = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (e.g. 4)") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (e.g. {example})") from None
+    if n < least:
+        raise argparse.ArgumentTypeError(f"{text} must be {bound}")
     return n
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (-j 0 or -j -3 is refused, not taken as 1)."""
+    return _whole(text, 1, 4, "at least 1")
 
 
 def natural_int(text: str) -> int:
     """argparse type: a whole number >= 0."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (e.g. 0)") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
-    return n
+    return _whole(text, 0, 0, "0 or more")
 
 
 def positive_seconds(text: str) -> float:
