@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# As it ran: from a folder one level below the repository root (cd "$(dirname "$0")/.." goes to the root), with
+# the wheelhouse in .whl/ (the netra wheel, pyelftools, liger-kernel) and $OUT set by the device machine.
 # Call A: certify every sm_90 candidate of the wheel, then the bench served from that certify output.
 set -u
 cd "$(dirname "$0")/.."
