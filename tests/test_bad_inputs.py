@@ -1294,8 +1294,8 @@ NOT_FILES: dict[str, tuple[Callable[[Path], None], list[str]]] = {
         ["manifests/models/gemma-2-9b.toml", "is a folder, not a regular file"],
     ),
     "template manifest replaced by a folder": (
-        _folder_for("kernels/sm_90/rmsnorm.toml"),
-        ["kernels/sm_90/rmsnorm.toml", "is a folder, not a regular file"],
+        _folder_for("kernels/cuda/rmsnorm.toml"),
+        ["kernels/cuda/rmsnorm.toml", "is a folder, not a regular file"],
     ),
     "template source replaced by a folder": (
         _folder_for("kernels/gfx950/rmsnorm.s"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -112,7 +113,8 @@ def test_no_nvcc_is_one_line_naming_what_was_searched(tmp_path: Path) -> None:
     assert r.returncode == 1
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
-    assert "no nvcc that builds sm_90a cubins found" in lines[0] and "nvcc on PATH" in lines[0]
+    # the first NVIDIA class discovered names its architecture (sm_100a or sm_90a: the registry's order)
+    assert re.search(r"no nvcc that builds sm_[0-9]+a cubins found", lines[0]) and "nvcc on PATH" in lines[0]
     assert str(tmp_path / "no-cuda") in lines[0] and "requirements/build.txt" in lines[0]
     assert list((tmp_path / "out").iterdir()) == []
 
