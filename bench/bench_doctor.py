@@ -5,7 +5,9 @@ the lock, build.json, tables, manifests and code objects under netra/_data) and 
 wheel's RECORD lists with a hash (doctor holds them to RECORD). Side by side, alternately, medians:
   - `sha256sum FILES` (one process hashing every file) and `sha256sum -c SUMS` (checking them),
   - doctor's verification in-process (netra.cli.doctor.verify: hash every file, bind the lock and
-    build.json by sha256, read the tables through their schema), imports already done,
+    build.json by sha256, hold the tables to their rules and to the lock; bytes the wheel's RECORD
+    vouches for are not read through their schemas again), imports already done, and its parts,
+  - the same reads through the schemas (what doctor does when nothing vouches for the bytes),
   - the data files hashed the way doctor reads them (no link followed, each folder opened once),
   - `netra doctor` end to end as a command (interpreter start, imports, GPU and library probes).
 Run it with the python of an environment where netra is installed (a wheel install):
@@ -36,7 +38,7 @@ def main() -> None:
 
     from netra.cli import doctor
     from netra.core import toml as _toml
-    from netra.runtime import installed, layout
+    from netra.runtime import installed, layout, tables
     from netra.runtime import lockfile as lock_mod
 
     inst = installed.locate()
@@ -68,10 +70,23 @@ def main() -> None:
     lock_bytes = inst.lock_file.read_bytes()
     record_bytes = (inst.root / layout.BUILD_RECORD).read_bytes()
 
-    def read_record() -> layout.Record:
-        return layout.read_record(record_bytes, lock_bytes, layout.BUILD_RECORD, "manifest.lock", "")
+    def read_record(vouched: bool = True) -> layout.Record:
+        return layout.read_record(
+            record_bytes, lock_bytes, layout.BUILD_RECORD, "manifest.lock", "", vouched=vouched
+        )
 
     items = doctor._items(inst, lk, read_record())
+    table_bytes = {
+        cls: (inst.root / layout.data_path(f.path)).read_bytes()
+        for f in lk.files_with_role("table")
+        if (cls := tables.gpu_class_of(f.path)) and layout.data_path(f.path)
+    }
+
+    def read_tables(vouched: bool) -> float:
+        t0 = time.perf_counter()
+        for cls, raw in table_bytes.items():
+            tables.against_lock(tables.loads(raw, cls, cls, vouched=vouched), lk)
+        return time.perf_counter() - t0
 
     def hash_only() -> float:
         from netra.core import files as _files
@@ -83,9 +98,9 @@ def main() -> None:
         assert not any(bad)
         return dt
 
-    def parse_lock() -> float:
+    def parse_lock(vouched: bool) -> float:
         t0 = time.perf_counter()
-        read_record()  # build.json checked whole, its bound copy of the lock read through the schema
+        read_record(vouched)  # build.json and its bound copy of the lock, as doctor reads them or strictly
         return time.perf_counter() - t0
 
     def parse_toml() -> float:
@@ -97,9 +112,12 @@ def main() -> None:
         "sha256sum FILES": lambda: run(["sha256sum", *files]),
         "sha256sum -c SUMS": lambda: run(["sha256sum", "--quiet", "-c", sums.name]),
         "doctor.verify (in-process)": verify,
-        "  of which: read the lock (build.json copy)": parse_lock,
-        "  (not on doctor's path) parse the TOML lock": parse_toml,
+        "  of which: read build.json and its lock copy": lambda: parse_lock(True),
+        "  of which: read the tables (rules, vs the lock)": lambda: read_tables(True),
         "  of which: hash the data files (lock parsed)": hash_only,
+        "  (not on doctor's path) the same, by schema": lambda: parse_lock(False),
+        "  (not on doctor's path) the tables by schema": lambda: read_tables(False),
+        "  (not on doctor's path) parse the TOML lock": parse_toml,
         "python -c pass": lambda: run([sys.executable, "-c", "pass"]),
         "netra doctor (command)": lambda: run([sys.executable, "-m", "netra", "doctor"]),
     }

@@ -2,13 +2,14 @@
 
 Each cold case runs in a fresh process and times itself from before its first netra import:
   - plain read: open(code object).read()
-  - cold lookup: import netra.runtime, open_catalog("gfx950") (lock + table read and checked against the
-    lock), select(contract) (code object read and its sha256 checked against build.json)
+  - cold lookup: import netra.runtime, open_catalog(class) (lock + table read and checked against the
+    lock), select(contract) (code object read and its sha256 checked against build.json); the class is
+    --gpu-class (default gfx950; on a GPU host, its class), the contract its first one served `verified`
   - the same with the imports excluded (the file work alone)
 and, in one process, the warm lookup (select again: a dict hit) against a dict lookup.
 Run it with the python of an environment where netra is installed:
 
-    /path/to/venv/bin/python bench/bench_lookup.py [-n 30]
+    /path/to/venv/bin/python bench/bench_lookup.py [-n 30] [--gpu-class sm_90]
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ COLD = """
 import time, sys
 t0 = time.perf_counter()
 from netra.runtime import open_catalog
-k = open_catalog("gfx950").select(sys.argv[2], policy="verified")
+k = open_catalog(sys.argv[3]).select(sys.argv[2], policy="verified")
 assert k, k
 print(time.perf_counter() - t0)
 """
@@ -40,7 +41,7 @@ COLD_NO_IMPORT = """
 import time, sys
 from netra.runtime import open_catalog
 t0 = time.perf_counter()
-k = open_catalog("gfx950").select(sys.argv[2], policy="verified")
+k = open_catalog(sys.argv[3]).select(sys.argv[2], policy="verified")
 assert k, k
 print(time.perf_counter() - t0)
 """
@@ -60,18 +61,20 @@ def child(code: str, *args: str) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=30)
-    n = ap.parse_args().n
+    ap.add_argument("--gpu-class", default="gfx950", help="the catalog to open (default: %(default)s)")
+    args = ap.parse_args()
+    n, cls = args.n, args.gpu_class
 
     from netra.runtime import open_catalog
 
-    cat = open_catalog("gfx950")
+    cat = open_catalog(cls)
     key = next(k for k in cat.contracts() if cat.select(k, policy="verified"))
     kernel = cat.select(key, policy="verified")
     path = str(cat.install.code_object(kernel.candidate.file))
     cases = {
-        "plain read of the code object": (PLAIN, path, key),
-        "cold lookup incl. imports": (COLD, path, key),
-        "cold lookup, imports excluded": (COLD_NO_IMPORT, path, key),
+        "plain read of the code object": (PLAIN, path, key, cls),
+        "cold lookup incl. imports": (COLD, path, key, cls),
+        "cold lookup, imports excluded": (COLD_NO_IMPORT, path, key, cls),
     }
     for c in cases.values():
         child(*c)
@@ -80,7 +83,9 @@ def main() -> None:
         for name, c in cases.items():
             times[name].append(child(*c))
     base = statistics.median(times["plain read of the code object"])
-    print(f"{key} -> {kernel.artifact} ({len(kernel.code_object)} bytes); {n} fresh processes each, medians")
+    print(
+        f"{cls}: {key} -> {kernel.artifact} ({len(kernel.code_object)} bytes); {n} fresh processes each, medians"
+    )
     for name, ts in times.items():
         m = statistics.median(ts)
         print(f"  {name:34} {m * 1e6:10.1f} us  x{m / base:8.1f} of the plain read")

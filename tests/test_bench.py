@@ -47,3 +47,24 @@ def test_bench_assemble_measures_on_the_real_catalog_and_a_synthetic_one(tmp_pat
     assert "shell loop llvm-mc + ld.lld" in r.stdout and "ratio" in r.stdout, log(r)
     (row,) = [ln.split() for ln in r.stdout.splitlines() if ln.strip().startswith("4 ")]
     assert row[0] == "4" and row[1].endswith("s"), r.stdout
+
+
+@pytest.mark.parametrize("script", ["bench_doctor.py", "bench_lookup.py"])
+def test_the_install_benches_measure_a_real_install(script: str, py: str, tmp_path: Path) -> None:
+    """docs/performance.md's doctor and first-lookup tables, one repetition, on the session's pip-installed
+    wheel: every case runs (doctor.verify finds nothing wrong, the cold lookup finds its kernel)."""
+    r = subprocess.run([py, str(REPO / "bench" / script), "-n", "1"], cwd=tmp_path, env=clean_env(),
+                       capture_output=True, text=True, timeout=TIMEOUT, check=False)  # fmt: skip
+    assert r.returncode == 0 and "Traceback" not in r.stderr, log(r)
+    want = (
+        [
+            "sha256sum FILES",
+            "doctor.verify (in-process)",
+            "read the tables (rules, vs the lock)",
+            "netra doctor",
+        ]
+        if script == "bench_doctor.py"
+        else ["plain read of the code object", "cold lookup, imports excluded", "warm lookup"]
+    )
+    assert all(w in r.stdout for w in want), log(r)
+    assert not any(tmp_path.iterdir()), sorted(tmp_path.iterdir())

@@ -17,7 +17,7 @@ from test_cli import valid
 from netra import targets
 from netra.runtime import lockfile
 from netra.targets import amd, nvidia
-from netra.targets.vendor import Versions
+from netra.targets.host import Versions
 
 
 def _env(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:

@@ -38,7 +38,7 @@ from netra import targets  # noqa: E402
 from netra.core import elf, models  # noqa: E402
 from netra.core import schema as s  # noqa: E402
 from netra.core import toml as _toml  # noqa: E402
-from netra.errors import NetraError  # noqa: E402
+from netra.errors import NetraError, TableError  # noqa: E402
 from netra.release import manifests  # noqa: E402
 from netra.runtime import layout, tables  # noqa: E402
 from netra.runtime import lockfile as lock_mod  # noqa: E402
@@ -171,7 +171,7 @@ def inputs(repo_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Inputs:
         root=root,
         lock_bytes=raw,
         lock_dict=_toml.loads(raw.decode()),
-        tables={c: (root / tables.table_path(c)).read_bytes() for c in ("gfx950", "sm_90")},
+        tables={c: (root / tables.table_path(c)).read_bytes() for c in ("gfx950", "sm_90", "sm_100")},
         record=_record_for(raw, lock),
         hsaco=built["gfx950"][0],
         hsaco_symbol=built["gfx950"][1],
@@ -431,14 +431,60 @@ def test_table_structure_mutations(inputs: Inputs) -> None:
         table = parses_or_refuses(lambda: tables.parse(data, tables.table_path(cls), cls))
         if table is not None:  # what parses is held to the lock, which must never raise either
             parses_or_refuses(lambda: tables.against_lock(table, lock))
+        # As doctor and the runtime read bytes whose sha256 a vouched lock records (a resealed wheel):
+        # the format is not read again, yet whatever a gated build does not write still ends as a
+        # TableError, and what is accepted is exactly what the strict read accepts when it accepts it.
+        fast = parses_or_refuses(lambda: tables.parse(data, tables.table_path(cls), cls, vouched=True))
+        if fast is not None and table is not None:
+            assert fast == table
 
     check()
+
+
+def test_a_vouched_table_reads_as_the_schema_reads_it(inputs: Inputs) -> None:
+    """The hash-first path (no format check) gives exactly the strict read's table, for every class."""
+    assert sorted(inputs.tables) == sorted(targets.names())
+    for cls, raw in inputs.tables.items():
+        strict = tables.loads(raw, cls, cls)
+        fast = tables.loads(raw, cls, cls, vouched=True)
+        assert fast == strict and fast.entries and fast.candidates()
+
+
+def test_a_vouched_table_still_obeys_the_rules(inputs: Inputs) -> None:
+    """What the hash-first path skips is the format only: a rule broken in well-formed data is refused
+    with the strict read's message (the edits the resealed-wheel tests make, and one per rule family)."""
+    base = json.loads(inputs.tables["gfx950"])
+
+    def accepted_on_static(t: dict[str, Any]) -> None:
+        t["entries"][0]["candidates"][0]["maturity"] = "accepted"
+
+    def duplicate_entry(t: dict[str, Any]) -> None:
+        t["entries"].append(t["entries"][0])
+
+    def duplicate_tactic(t: dict[str, Any]) -> None:
+        t["entries"][0]["candidates"].append(t["entries"][0]["candidates"][0])
+
+    def misaligned_argument(t: dict[str, Any]) -> None:
+        t["entries"][0]["candidates"][0]["kernarg"]["args"][1]["offset"] = 3
+
+    def missing_field(t: dict[str, Any]) -> None:  # not what a gated build writes: the strict read names it
+        del t["entries"][0]["candidates"][0]["launch"]
+
+    for edit in (accepted_on_static, duplicate_entry, duplicate_tactic, misaligned_argument, missing_field):
+        data = json.loads(json.dumps(base))
+        edit(data)
+        with pytest.raises(TableError) as strict:
+            tables.parse(data, "gfx950.json", "gfx950")
+        with pytest.raises(TableError) as fast:
+            tables.parse(data, "gfx950.json", "gfx950", vouched=True)
+        assert str(fast.value) == str(strict.value), edit.__name__
 
 
 @FUZZ
 @given(GARBAGE)
 def test_table_garbage(data: Any) -> None:
     parses_or_refuses(lambda: tables.parse(data, "release/tables/gfx950.json", "gfx950"))
+    parses_or_refuses(lambda: tables.parse(data, "release/tables/gfx950.json", "gfx950", vouched=True))
 
 
 # -- build.json -------------------------------------------------------------------------------------

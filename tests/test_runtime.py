@@ -76,6 +76,40 @@ def test_import_netra_reads_no_data_probes_no_gpu_imports_nothing(py: str) -> No
     assert seen["new_modules"] == ["netra"], f"import netra pulled in {seen['new_modules']}"
 
 
+def test_the_first_lookup_reads_what_it_serves_and_imports_no_build_code(py: str) -> None:
+    """Serving a kernel reads the lock, build.json, one table and one code object (each once), never
+    the other tables, and imports nothing of the build, the static checks, the ELF readers, detection
+    or certification: the first lookup pays for what it serves (docs/performance.md)."""
+    seen = _json(
+        py,
+        """
+        import json, sys
+        import netra.runtime
+        opened = []
+        def hook(ev, args):  # files below the install are opened by name relative to their folder
+            if ev == "open" and isinstance(args[0], str) and ".dist-info/" not in args[0]:
+                opened.append(args[0].rsplit("/", 1)[-1])
+        before = set(sys.modules)
+        sys.addaudithook(hook)
+        from netra.runtime import open_catalog
+        k = open_catalog("gfx950").select("fp8_group_quant(hidden=2048,group=128)", policy="verified")
+        new = sorted(m for m in set(sys.modules) - before if m.startswith("netra"))
+        print(json.dumps({"artifact": k.artifact, "opened": opened, "new": new}))
+        """,
+    )
+    assert seen["artifact"].startswith("netra_fp8_group_quant_h2048_g128_"), seen
+    data = [n for n in seen["opened"] if n.endswith((".json", ".lock", ".hsaco", ".cubin"))]
+    assert sorted(data) == sorted(
+        ["manifest.lock", "build.json", "gfx950.json", f"{seen['artifact']}.hsaco"]
+    ), seen["opened"]
+    build_time = ("netra.release", "netra.certify", "netra.core.elf", "netra.targets.target",
+                  "netra.targets.devtools", "netra.targets.host", "netra.targets.nvidia_tools",
+                  "netra.runtime.gpus", "netra.loaders")  # fmt: skip
+    pulled = [m for m in seen["new"] if m.startswith(build_time) or m.endswith((".cubin", ".codeobject",
+                                                                                 ".checks", ".compile"))]  # fmt: skip
+    assert pulled == [], f"the first lookup imported {pulled}"
+
+
 # ---------------------------------------------------------------------------------------------------
 # Selection: exact contracts, maturity policies, explicit fallbacks
 

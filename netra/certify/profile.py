@@ -16,7 +16,7 @@ from netra.certify import plan as planfile
 from netra.certify import sanitizer
 from netra.core import proc
 from netra.errors import CertificationError, ToolError, ToolTimeoutError
-from netra.targets.vendor import Profile, Profiler
+from netra.targets.devtools import Profile, Profiler
 
 TIMEOUT_S = 600.0
 HINT = "see the log named; docs/certify.md says how the profiler is run and read"

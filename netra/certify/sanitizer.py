@@ -33,7 +33,7 @@ from typing import Any
 from netra.certify import plan as planfile
 from netra.core import proc
 from netra.errors import CertificationError, ToolError, ToolTimeoutError
-from netra.targets.vendor import CheckerOutput, MemoryChecker, Report
+from netra.targets.devtools import CheckerOutput, MemoryChecker, Report
 
 EXIT_FINDINGS = 86  # the checker's exit status when it reported anything (--error-exitcode)
 PRINT_LIMIT = 1000  # reports printed per process; past it the remaining candidates run again

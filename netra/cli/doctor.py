@@ -35,30 +35,35 @@ _PARALLEL_BYTES = 4 << 20
 class Item:
     """One file to check: where it is, what it is, and what the lock (or build.json) expects of it."""
 
-    path: Path
-    name: str  # as the report names it: relative to the install root (path is root / name)
+    root: str  # the install root
+    name: str  # as the report names it: relative to the install root, posix
     kind: str  # lock, build_record, table, manifest, source, code_object
     sha256: str | None  # whole-file sha256 expected
     expected_from: str  # "lock", "build.json"
     artifact: LockedArtifact | None = None  # for code objects: what the lock says of it
 
     @property
-    def root(self) -> Path:
-        return self.path.parents[len(Path(self.name).parts) - 1]
+    def path(self) -> str:
+        return f"{self.root}/{self.name}"
 
 
-def _check(item: Item, below: Any) -> tuple[int, dict[str, Any] | None]:
-    """(bytes read, None when intact or the problem as report data). Reads the file once, following
-    no link below the install's root (files.Below: files.read_below, each folder opened once)."""
+def _check(item: Item, below: Any) -> tuple[int, dict[str, Any] | None, bytes | None]:
+    """(bytes read, None when intact or the problem as report data, a table's bytes when intact).
+    Reads the file once, following no link below the install's root (files.Below: files.read_below,
+    each folder opened once); a table is read again by nobody."""
     from netra.core import files
     from netra.errors import MissingFileError
 
     try:
-        data = below.read(item.path, limit=files.CODE_OBJECT_LIMIT, what=item.name)
+        data = below.read_rel(item.name, limit=files.CODE_OBJECT_LIMIT, what=item.name)
     except MissingFileError:
-        return 0, {"path": item.name, "kind": item.kind, "problem": "missing", "expected": _expected(item)}
+        return (
+            0,
+            {"path": item.name, "kind": item.kind, "problem": "missing", "expected": _expected(item)},
+            None,
+        )
     except NetraError as e:
-        return 0, {"path": item.name, "kind": item.kind, "problem": "unreadable", "detail": e.message}
+        return 0, {"path": item.name, "kind": item.kind, "problem": "unreadable", "detail": e.message}, None
     out: dict[str, Any] = {}
     got = hashlib.sha256(data).hexdigest()
     if item.sha256 is not None and got != item.sha256:
@@ -79,8 +84,8 @@ def _check(item: Item, below: Any) -> tuple[int, dict[str, Any] | None]:
         except NetraError as e:
             out["parse"] = e.message
     if not out:
-        return len(data), None
-    return len(data), {"path": item.name, "kind": item.kind, "problem": "altered", "checks": out}
+        return len(data), None, data if item.kind == "table" else None
+    return len(data), {"path": item.name, "kind": item.kind, "problem": "altered", "checks": out}, None
 
 
 def _absent(e: NetraError) -> str:
@@ -106,27 +111,25 @@ class RecordEntry:
     path: str  # as RECORD names it, relative to site-packages
     sha256: str | None  # hex; None when RECORD carries no hash (bytecode, INSTALLER, ...)
     size: int | None
-    file: Path  # where it is on disk
+    site: str  # the folder RECORD's paths are relative to
+
+    @property
+    def file(self) -> Path:
+        """Where it is on disk."""
+        return Path(self.site, self.path)
 
 
 def wheel_record(inst: Install) -> list[RecordEntry] | None:
     """The installed distribution's RECORD, None when this is not a recorded wheel install; [] when the
     dist-info has no RECORD. Read directly (installed.DistInfo), as importlib.metadata would."""
-    import base64
-
     if inst.kind != "wheel" or inst.distribution is None:
         return None
     info = installed.DistInfo(Path(inst.distribution.dist_info))
-    site = info.folder.parent
-    out = []
-    for path, h, size in info.record():
-        mode, _, value = h.partition("=")
-        digest = None
-        if mode == "sha256" and value:
-            with contextlib.suppress(ValueError):
-                digest = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
-        out.append(RecordEntry(path, digest, int(size) if size.isdigit() else None, site / path))
-    return out
+    site = str(info.folder.parent)
+    return [
+        RecordEntry(path, installed.record_sha256(h), int(size) if size.isdigit() else None, site)
+        for path, h, size in info.record()
+    ]
 
 
 def _record_digest(inst: Install, record: list[RecordEntry] | None) -> dict[str, str] | None:
@@ -146,18 +149,21 @@ def _package_files(record: list[RecordEntry] | None) -> dict[str, Any]:
     from netra.core import files
 
     out: dict[str, Any] = {"checked": 0, "bytes": 0, "missing": [], "altered": []}
-    belows: dict[Path, files.Below] = {}
+    below: files.Below | None = None
+    data_prefix = layout.PACKAGE_DATA + "/"
     try:
         for e in record or ():
-            if e.sha256 is None or e.path.startswith(layout.PACKAGE_DATA + "/"):
+            if e.sha256 is None or e.path.startswith(data_prefix):
                 continue
             out["checked"] += 1
-            parts = Path(e.path).parts
+            parts = e.path.split("/")
             try:
                 if len(parts) > 1 and parts[0] == _PACKAGE and ".." not in parts:  # no link below netra/
-                    package = e.file.parents[len(parts) - 2]
-                    below = belows.get(package) or belows.setdefault(package, files.Below(package, "package"))
-                    data = below.read(e.file, limit=files.CODE_OBJECT_LIMIT, what=e.path)
+                    if below is None:
+                        below = files.Below(e.file.parents[len(parts) - 2], "package")
+                    data = below.read_rel(
+                        e.path[len(_PACKAGE) + 1 :], limit=files.CODE_OBJECT_LIMIT, what=e.path
+                    )
                 else:  # the metadata and the console script, as they lie
                     data = files.read_path(e.file, limit=files.CODE_OBJECT_LIMIT, what=e.path)
             except NetraError:
@@ -167,8 +173,8 @@ def _package_files(record: list[RecordEntry] | None) -> dict[str, Any]:
             if hashlib.sha256(data).hexdigest() != e.sha256:
                 out["altered"].append(e.path)
     finally:
-        for b in belows.values():
-            b.__exit__()
+        if below is not None:
+            below.__exit__()
     return out
 
 
@@ -179,6 +185,8 @@ class _Report:
         self.fixes: list[str] = []  # the commands to run, once each, in the order to run them
         self.by_fix: dict[str | None, tuple[str, list[str]]] = {}  # fix -> (its note, its problems, no fix)
         self._rank: dict[str, int] = {}
+        self.vouched = False  # build.json is as RECORD holds it and binds the installed lock's bytes
+        self.tables: dict[str, tables.Table] = {}  # intact tables that follow the rules, by class
         self.record = wheel_record(inst)
         self.digest = _record_digest(inst, self.record)
         self.files: dict[str, Any] = {
@@ -261,6 +269,7 @@ def _not_gated(inst: Install) -> tuple[str, str]:
 def _items(inst: Install, lock: Lock, record: Any) -> list[Item]:
     """Every file the lock implies for this install: layout.members for a wheel, the tree for a checkout."""
     items: list[Item] = []
+    root = str(inst.root)
     if inst.kind == "wheel":
         code = record.code_objects if record is not None else {}
         for m in layout.members(lock):
@@ -268,16 +277,16 @@ def _items(inst: Install, lock: Lock, record: Any) -> list[Item]:
                 continue  # checked by binding, before everything else
             if m.kind == "code_object":
                 rec = code.get(m.data_path)
-                items.append(Item(inst.root / m.data_path, m.data_path, m.kind, rec.sha256 if rec else None,
+                items.append(Item(root, m.data_path, m.kind, rec.sha256 if rec else None,
                                   "build.json", lock.artifact(m.origin)))  # fmt: skip
             else:
-                items.append(Item(inst.root / m.data_path, m.data_path, m.kind, m.sha256, "lock"))
+                items.append(Item(root, m.data_path, m.kind, m.sha256, "lock"))
         return items
     for f in lock.files:
-        items.append(Item(inst.root / f.path, f.path, f.role, f.sha256, "lock"))
+        items.append(Item(root, f.path, f.role, f.sha256, "lock"))
     for a in lock.artifacts:
         rel = f"{installed.EDITABLE_BUILD}/{a.file}"
-        items.append(Item(inst.root / rel, rel, "code_object", None, "lock", a))
+        items.append(Item(root, rel, "code_object", None, "lock", a))
     return sorted(items, key=lambda i: i.name)
 
 
@@ -328,7 +337,7 @@ def verify(inst: Install) -> dict[str, Any]:
     )
     items = _items(inst, lock, record)
     with files.Below(inst.root, "install") as below:
-        if len(items) >= _PARALLEL_FILES and _total_size(items) >= _PARALLEL_BYTES:
+        if len(items) >= _PARALLEL_FILES and _total_size(items, rep.record) >= _PARALLEL_BYTES:
             # hashlib releases the GIL on large buffers: a big install hashes on every core.
             from concurrent.futures import ThreadPoolExecutor  # imports logging: only when worth it
 
@@ -336,16 +345,18 @@ def verify(inst: Install) -> dict[str, Any]:
                 results = list(pool.map(lambda it: _check(it, below), items))
         else:
             results = [_check(it, below) for it in items]
-    for size, problem in results:
+    intact: dict[str, bytes] = {}  # table name -> its bytes, which hash to what the lock records
+    for it, (size, problem, data) in zip(items, results, strict=True):
         rep.files["checked"] += 1
         rep.files["bytes"] += size
         if problem is not None:
             rep.fail(problem)
+        elif data is not None:
+            intact[it.name] = data
     if inst.kind == "wheel":
         known = {it.name for it in items} | {"manifest.lock", layout.BUILD_RECORD}
         rep.files["unexpected"] = [rel for rel in _walk(str(inst.root)) if rel not in known]
-    broken = {e["path"] for e in rep.files["missing"] + rep.files["altered"]}
-    rep.files["invalid_tables"] = _table_problems(inst, lock, broken)
+    rep.files["invalid_tables"] = _table_problems(inst, lock, intact, rep)
     _problems(inst, rep)
     return _verified(rep, lock_info, lock)
 
@@ -358,7 +369,8 @@ def _verified(rep: _Report, lock_info: dict[str, Any], lock: Lock | None) -> dic
     for path in pkg["altered"]:
         rep.problem(f"altered package file {path}: sha256 differs from RECORD", rep.inst.reinstall)
     return {"lock": lock_info, "files": rep.files, "package_files": pkg, "problems": rep.problems,
-            "fixes": rep.fixes, "causes": causes(rep.fixes, rep.by_fix), "lock_obj": lock}  # fmt: skip
+            "fixes": rep.fixes, "causes": causes(rep.fixes, rep.by_fix), "lock_obj": lock,
+            "tables": rep.tables}  # fmt: skip
 
 
 def causes(fixes: list[str], by_fix: dict[str | None, tuple[str, list[str]]]) -> list[dict[str, Any]]:
@@ -367,22 +379,29 @@ def causes(fixes: list[str], by_fix: dict[str | None, tuple[str, list[str]]]) ->
     return [{"fix": f, "note": by_fix[f][0], "problems": list(by_fix[f][1])} for f in order if f in by_fix]
 
 
-def _table_problems(inst: Install, lock: Lock, broken: set[str]) -> list[dict[str, str]]:
-    """Every intact table must parse and reference exactly the class's locked artifacts."""
+def _table_problems(
+    inst: Install, lock: Lock, intact: dict[str, bytes], rep: _Report
+) -> list[dict[str, str]]:
+    """Every intact table must follow the table rules and reference exactly the class's locked artifacts.
+
+    Hash first: a table whose bytes hash to what a vouched lock records (the lock build.json binds,
+    build.json as RECORD holds it) is the one the gated build read through the table format, so the
+    format is not read again; its rules and its agreement with the lock still are (tables.parse)."""
     out = []
     for f in lock.files_with_role("table"):
         cls = tables.gpu_class_of(f.path)
         name = layout.data_path(f.path) if inst.kind == "wheel" else f.path
-        path = inst.tracked(f.path)
-        if cls is None or path is None or name is None or name in broken:
+        if cls is None or name is None or name not in intact:
             continue
         try:
-            t = tables.loads(path.read_bytes(), name, cls)
+            t = tables.loads(intact[name], name, cls, vouched=rep.vouched)
             wrong = tables.against_lock(t, lock)
-        except (OSError, NetraError) as e:
-            wrong = [getattr(e, "message", str(e))]
+        except NetraError as e:
+            wrong = [e.message]
         if wrong:
             out.append({"path": str(name), "gpu_class": cls, "problem": wrong[0], "count": str(len(wrong))})
+        else:
+            rep.tables[cls] = t
     return out
 
 
@@ -408,11 +427,22 @@ def _problems(inst: Install, rep: _Report) -> None:
         rep.problem(f"invalid table {t['path']} ({t['gpu_class']}): {t['problem']}", fix)
 
 
-def _total_size(items: list[Item]) -> int:
+def _total_size(items: list[Item], record: list[RecordEntry] | None) -> int:
+    """About how many bytes the items are (only to choose whether to hash on threads): RECORD's sizes
+    where it has them, else what the files are now."""
+    prefix = layout.PACKAGE_DATA + "/"
+    sizes = {
+        e.path[len(prefix) :]: e.size
+        for e in record or ()
+        if e.size is not None and e.path.startswith(prefix)
+    }
     total = 0
     for it in items:
-        with contextlib.suppress(OSError):
-            total += os.stat(it.path).st_size
+        size = sizes.get(it.name)
+        if size is None:
+            with contextlib.suppress(OSError):
+                size = os.stat(it.path).st_size
+        total += size or 0
     return total
 
 
@@ -465,6 +495,7 @@ def _check_build_record(inst: Install, lock_raw: bytes, rep: _Report, lock_info:
         record = layout.read_record(
             raw, lock_raw, layout.BUILD_RECORD, "manifest.lock", inst.reinstall, vouched=vouched
         )
+        rep.vouched = vouched
         lock_info["bound_to_build_record"] = True
     except NetraError as e:
         bound = "disagree: the build record was made for lock" in e.message
@@ -487,8 +518,9 @@ def _check_build_record(inst: Install, lock_raw: bytes, rep: _Report, lock_info:
     return record
 
 
-def certification(inst: Install, lock: Lock | None, broken: set[str]) -> dict[str, Any]:
-    """Per certified class: its certification kind, contracts and candidates per maturity (from its table)."""
+def certification(lock: Lock | None, read: dict[str, tables.Table], inst: Install) -> dict[str, Any]:
+    """Per certified class: its certification kind, contracts and candidates per maturity, from the
+    tables verify read (`read`: the intact ones that follow the rules); any other is not intact."""
     out: dict[str, Any] = {}
     if lock is None:
         return out
@@ -496,20 +528,16 @@ def certification(inst: Install, lock: Lock | None, broken: set[str]) -> dict[st
         cls = tables.gpu_class_of(f.path)
         if cls is None:
             continue
-        path = inst.tracked(f.path)
         name = layout.data_path(f.path) if inst.kind == "wheel" else f.path
-        info: dict[str, Any] = {"table": name, "intact": name not in broken}
-        if info["intact"] and path is not None:
-            try:
-                t = tables.loads(path.read_bytes(), str(path), cls)
-                info.update(
-                    certification=t.certification,
-                    loader=t.loader,
-                    contracts=len(t.entries),
-                    maturity=t.maturity_counts(),
-                )
-            except (OSError, NetraError) as e:
-                info.update(intact=False, error=str(e))
+        t = read.get(cls)
+        info: dict[str, Any] = {"table": name, "intact": t is not None}
+        if t is not None:
+            info.update(
+                certification=t.certification,
+                loader=t.loader,
+                contracts=len(t.entries),
+                maturity=t.maturity_counts(),
+            )
         out[cls] = info
     return out
 
@@ -523,8 +551,7 @@ def run(
     inst = inst or installed.locate()
     v = verify(inst)
     verify_s = time.perf_counter() - t0
-    broken = {e["path"] for e in v["files"]["missing"] + v["files"]["altered"]}
-    certified = certification(inst, v["lock_obj"], broken)
+    certified = certification(v["lock_obj"], v["tables"], inst)
     found = gpus.detect(sysfs_nodes)
     host = environment.host()
     needs = environment.needs(v["lock_obj"], host)

@@ -85,7 +85,7 @@ def host() -> dict[str, Any]:
 
 def needs(lock: Lock | None, hosts: dict[str, Any]) -> dict[str, Any]:
     """Per class the lock records a toolchain for: what its code objects need, and whether this host has it."""
-    from netra.targets.vendor import Versions
+    from netra.targets.host import Versions
 
     out: dict[str, Any] = {}
     for cls, tc in sorted((lock.toolchains if lock is not None else {}).items()):

@@ -143,6 +143,7 @@ class Below:
         self._what = what
         self._fds: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._is_folder: bool | None = None  # the root: looked at once
 
     def __enter__(self) -> Below:
         return self
@@ -154,9 +155,19 @@ class Below:
 
     def read(self, path: Path, *, limit: int, what: str) -> bytes:
         full = os.path.abspath(path)
-        if not full.startswith(self._base + os.sep) or not os.path.isdir(self._base):
+        if not full.startswith(self._base + os.sep) or not self._root_is_folder():
             return read_below(self.root, path, limit=limit, what=what)  # its own words for these cases
-        rel = full[len(self._base) + 1 :].replace(os.sep, "/")
+        return self.read_rel(full[len(self._base) + 1 :].replace(os.sep, "/"), limit=limit, what=what)
+
+    def _root_is_folder(self) -> bool:
+        if self._is_folder is None:
+            self._is_folder = os.path.isdir(self._base)
+        return self._is_folder
+
+    def read_rel(self, rel: str, *, limit: int, what: str) -> bytes:
+        """The file at `rel` (posix, relative to the root): read() without resolving a path first."""
+        if not self._root_is_folder():
+            return read_below(self.root, self.root / rel, limit=limit, what=what)
         where = f"{what} in {self.root}" if what != rel else f"in {self.root}"
         relative(rel, where)
         folder, _, name = rel.rpartition("/")

@@ -383,6 +383,13 @@ def installed_lock(inst: Install) -> tuple[Lock, dict[str, CodeRecord] | None]:
     In a wheel install build.json must have been made for this very lock (its lock_sha256) and be
     intact (its own record_sha256); its JSON copy of the lock is then what is read.
     """
+    lock, built, _ = _installed_lock(inst)
+    return lock, built
+
+
+def _installed_lock(inst: Install) -> tuple[Lock, dict[str, CodeRecord] | None, bool]:
+    """installed_lock, and whether the lock is vouched for: build.json's bytes are the ones the wheel's
+    RECORD holds and bind the installed lock's (what the gated build checked, not checked again)."""
     from netra.runtime import layout
     from netra.runtime import lockfile as lock_mod
 
@@ -393,7 +400,7 @@ def installed_lock(inst: Install) -> tuple[Lock, dict[str, CodeRecord] | None]:
         )
     if inst.build_record is None:
         try:
-            return lock_mod.loads(raw, str(inst.lock_file)), None
+            return lock_mod.loads(raw, str(inst.lock_file)), None, False
         except NetraError as e:
             raise AlteredFileError(
                 f"{inst.lock_file}: not a readable lock ({e.message})", inst.reinstall
@@ -407,7 +414,7 @@ def installed_lock(inst: Install) -> tuple[Lock, dict[str, CodeRecord] | None]:
     record = layout.read_record(
         rec_raw, raw, str(inst.build_record), str(inst.lock_file), inst.reinstall, vouched=vouched
     )
-    return record.lock, record.code_objects
+    return record.lock, record.code_objects, vouched
 
 
 def certified_classes(lock: Lock) -> tuple[str, ...]:
@@ -442,7 +449,7 @@ def _default_install() -> Install:
 
 
 def _open(inst: Install, gpu_class: str) -> Catalog:
-    lock, built = installed_lock(inst)
+    lock, built, vouched = _installed_lock(inst)
     certified = certified_classes(lock)
     if gpu_class not in certified:
         raise UncertifiedGPUClassError(
@@ -469,7 +476,9 @@ def _open(inst: Install, gpu_class: str) -> Catalog:
             inst.reinstall,
         )
     try:
-        table = tables.loads(raw, str(path), gpu_class)
+        # Hash first: bytes with the sha256 a vouched lock records are the ones the gated build read
+        # through the table format; the rules and the cross-check with the lock still apply.
+        table = tables.loads(raw, str(path), gpu_class, vouched=vouched)
     except TableError as e:  # the release itself is wrong: on a serving host the fix is a reinstall
         raise TableError(e.message, "the release is inconsistent; " + inst.reinstall, e.details) from None
     _cross_check(inst, lock, table)

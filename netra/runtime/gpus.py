@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from netra.errors import NetraError
-from netra.targets.vendor import GPU
+from netra.targets.host import GPU
 
 __all__ = ["GPU", "Detection", "detect"]
 

@@ -200,18 +200,12 @@ def _reinstall(inst: Install) -> str:
 def recorded_sha256(inst: Install, data_path: str) -> str | None:
     """The sha256 (hex) the wheel's RECORD holds for netra/_data/`data_path`: the bytes the gated build
     wrote (None without a RECORD, or when it lists no hash for that file)."""
-    import base64
-
     if inst.kind != "wheel" or inst.distribution is None:
         return None
     want = f"{PACKAGE_DATA}/{data_path}"
     for path, h, _ in DistInfo(Path(inst.distribution.dist_info)).record():
-        mode, _, value = h.partition("=")
-        if path == want and mode == "sha256" and value:
-            try:
-                return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
-            except ValueError:
-                return None
+        if path == want:
+            return record_sha256(h)
     return None
 
 
@@ -255,14 +249,37 @@ class DistInfo:
         return ""
 
     def record(self) -> list[tuple[str, str, str]]:
-        """RECORD's rows (path, hash, size), as the installer wrote them."""
-        import csv
-
+        """RECORD's rows (path, hash, size), as the installer wrote them (CSV: a row with a quote is
+        read by the csv module; the others, every row of a netra wheel, are split at their commas)."""
         text = self.read_text("RECORD")
         if text is None:
             return []
-        rows = [[*r, "", ""] for r in csv.reader(text.splitlines()) if r]
+        lines = text.splitlines()
+        if any('"' in ln for ln in lines):
+            import csv
+
+            rows = [[*r, "", ""] for r in csv.reader(lines) if r]
+        else:
+            rows = [[*ln.split(","), "", ""] for ln in lines if ln]
         return [(r[0], r[1], r[2]) for r in rows]
+
+
+def record_sha256(value: str) -> str | None:
+    """A RECORD hash field's sha256 as hex ("sha256=<urlsafe base64, unpadded>"); None for another
+    algorithm, no hash, or a value that is not one."""
+    import binascii
+
+    mode, _, b64 = value.partition("=")
+    if mode != "sha256" or not b64:
+        return None
+    try:
+        raw = binascii.a2b_base64((b64 + "=" * (-len(b64) % 4)).translate(_URLSAFE))
+    except (binascii.Error, ValueError):
+        return None
+    return raw.hex()
+
+
+_URLSAFE = str.maketrans("-_", "+/")
 
 
 def _named(entry: str) -> bool:

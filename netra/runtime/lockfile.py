@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ class LockedArtifact:
     max_threads: int  # the most threads per block the code object allows
     facts: dict[str, int]  # the class's own static facts (registers...)
 
-    @property
+    @cached_property
     def file(self) -> str:
         """Where the code object lives, relative to a build output folder or the packaged data."""
         from netra import targets

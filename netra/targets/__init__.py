@@ -2,7 +2,8 @@
 
 Everything specific to a class lives in its package, netra/targets/<class>/, whose TARGET follows the
 Target protocol (netra/targets/target.py); what the classes of one vendor share lives in the vendor
-object (netra/targets/vendor.py, amd.py, nvidia.py). The pipeline names no class, vendor or toolchain
+object (netra/targets/vendor.py, amd.py, nvidia.py; host.py and devtools.py hold the types of what it
+finds on a host and of the tools certification runs). The pipeline names no class, vendor or toolchain
 flavour: it asks this registry. Adding a class: a package here, its entry in MODULES, kernels/<class>/
 and manifests/<class>/tactics.toml (docs/authoring.md).
 

@@ -11,10 +11,14 @@ import os
 import re
 from collections.abc import Hashable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from netra.core import files, text
 from netra.errors import NetraError, ToolError
-from netra.targets.vendor import GPU, Vendor, Versions
+from netra.targets.vendor import Vendor
+
+if TYPE_CHECKING:
+    from netra.targets.host import GPU, Versions
 
 SYSFS_NODES = "/sys/class/kfd/kfd/topology/nodes"
 AMDGPU_MODULE = "/sys/module/amdgpu"  # `version` there: the amdgpu-dkms driver's (an in-tree one has none)
@@ -115,6 +119,8 @@ class Amd(Vendor):
 
     def sysfs(self, nodes: str | Path | None = None) -> tuple[list[GPU], str]:
         """GPU nodes of the KFD topology: every node whose gfx_target_version is not 0."""
+        from netra.targets.host import GPU
+
         root = Path(nodes if nodes is not None else SYSFS_NODES)
         if not root.is_dir():
             return [], f"kfd sysfs: {_shown(str(root))} not present (no amdgpu kernel driver)"
@@ -154,6 +160,8 @@ class Amd(Vendor):
         return gpus, note
 
     def rocminfo(self) -> tuple[list[GPU], str]:
+        from netra.targets.host import GPU
+
         exe = _which("rocminfo")
         if exe is None:
             return [], "rocminfo: not on PATH"
@@ -173,6 +181,8 @@ class Amd(Vendor):
         return gpus, f"rocminfo: {len(gpus)} GPU agent(s)"
 
     def smi(self) -> tuple[list[GPU], str]:
+        from netra.targets.host import GPU
+
         exe = _which("amd-smi")
         if exe is None:
             return [], "amd-smi: not on PATH"
@@ -205,6 +215,8 @@ class Amd(Vendor):
         """The amdgpu kernel driver's version (sysfs), and the ROCm release of the HIP runtime the loader
         uses (its .info/version file), files only, each read as `_sysfs_text` reads the topology."""
         import platform
+
+        from netra.targets.host import Versions
 
         notes = []
         module = Path(AMDGPU_MODULE)

@@ -11,10 +11,15 @@ from __future__ import annotations
 import re
 from collections.abc import Hashable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from netra.core import text
 from netra.errors import ToolError
-from netra.targets.vendor import GPU, DriverNeed, MemoryChecker, Profiler, Vendor, Versions
+from netra.targets.vendor import Vendor
+
+if TYPE_CHECKING:
+    from netra.targets.devtools import MemoryChecker, Profiler
+    from netra.targets.host import GPU, DriverNeed, Versions
 
 _TIMEOUT_S = 10
 # CUDA driver API (cuda.h): device attributes for the compute capability.
@@ -85,6 +90,8 @@ class Nvidia(Vendor):
 
     def smi(self) -> tuple[list[GPU], str] | None:
         """None when nvidia-smi is not installed (then the driver API is asked instead)."""
+        from netra.targets.host import GPU
+
         exe = _which("nvidia-smi")
         if exe is None:
             return None
@@ -108,6 +115,8 @@ class Nvidia(Vendor):
     def driver_api(self, library: str | Path | None = None) -> tuple[list[GPU], str]:
         """The CUDA driver API: cuInit, cuDeviceGetCount, and each device's compute capability and name."""
         import ctypes  # loads nothing by itself, but costs an import a serving host may never need
+
+        from netra.targets.host import GPU
 
         path = Path(library) if library is not None else self.find_library()
         if path is None:
@@ -178,6 +187,8 @@ class Nvidia(Vendor):
     def versions(self) -> Versions:
         """The kernel module's version from /proc (else nvidia-smi), and the CUDA version of the driver API
         (cuDriverGetVersion from libcuda: the runtime netra's loader uses; it needs no cuInit)."""
+        from netra.targets.host import Versions
+
         notes = []
         driver = None
         import ctypes
@@ -215,6 +226,8 @@ class Nvidia(Vendor):
 
     def cubin_driver_need(self, cuda_version: str) -> DriverNeed:
         """The oldest driver that loads cubins nvcc `cuda_version` built (CUDA_MIN_DRIVER, by CUDA major)."""
+        from netra.targets.host import DriverNeed
+
         major = int(cuda_version.split(".")[0]) if cuda_version.split(".")[0].isdigit() else -1
         minimum = CUDA_MIN_DRIVER.get(major)
         why = (

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from netra.core import proc
 from netra.errors import ToolError, ToolOutputError
-from netra.targets.vendor import CheckerOutput, MemoryChecker, Profile, Profiler, Report
+from netra.targets.devtools import CheckerOutput, MemoryChecker, Profile, Profiler, Report
 
 PREFIX = "========="
 _VERSION = re.compile(r"\bVersion\s+([0-9][0-9A-Za-z.+-]*)")

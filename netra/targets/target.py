@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from netra.core.schema import Field
     from netra.core.types import ArtifactSpec, Tactic, Template, Toolchain
-    from netra.targets.vendor import DriverNeed, Vendor
+    from netra.targets.host import DriverNeed
+    from netra.targets.vendor import Vendor
 
 
 @dataclass(frozen=True)

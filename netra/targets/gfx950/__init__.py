@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, ClassVar
 from netra.core.schema import Field, Int, opt
 from netra.targets.amd import AMD
 from netra.targets.gfx950 import toolchain
-from netra.targets.target import Examined, Problem, Target, Tools
 
 if TYPE_CHECKING:
     from netra.core.types import ArtifactSpec, Tactic, Template, Toolchain
-    from netra.targets.vendor import DriverNeed
+    from netra.targets.host import DriverNeed
+    from netra.targets.target import Examined, Problem, Target, Tools
 
 WAVE = 64
 MIN_ROCM = "7.0"  # the first ROCm release with gfx950 (its release notes and component changelogs)
@@ -55,7 +55,7 @@ class Gfx950:
         MI355X). Whichever LLVM built them, the code objects are version 5 (assemble.py pins it), which
         every ROCm since 5 loads, so the class's own support is the bound. Not run on a gfx950 GPU."""
         from netra.targets.gfx950 import assemble
-        from netra.targets.vendor import DriverNeed
+        from netra.targets.host import DriverNeed
 
         return DriverNeed(
             "ROCm",
@@ -138,6 +138,7 @@ class Gfx950:
 
 def _examined(spec: ArtifactSpec, path: Path, listing: str) -> Examined:
     from netra.targets.gfx950 import checks, codeobject
+    from netra.targets.target import Examined, Problem  # build types: not needed to serve
 
     data = path.read_bytes()
     co = codeobject.inspect(data, spec.file)

@@ -11,10 +11,13 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from netra.core.types import Toolchain
 from netra.errors import ToolchainError, ToolError
-from netra.targets.target import Tools
+
+if TYPE_CHECKING:
+    from netra.targets.target import Tools
 
 MIN_LLVM = 20
 TOOLS = ("llvm-mc", "ld.lld", "llvm-objdump")
@@ -65,6 +68,8 @@ def _candidate(
     ver = _prove(paths["llvm-mc"])
     if ver is None or ver[0] < MIN_LLVM:
         return None
+    from netra.targets.target import Tools  # what discovery gives: building only
+
     return Tools(
         target="gfx950",
         identity=Toolchain(flavour=flavour, version=ver[1], label=FLAVOURS[flavour]),

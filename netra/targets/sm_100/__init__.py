@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING
 
 from netra.targets.nvidia import NVIDIA
 from netra.targets.sm_90 import Sm90
-from netra.targets.sm_100 import cubin
-from netra.targets.target import Examined, Target, Tools
 
 if TYPE_CHECKING:
     from netra.core.types import ArtifactSpec
+    from netra.targets.target import Examined, Target, Tools
 
 
 class Sm100(Sm90):
@@ -32,6 +31,8 @@ class Sm100(Sm90):
     sources = ("kernels/sm_100", NVIDIA.shared_templates)
 
     def examine(self, built: list[tuple[ArtifactSpec, Path]], tools: Tools, jobs: int) -> list[Examined]:
+        from netra.targets.sm_100 import cubin  # with the ELF reader: build, examine and doctor only
+
         out = super().examine(built, tools, jobs)
         for e in out:
             if e.launch_sha256:
@@ -39,6 +40,8 @@ class Sm100(Sm90):
         return out
 
     def launch_digest(self, data: bytes, symbol: str, name: str) -> str:
+        from netra.targets.sm_100 import cubin
+
         return cubin.launch_digest(data, symbol, name)
 
 

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, ClassVar
 from netra.core.schema import Field, Int
 from netra.targets.nvidia import NVIDIA
 from netra.targets.sm_90 import toolchain
-from netra.targets.target import Examined, Target, Tools
 
 if TYPE_CHECKING:
     from netra.core.types import ArtifactSpec, Tactic, Template, Toolchain
-    from netra.targets.vendor import DriverNeed
+    from netra.targets.host import DriverNeed
+    from netra.targets.target import Examined, Target, Tools
 
 WARP = 32
 
@@ -112,6 +112,7 @@ class Sm90:
 
 def _examined(spec: ArtifactSpec, path: Path, sm: int) -> Examined:
     from netra.targets.sm_90 import checks, cubin
+    from netra.targets.target import Examined  # a build type: not needed to serve
 
     data = path.read_bytes()
     cb = cubin.inspect(data, spec.file)

@@ -23,10 +23,13 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from netra.core.types import Toolchain
 from netra.errors import ToolchainError, ToolError
-from netra.targets.target import Tools
+
+if TYPE_CHECKING:
+    from netra.targets.target import Tools
 
 MIN_CUDA = (12, 0)
 ARCH = "sm_90a"  # what the probe must build (the class's own; another NVIDIA class passes its own)
@@ -87,6 +90,8 @@ def _candidate(path: Path | str | None, origin: str, target: str, arch: str) -> 
     proven = _prove(str(p), arch)
     if proven is None:
         return None
+    from netra.targets.target import Tools  # what discovery gives: building only
+
     return Tools(
         target=target,
         identity=Toolchain(flavour="nvcc", version=proven[1], label=FLAVOURS["nvcc"]),
