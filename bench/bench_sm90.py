@@ -483,6 +483,19 @@ def nt_stats_after() -> dict[str, dict[str, int]]:
 # torch.compile, with inductor's cache filled by worker processes first
 
 
+def fresh_dynamo(torch: Any) -> None:
+    """Forget what dynamo compiled before, and refuse to fall back to eager silently.
+
+    Every contract of a family compiles the same composite code (a closure over its constants), and
+    dynamo gives one code object `recompile_limit` (8) graphs: past that it runs the function eagerly
+    with a warning, so later contracts' "compile" rows would time eager code. Reset before each
+    contract (its row counts are its graphs) and make hitting the limit an error where torch can."""
+    torch._dynamo.reset()
+    cfg = torch._dynamo.config
+    if hasattr(cfg, "fail_on_recompile_limit_hit"):
+        cfg.fail_on_recompile_limit_hit = True
+
+
 def compile_one(key: str, rows: int) -> Any:
     """torch.compile(dynamic=False) of the contract's composite, run once at `rows` (compiles it)."""
     import torch
@@ -556,7 +569,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.compile_workers < 1:
         ap.error("--compile-workers must be at least 1")
     if args.warm_compile:
+        import torch
+
+        last = None
         for key, rows in json.loads(args.warm_compile):
+            if key != last:
+                fresh_dynamo(torch)
+                last = key
             compile_one(key, rows)
         return 0
 
@@ -584,6 +603,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [] if args.no_compile else [(k, r) for k in keys for r in args.rows]
     warm_compile_cache(jobs, args.compile_workers)
     for key in keys:
+        if not args.no_compile:
+            fresh_dynamo(torch)
         compiled = {} if args.no_compile else {r: compile_one(key, r) for r in args.rows}
         result["contracts"][key] = b.contract(key, compiled)
         torch.cuda.empty_cache()
