@@ -354,7 +354,10 @@ class Bench:
         self.l2 = torch.cuda.get_device_properties(0).L2_cache_size
         self.copies = Copies(torch, self.cu)
         self.copy_cache: dict[int, dict[str, float]] = {}
-        self.table = json.loads(Path(args.table).read_text()) if args.table else None
+        self.evidence = None  # artifact -> its evidence record, from the evidence file certify wrote beside
+        if args.table:
+            ev = Path(args.table).with_name(Path(args.table).stem + ".evidence.json")
+            self.evidence = json.loads(ev.read_text())["hardware"]
 
     def inputs(self, op: str, p: dict[str, int], rows: int, sets: int) -> list[list[Any]]:
         torch = self.torch
@@ -405,17 +408,17 @@ class Bench:
     def certified_winner(self, key: str, rows: int) -> str | None:
         """With --table: the passing candidate of a certify output that was fastest at the certified row
         count nearest `rows` (what a table certified from that run would serve); else None."""
-        if self.table is None:
+        if self.evidence is None:
             return None
-        entry = next((e for e in self.table["entries"] if e["key"] == key), None)
+        entry = self.cat.table.entries.get(key)
         best: tuple[float, str] | None = None
-        for c in entry["candidates"] if entry else []:
-            hw = (c.get("evidence") or {}).get("hardware")
+        for c in entry.candidates if entry else ():
+            hw = self.evidence.get(c.artifact)
             if not hw or not hw["passed"] or not hw["timings"]:
                 continue
             near = min(hw["timings"], key=lambda t: abs(math.log(t["rows"] / rows)))
             if best is None or near["median_us"] < best[0]:
-                best = (near["median_us"], c["tactic"])
+                best = (near["median_us"], c.tactic)
         return best[1] if best else None
 
     def peer_us(self, fn: Callable[..., Any], op: str, p: dict[str, int], rows: int, nbytes: int) -> float:
@@ -547,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--table",
         help="serve each row count with the fastest passing candidate of this `netra certify` "
-        "output (an uncertified install cannot serve by policy)",
+        "output (its evidence file beside it is read; an uncertified install cannot serve by policy)",
     )
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
     ap.add_argument("--no-eager", action="store_true", help="skip the torch eager baselines")

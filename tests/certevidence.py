@@ -6,6 +6,7 @@ matter here (the same .text sha256 everywhere, results consistent with their che
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 CHECKS = ("memcheck", "racecheck", "initcheck", "synccheck")
@@ -53,3 +54,30 @@ def hardware(text: str, *, memory: str = "clean", passed: bool = True, **over: A
         )
     hw.update(over)
     return hw
+
+
+def read_certified(root: Path, gpu_class: str = "sm_90") -> dict[str, Any]:
+    """The class's table in the tree with its evidence file's records in place of the summaries (the
+    certified form the rules, `netra certify` and `netra lock` work on)."""
+    from netra.runtime import tables
+
+    ev = root / tables.evidence_path(gpu_class)
+    return tables.join(
+        (root / tables.table_path(gpu_class)).read_bytes(),
+        ev.read_bytes() if ev.exists() else None,
+        tables.table_path(gpu_class),
+        tables.evidence_path(gpu_class),
+        gpu_class,
+    )
+
+
+def write_certified(root: Path, certified: dict[str, Any]) -> None:
+    """A certified table written to the tree as its two files (the table, the evidence file)."""
+    from netra.runtime import tables
+
+    table, evidence = tables.split(certified)
+    cls = certified["gpu_class"]
+    (root / tables.table_path(cls)).write_text(tables.dumps(table))
+    if evidence is not None:
+        (root / tables.evidence_path(cls)).parent.mkdir(parents=True, exist_ok=True)
+        (root / tables.evidence_path(cls)).write_text(tables.dumps(evidence))

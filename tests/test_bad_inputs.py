@@ -215,7 +215,7 @@ SHAPE_DAMAGE: dict[str, tuple[Callable[[str], Any], list[str]]] = {
     ),
     "untracked folder": (
         _sub1(r'^path = "kernels/gfx950/rmsnorm.s"', 'path = "netra/cli.py"'),
-        [".path: only kernels/"],
+        [".path: only kernels/, manifests/, release/evidence/ and release/tables/ files are tracked"],
     ),
     "unknown GPU class": (
         _sub1(r'^target = "gfx950"', 'target = "gfx999"'),
@@ -968,6 +968,35 @@ except NetraError as e:
 """
 
 
+def test_a_resealed_build_record_naming_a_code_object_at_another_file_is_refused(
+    venv: Venv, wheel: Path, tmp_path: Path
+) -> None:
+    """build.json's entry for one gfx950 code object moved to another suffix (the bytes copied there),
+    build.json and RECORD resealed. The first lookup matches a vouched build.json to the lock by
+    artifact name (no other class's module imported): it must still refuse the entry its class does not
+    name, as doctor (which holds every class's entries to their files) does."""
+    moved = f"gfx950/{GFX}.hsaco"
+
+    def edit(m: dict[str, bytes]) -> None:
+        rec = json.loads(m[DATA + layout.BUILD_RECORD])
+        rec["code_objects"][moved + "x"] = rec["code_objects"].pop(moved)
+        m[DATA + layout.BUILD_RECORD] = (json.dumps(rec, indent=1, sort_keys=True) + "\n").encode()
+        m[DATA + moved + "x"] = m[DATA + moved]
+
+    w = reseal(wheel, tmp_path, edit)
+    try:
+        _pip_install(venv, w)
+        rt = venv.run("python", "-c", RUNTIME_OPEN)
+        assert (
+            rt.stdout.startswith("AlteredFileError ") and f"build.json: does not record {moved}" in rt.stdout
+        ), log(rt)
+        assert "pip install --force-reinstall" in rt.stdout, log(rt)
+        r = venv.run("netra", "doctor")
+        assert r.returncode == 1 and f"does not record {moved}" in r.stdout, log(r)
+    finally:
+        _pip_install(venv, wheel)
+
+
 # -- a code object's launch data changed in a built wheel (descriptor, kernel attributes) -------------
 
 
@@ -1158,7 +1187,12 @@ def test_two_netra_lock_at_once_end_with_one_valid_lock(tree: Path, tmp_path: Pa
     )  # they were serialized
     assert (root / LOCK).read_bytes() == expected
     lock_mod.read(root / LOCK)
-    assert sorted(p.name for p in (root / "release").iterdir()) == [".netra-lock", "manifest.lock", "tables"]
+    assert sorted(p.name for p in (root / "release").iterdir()) == [
+        ".netra-lock",
+        "evidence",
+        "manifest.lock",
+        "tables",
+    ]
 
 
 # -- SIGINT and SIGTERM during every command ----------------------------------------------------------

@@ -68,3 +68,21 @@ def test_the_install_benches_measure_a_real_install(script: str, py: str, tmp_pa
     )
     assert all(w in r.stdout for w in want), log(r)
     assert not any(tmp_path.iterdir()), sorted(tmp_path.iterdir())
+
+
+def test_the_interleaved_bench_compares_two_installs(py: str, tmp_path: Path) -> None:
+    """docs/performance.md's side-by-side table, the smallest run, with the session's install as both A
+    and B: every case runs and reports both and their ratio."""
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "bench_interleaved.py"), py, py, "--lookups", "2",
+                        "--doctor-rounds", "1", "--gpu-class", "gfx950"], cwd=tmp_path, env=clean_env(),
+                       capture_output=True, text=True, timeout=TIMEOUT, check=False)  # fmt: skip
+    assert r.returncode == 0 and "Traceback" not in r.stderr, log(r)
+    for want in (
+        "gfx950: first lookup of",
+        "  A: ",
+        "  B: ",
+        "B / A:",
+        "doctor.verify, 1 interleaved rounds",
+    ):
+        assert want in r.stdout, log(r)
+    assert not any(tmp_path.iterdir()), sorted(tmp_path.iterdir())

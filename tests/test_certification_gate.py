@@ -54,22 +54,22 @@ def tree(make_repo_copy: Any) -> Path:
 
 
 def write_table(root: Path, t: dict[str, Any]) -> None:
-    (root / TABLE).write_text(tables.dumps(t))
+    certevidence.write_certified(root, t)
 
 
 def test_lock_keeps_evidence_bound_to_the_locked_machine_code(tree: Path) -> None:
-    t = certified(json.loads((tree / TABLE).read_text()))
+    t = certified(certevidence.read_certified(tree))
     write_table(tree, t)
     r = netra(tree, "lock", "-q")
     assert r.returncode == 0, r.stderr
-    kept = json.loads((tree / TABLE).read_text())
+    kept = certevidence.read_certified(tree)
     assert kept["entries"][0]["candidates"][0]["maturity"] == "accepted"
     assert kept["certification"]["runs"][0]["device"] == "test-device"
     assert netra(tree, "lock", "--check", "-q").returncode == 0
 
 
 def test_a_changed_instruction_voids_the_certification(tree: Path) -> None:
-    t = certified(json.loads((tree / TABLE).read_text()))
+    t = certified(certevidence.read_certified(tree))
     write_table(tree, t)
     assert netra(tree, "lock", "-q").returncode == 0
     entry = t["entries"][0]
@@ -99,7 +99,7 @@ def test_a_changed_instruction_voids_the_certification(tree: Path) -> None:
     assert r.returncode == 1 and cand in r.stderr and not (tree / "out").exists()
     r = netra(tree, "lock")
     assert r.returncode == 0 and f"certification void: {cand}" in r.stderr, r.stderr
-    voided = json.loads((tree / TABLE).read_text())
+    voided = certevidence.read_certified(tree)
     for e in voided["entries"]:
         for x in e["candidates"]:
             if e["contract"]["op"] == op:  # every instantiation of the changed template lost its evidence
@@ -109,10 +109,10 @@ def test_a_changed_instruction_voids_the_certification(tree: Path) -> None:
 
 
 def test_a_table_certified_with_other_machine_code_is_refused_everywhere(tree: Path) -> None:
-    raw = json.loads((tree / TABLE).read_text())
+    raw = certevidence.read_certified(tree)
     t = certified(raw, text="0" * 64)  # evidence names other machine code than the candidate
     with pytest.raises(tables.TableError, match="other machine code"):
-        tables.parse(t, TABLE, "sm_90")
+        tables.parse_certified(t, TABLE, "sm_90")
     write_table(tree, t)
     r = netra(tree, "lock", "-q")
     assert r.returncode == 1 and "other machine code" in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -124,7 +124,7 @@ def test_a_table_whose_candidate_text_differs_from_the_lock_fails_against_lock(t
     from netra.runtime import lockfile as lock
 
     locked = lock.read(tree / "release/manifest.lock")
-    raw = json.loads((tree / TABLE).read_text())
+    raw = certevidence.read_certified(tree)
     c = raw["entries"][0]["candidates"][0]
     c["text_sha256"] = "f" * 64  # a table consistent in itself, certified with machine code never locked
 
@@ -140,11 +140,11 @@ def test_a_table_whose_candidate_text_differs_from_the_lock_fails_against_lock(t
                 rebind(v)
 
     rebind(c["evidence"])
-    t = tables.parse(raw, TABLE, "sm_90")
+    t = tables.parse_certified(raw, TABLE, "sm_90")
     wrong = tables.against_lock(t, locked)
     assert any(c["artifact"] in w and "text_sha256" in w for w in wrong)
     del raw["entries"][0]
-    wrong = tables.against_lock(tables.parse(raw, TABLE, "sm_90"), locked)
+    wrong = tables.against_lock(tables.parse_certified(raw, TABLE, "sm_90"), locked)
     assert any("missing from the sm_90 table" in w for w in wrong)
 
 
@@ -161,7 +161,7 @@ def _result(
 
 def test_the_committed_table_is_ranked_by_its_own_measurements() -> None:
     """The shipped sm_90 table's order, maturities and dispatch follow from the timings it records."""
-    committed = json.loads((REPO / TABLE).read_text())
+    committed = certevidence.read_certified(REPO)
     assert committed["certification"]["kind"] == "hardware" and committed["certification"]["runs"]
     assert certify.rerank(committed) == committed
 
@@ -215,3 +215,68 @@ def test_certify_refuses_a_statically_certified_class_in_one_line(tmp_path: Path
     assert r.returncode == 1 and not out.exists()
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "certified 'static'" in lines[0] and 'certification = "hardware"' in lines[0]
+
+
+# -- the evidence file: the records the table summarizes -----------------------------------------------
+
+EVIDENCE = "release/evidence/sm_90.json"
+
+
+def _refused_join(table: bytes, evidence: bytes | None) -> str:
+    with pytest.raises(tables.TableError) as e:
+        tables.read_certified(table, evidence, TABLE, EVIDENCE, "sm_90")
+    return str(e.value) + " ".join(e.value.details)
+
+
+def test_the_evidence_file_holds_exactly_the_records_the_table_summarizes() -> None:
+    """One record per summary, each saying what its summary says, nothing else; a hardware table has an
+    evidence file and a static one none. Each refusal names the evidence file and the artifact."""
+    table, evidence = (REPO / TABLE).read_bytes(), (REPO / EVIDENCE).read_bytes()
+    whole = tables.read_certified(table, evidence, TABLE, EVIDENCE, "sm_90")
+    served = tables.loads(table, TABLE, "sm_90")
+    assert [c.hardware for c in whole.candidates()] == [c.hardware for c in served.candidates()]
+    assert all(c.evidence["hardware"]["timings"] for c in whole.candidates())  # the records, in place
+    assert all("timings" not in c.evidence["hardware"] for c in served.candidates())  # the summaries
+    ev = json.loads(evidence)
+    name = sorted(ev["hardware"])[0]
+
+    assert f"{EVIDENCE}: missing" in _refused_join(table, None)
+    changed = json.loads(evidence)
+    changed["hardware"][name]["max_rel_deviation"] = 0.0
+    assert (
+        f"{EVIDENCE}: hardware.{name}: differs from its summary in {TABLE} (max_rel_deviation)"
+        in _refused_join(table, json.dumps(changed).encode())
+    )
+    dropped = json.loads(evidence)
+    del dropped["hardware"][name]
+    assert f"hardware.{name}: no record, but {TABLE} summarizes one" in _refused_join(
+        table, json.dumps(dropped).encode()
+    )
+    extra = json.loads(evidence)
+    extra["hardware"]["netra_rmsnorm_h1_wo0_zz"] = ev["hardware"][name]
+    assert "hardware.netra_rmsnorm_h1_wo0_zz: a record" in _refused_join(table, json.dumps(extra).encode())
+    # A record's own rules hold where the evidence is read (the table's summary cannot show them).
+    untimed = json.loads(evidence)
+    untimed["hardware"][name]["timings"] = []
+    assert "claims 'accepted' without timings" in _refused_join(table, json.dumps(untimed).encode())
+    gfx = REPO / "release/tables/gfx950.json"
+    with pytest.raises(tables.TableError, match="which has none"):
+        tables.read_certified(gfx.read_bytes(), evidence, str(gfx), "release/evidence/gfx950.json", "gfx950")
+
+
+def test_lock_refuses_a_missing_or_stray_evidence_file_naming_it(tree: Path) -> None:
+    """The evidence of a hardware-certified table is not optional, and no other class has any."""
+    ev = tree / EVIDENCE
+    records = ev.read_bytes()
+    ev.unlink()
+    r = netra(tree, "lock", "-q")
+    assert (
+        r.returncode == 1 and f"{EVIDENCE}: missing" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    ), r.stderr
+    assert "git checkout --" in r.stderr
+    ev.write_bytes(records)
+    (tree / "release/evidence/gfx950.json").write_bytes(records)
+    r = netra(tree, "lock", "-q")
+    assert r.returncode == 1 and "release/evidence/gfx950.json: no GPU class gfx950" in r.stderr, r.stderr
+    (tree / "release/evidence/gfx950.json").unlink()
+    assert netra(tree, "lock", "--check", "-q").returncode == 0

@@ -26,8 +26,6 @@ from netra.errors import CertificationError, ToolOutputError
 from netra.runtime import catalog, tables
 from netra.targets import nvidia_tools
 
-TABLE = REPO / "release" / "tables" / "sm_90.json"
-
 
 def _run0() -> dict[str, Any]:
     return {
@@ -39,7 +37,7 @@ def _run0() -> dict[str, Any]:
 
 def _table(memory: str, maturity: str, **over: Any) -> dict[str, Any]:
     """The tree's sm_90 table, its first candidate with hardware evidence of this memory-checker result."""
-    t = json.loads(TABLE.read_text())
+    t = certevidence.read_certified(REPO)
     t["certification"] = {
         "kind": "hardware",
         "note": tables.HARDWARE_NOTE.format(target="sm_90"),
@@ -53,15 +51,36 @@ def _table(memory: str, maturity: str, **over: Any) -> dict[str, Any]:
 
 def _refused(t: dict[str, Any]) -> str:
     with pytest.raises(tables.TableError) as e:
-        tables.parse(t, "sm_90.json", "sm_90")
+        tables.parse_certified(t, "sm_90.json", "sm_90")
     return str(e.value) + " ".join(e.value.details)
 
 
-def _validator() -> Any:
-    jsonschema = pytest.importorskip("jsonschema")
-    from netra.cli import schemas
+class _Files:
+    """The JSON schemas of the two files a certified table is written to, applied to those files."""
 
-    return jsonschema.Draft202012Validator(schemas.load("table"))
+    def __init__(self) -> None:
+        jsonschema = pytest.importorskip("jsonschema")
+        from netra.cli import schemas
+
+        self.table = jsonschema.Draft202012Validator(schemas.load("table"))
+        self.evidence = jsonschema.Draft202012Validator(schemas.load("evidence"))
+
+    def validate(self, certified: dict[str, Any]) -> None:
+        table, evidence = tables.split(certified)
+        self.table.validate(table)
+        if evidence is not None:
+            self.evidence.validate(evidence)
+
+    def is_valid(self, certified: dict[str, Any]) -> bool:
+        try:
+            table, evidence = tables.split(certified)
+        except (KeyError, TypeError):  # a record without the fields its summary takes: no file holds it
+            return False
+        return self.table.is_valid(table) and (evidence is None or self.evidence.is_valid(evidence))
+
+
+def _validator() -> _Files:
+    return _Files()
 
 
 # -- the table format -------------------------------------------------------------------------------
@@ -70,7 +89,7 @@ def _validator() -> Any:
 def test_clean_evidence_is_accepted_by_the_schema_and_the_reader() -> None:
     t = _table("clean", "accepted")
     _validator().validate(t)
-    parsed = tables.parse(t, "sm_90.json", "sm_90")
+    parsed = tables.parse_certified(t, "sm_90.json", "sm_90")
     c = next(iter(parsed.entries.values())).candidates[0]
     assert c.maturity == "accepted" and c.hardware is not None
     assert (c.hardware.sanitizer, c.hardware.profile) == ("clean", "measured")
@@ -88,7 +107,7 @@ def test_a_finding_rejects_and_says_which_tool_found_what() -> None:
         _table("findings", "verified")
     )
     t = _table("findings", "rejected")
-    parsed = tables.parse(t, "sm_90.json", "sm_90")
+    parsed = tables.parse_certified(t, "sm_90.json", "sm_90")
     c = next(iter(parsed.entries.values())).candidates[0]
     assert c.maturity == "rejected" and c.hardware is not None and c.hardware.sanitizer == "findings"
     t["entries"][0]["candidates"][0]["evidence"]["hardware"]["reason"] = ""
@@ -99,7 +118,7 @@ def test_a_finding_rejects_and_says_which_tool_found_what() -> None:
 def test_skipped_or_unavailable_is_at_most_verified_and_never_served_by_default(memory: str) -> None:
     t = _table(memory, "verified")
     _validator().validate(t)
-    parsed = tables.parse(t, "sm_90.json", "sm_90")
+    parsed = tables.parse_certified(t, "sm_90.json", "sm_90")
     entry = next(iter(parsed.entries.values()))
     assert entry.candidates[0].maturity == "verified"
     # that candidate alone (the certified table's others are accepted): the default does not serve it,

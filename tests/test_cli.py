@@ -63,7 +63,17 @@ def netra(*args: str | Path, cwd: Path | None = None, **kw: Any) -> subprocess.C
 
 
 def installed_tables(pkg: Path) -> dict[str, dict[str, Any]]:
-    return {p.stem: json.loads(p.read_text()) for p in sorted((pkg / "_data" / "tables").glob("*.json"))}
+    """Each installed table, with its evidence file's records in place of the summaries (as netra
+    explain shows them)."""
+    from netra.runtime import tables
+
+    out = {}
+    for p in sorted((pkg / "_data" / "tables").glob("*.json")):
+        ev = pkg / "_data" / "evidence" / p.name
+        out[p.stem] = tables.join(
+            p.read_bytes(), ev.read_bytes() if ev.exists() else None, str(p), str(ev), p.stem
+        )
+    return out
 
 
 # -- every report as JSON, against its shipped schema --------------------------------------------------
@@ -76,7 +86,7 @@ def test_every_schema_ships_in_the_wheel(built_wheel: Path) -> None:
         f"{c}.schema.json"
         for c in ("catalog", "explain", "lock", "build", "verify-wheel", "doctor", "certify", "env")
     }
-    assert want | {"table.schema.json"} == shipped
+    assert want | {"table.schema.json", "evidence.schema.json"} == shipped
 
 
 def test_installed_reports_follow_their_schemas(installed_venv: Venv, built_wheel: Path) -> None:
@@ -392,6 +402,10 @@ def test_certify_json_follows_its_schema(tmp_path: Path) -> None:
     assert r.returncode == 0, log(r)
     doc = valid("certify", r.stdout)
     assert doc["table_sha256"] == hashlib.sha256((tmp_path / "t.json").read_bytes()).hexdigest()
+    ev = tmp_path / "t.evidence.json"  # every candidate's record, which the table summarizes
+    assert (
+        doc["evidence"] == str(ev) and doc["evidence_sha256"] == hashlib.sha256(ev.read_bytes()).hexdigest()
+    )
     assert doc["candidates"]["verified"] > 0 and doc["candidates"]["accepted"] == 0
     assert set(doc["memory_checks"]) == {"skipped"} and set(doc["profiles"]) <= {"skipped"}
 

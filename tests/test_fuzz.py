@@ -441,6 +441,23 @@ def test_table_structure_mutations(inputs: Inputs) -> None:
     check()
 
 
+def test_evidence_file_mutations(inputs: Inputs) -> None:
+    """The sm_90 evidence file mutated (bytes, then structure): read with its table as one certified
+    table, it either reads or is refused with a TableError, never anything else."""
+    table = inputs.tables["sm_90"]
+    evidence = (inputs.root / tables.evidence_path("sm_90")).read_bytes()
+    where = (tables.table_path("sm_90"), tables.evidence_path("sm_90"))
+    parsed = json.loads(evidence)
+
+    @FUZZ
+    @given(st.one_of(mutated_bytes(evidence), mutated_structure(parsed)))
+    def check(mutated: Any) -> None:
+        raw = mutated if isinstance(mutated, bytes) else json.dumps(mutated, allow_nan=True).encode()
+        parses_or_refuses(lambda: tables.read_certified(table, raw, *where, "sm_90"))
+
+    check()
+
+
 def test_a_vouched_table_reads_as_the_schema_reads_it(inputs: Inputs) -> None:
     """The hash-first path (no format check) gives exactly the strict read's table, for every class."""
     assert sorted(inputs.tables) == sorted(targets.names())
@@ -527,6 +544,11 @@ def test_build_record_structure_mutations_resealed(inputs: Inputs) -> None:
                 raw, inputs.lock_bytes, "build.json", "manifest.lock", "", vouched=True
             )
         )
+        # As the first lookup reads it (entries matched to the lock by artifact name).
+        by_name = {"vouched": True, "files_of_every_class": False}
+        parses_or_refuses(
+            lambda: layout.read_record(raw, inputs.lock_bytes, "build.json", "manifest.lock", "", **by_name)
+        )
 
     check()
 
@@ -538,6 +560,11 @@ def test_a_vouched_build_record_reads_as_the_schema_reads_it(inputs: Inputs) -> 
         inputs.record, inputs.lock_bytes, "build.json", "manifest.lock", "", vouched=True
     )
     assert fast == strict
+    first_lookup = layout.read_record(
+        inputs.record, inputs.lock_bytes, "build.json", "manifest.lock", "", vouched=True,
+        files_of_every_class=False,
+    )  # fmt: skip
+    assert first_lookup == strict
     assert lock_mod.to_dict(fast.lock) == lock_mod.to_dict(strict.lock) == json.loads(inputs.record)["lock"]
 
 

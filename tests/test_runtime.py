@@ -22,6 +22,7 @@ from venvtools import json_of as _json
 
 from netra import targets
 from netra.cli import schemas
+from netra.runtime import tables
 
 # Driving the installed venv: tests/venvtools.py
 
@@ -76,10 +77,12 @@ def test_import_netra_reads_no_data_probes_no_gpu_imports_nothing(py: str) -> No
     assert seen["new_modules"] == ["netra"], f"import netra pulled in {seen['new_modules']}"
 
 
-def test_the_first_lookup_reads_what_it_serves_and_imports_no_build_code(py: str) -> None:
+@pytest.mark.parametrize("gpu_class", ["gfx950", "sm_90"])
+def test_the_first_lookup_reads_what_it_serves_and_imports_no_build_code(py: str, gpu_class: str) -> None:
     """Serving a kernel reads the lock, build.json, one table and one code object (each once), never
-    the other tables, and imports nothing of the build, the static checks, the ELF readers, detection
-    or certification: the first lookup pays for what it serves (docs/performance.md)."""
+    the other tables nor any evidence file, and imports nothing of the build, the static checks, the ELF
+    readers, detection or certification, nor any other class's package: the first lookup pays for what
+    it serves (docs/performance.md)."""
     seen = _json(
         py,
         """
@@ -92,22 +95,26 @@ def test_the_first_lookup_reads_what_it_serves_and_imports_no_build_code(py: str
         before = set(sys.modules)
         sys.addaudithook(hook)
         from netra.runtime import open_catalog
-        k = open_catalog("gfx950").select("fp8_group_quant(hidden=2048,group=128)", policy="verified")
+        k = open_catalog(sys.argv[1]).select("fp8_group_quant(hidden=2048,group=128)", policy="verified")
         new = sorted(m for m in set(sys.modules) - before if m.startswith("netra"))
         print(json.dumps({"artifact": k.artifact, "opened": opened, "new": new}))
         """,
+        gpu_class,
     )
     assert seen["artifact"].startswith("netra_fp8_group_quant_h2048_g128_"), seen
     data = [n for n in seen["opened"] if n.endswith((".json", ".lock", ".hsaco", ".cubin"))]
-    assert sorted(data) == sorted(
-        ["manifest.lock", "build.json", "gfx950.json", f"{seen['artifact']}.hsaco"]
-    ), seen["opened"]
+    code = f"{seen['artifact']}.{'hsaco' if gpu_class == 'gfx950' else 'cubin'}"
+    assert sorted(data) == sorted(["manifest.lock", "build.json", f"{gpu_class}.json", code]), seen["opened"]
     build_time = ("netra.release", "netra.certify", "netra.core.elf", "netra.targets.target",
                   "netra.targets.devtools", "netra.targets.host", "netra.targets.nvidia_tools",
                   "netra.runtime.gpus", "netra.loaders")  # fmt: skip
     pulled = [m for m in seen["new"] if m.startswith(build_time) or m.endswith((".cubin", ".codeobject",
                                                                                  ".checks", ".compile"))]  # fmt: skip
     assert pulled == [], f"the first lookup imported {pulled}"
+    # The lock names every class; reading it imports none of them (toolchain labels and file suffixes
+    # are looked up on use), and serving one class imports only that class's package.
+    classes = sorted(m for m in seen["new"] if m.startswith(("netra.targets.gfx950", "netra.targets.sm_")))
+    assert classes and all(m.startswith(f"netra.targets.{gpu_class}") for m in classes), classes
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -609,7 +616,7 @@ def test_installed_table_follows_the_json_schema_and_the_parser(
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.Draft202012Validator(schema).validate(table)
     assert table["gpu_class"] == "gfx950" and table["certification"]["kind"] == "static"
-    assert table["schema"] == 4
+    assert table["schema"] == 5
     assert (pkg / "_data" / "tables" / "gfx950.json").read_text() == json.dumps(
         table, indent=1, sort_keys=True
     ) + "\n"
@@ -651,11 +658,14 @@ def test_accepted_requires_hardware_evidence_in_schema_and_parser(
     static_accepted["entries"][0]["candidates"][0]["maturity"] = "accepted"
     over = json.loads(json.dumps(good))
     over["entries"][0]["candidates"][0]["evidence"]["hardware"]["max_rel_deviation"] = 0.5
-    cases = {
-        "good": good,
-        "no_evidence": no_evidence,
-        "static_accepted": static_accepted,
-        "over_tolerance": over,
+    cases = {  # as the table file holds them: each evidence record summarized (tables.split)
+        name: tables.split(t)[0]
+        for name, t in {
+            "good": good,
+            "no_evidence": no_evidence,
+            "static_accepted": static_accepted,
+            "over_tolerance": over,
+        }.items()
     }
     schema_ok = {name: validator.is_valid(t) for name, t in cases.items()}
     out = _json(

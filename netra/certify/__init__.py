@@ -10,6 +10,6 @@ functions that need it.
 """
 
 from netra.certify.ranking import Result, rank, rerank
-from netra.certify.run import Options, certify, write
+from netra.certify.run import Options, certify, evidence_out, write
 
-__all__ = ["Options", "Result", "certify", "rank", "rerank", "write"]
+__all__ = ["Options", "Result", "certify", "evidence_out", "rank", "rerank", "write"]

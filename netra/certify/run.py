@@ -626,7 +626,7 @@ def _table(
     }
     where = f"certified {table.gpu_class} table"
     try:
-        parsed = tables.parse(raw, where, table.gpu_class)
+        parsed = tables.parse_certified(raw, where, table.gpu_class)
         wrong = tables.against_lock(parsed, cat.lock)
         if wrong:
             raise CertificationError(
@@ -634,12 +634,27 @@ def _table(
             )
     except NetraError:
         if logs is not None:
-            (logs / f"{table.gpu_class}.unchecked.json").write_text(tables.dumps(raw))
+            (logs / f"{table.gpu_class}.unchecked.json").write_text(tables.dumps(raw))  # the certified form
         raise
     return raw
 
 
+def evidence_out(out: Path) -> Path:
+    """Where certify writes the evidence file of the table it writes to `out` (beside it)."""
+    return out.with_name(f"{out.stem}.evidence.json")
+
+
 def write(table: dict[str, Any], out: Path) -> None:
+    """The certified table as its two files: the table at `out`, its evidence beside it (committed as
+    release/tables/<class>.json and release/evidence/<class>.json). Both or neither."""
     from netra.core import files
 
-    files.atomic_write(out, tables.dumps(table).encode())
+    serving, evidence = tables.split(table)
+    assert evidence is not None  # certify writes hardware evidence
+    ev = evidence_out(out)
+    files.atomic_write(ev, tables.dumps(evidence).encode())
+    try:
+        files.atomic_write(out, tables.dumps(serving).encode())
+    except BaseException:
+        ev.unlink(missing_ok=True)
+        raise

@@ -511,13 +511,15 @@ def cmd_certify(args: argparse.Namespace) -> int:
 
         _json({
             "schema": 1, "command": "certify", "gpu_class": args.gpu_class, "out": str(out),
-            "table_sha256": sha256_bytes(out.read_bytes()), "contracts": len(table["entries"]),
+            "table_sha256": sha256_bytes(out.read_bytes()), "evidence": str(certify.evidence_out(out)),
+            "evidence_sha256": sha256_bytes(certify.evidence_out(out).read_bytes()), "contracts": len(table["entries"]),
             "candidates": counts, "memory_checks": dict(sorted(checks.items())),
             "profiles": dict(sorted(profiles.items())), "run": table["certification"]["runs"][-1],
         })  # fmt: skip
         return 0
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v)
-    print(f"wrote {out}: {len(table['entries'])} contracts, candidates {summary}")
+    print(f"wrote {out}: {len(table['entries'])} contracts, candidates {summary}; its evidence: "
+          f"{certify.evidence_out(out)}")  # fmt: skip
     print("memory checkers: " + ", ".join(f"{k} {v}" for k, v in sorted(checks.items()))
           + "; profile: " + ", ".join(f"{k} {v}" for k, v in sorted(profiles.items())))  # fmt: skip
     if counts.get("verified"):
@@ -527,7 +529,8 @@ def cmd_certify(args: argparse.Namespace) -> int:
             "accept them"
         )
     print(
-        f"next: copy it to release/tables/{args.gpu_class}.json in the source tree, run `netra lock`, commit both"
+        f"next: copy it to release/tables/{args.gpu_class}.json and {certify.evidence_out(out).name} to "
+        f"release/evidence/{args.gpu_class}.json in the source tree, run `netra lock`, commit all three"
     )
     return 0
 

@@ -84,7 +84,7 @@ def _check(item: Item, below: Any) -> tuple[int, dict[str, Any] | None, bytes | 
         except NetraError as e:
             out["parse"] = e.message
     if not out:
-        return len(data), None, data if item.kind == "table" else None
+        return len(data), None, data if item.kind in ("table", "evidence") else None
     return len(data), {"path": item.name, "kind": item.kind, "problem": "altered", "checks": out}, None
 
 
@@ -345,7 +345,7 @@ def verify(inst: Install) -> dict[str, Any]:
                 results = list(pool.map(lambda it: _check(it, below), items))
         else:
             results = [_check(it, below) for it in items]
-    intact: dict[str, bytes] = {}  # table name -> its bytes, which hash to what the lock records
+    intact: dict[str, bytes] = {}  # table or evidence name -> its bytes, which hash to what the lock records
     for it, (size, problem, data) in zip(items, results, strict=True):
         rep.files["checked"] += 1
         rep.files["bytes"] += size
@@ -386,15 +386,26 @@ def _table_problems(
 
     Hash first: a table whose bytes hash to what a vouched lock records (the lock build.json binds,
     build.json as RECORD holds it) is the one the gated build read through the table format, so the
-    format is not read again; its rules and its agreement with the lock still are (tables.parse)."""
+    format is not read again; its rules and its agreement with the lock still are (tables.parse). Its
+    evidence file, which serving never reads, is then proven by its hash: the gated build held it to
+    the table's summaries. Unvouched, each table is read with its evidence as one certified table."""
     out = []
+    where = {f.path: layout.data_path(f.path) if inst.kind == "wheel" else f.path for f in lock.files}
     for f in lock.files_with_role("table"):
         cls = tables.gpu_class_of(f.path)
-        name = layout.data_path(f.path) if inst.kind == "wheel" else f.path
+        name = where[f.path]
         if cls is None or name is None or name not in intact:
             continue
         try:
-            t = tables.loads(intact[name], name, cls, vouched=rep.vouched)
+            if rep.vouched:
+                t = tables.loads(intact[name], name, cls, vouched=True)
+            else:
+                ev = where.get(tables.evidence_path(cls))
+                if ev is not None and ev not in intact:
+                    continue  # the evidence file is reported missing or altered on its own
+                t = tables.read_certified(
+                    intact[name], intact.get(ev or ""), name, ev or tables.evidence_path(cls), cls
+                )
             wrong = tables.against_lock(t, lock)
         except NetraError as e:
             wrong = [e.message]

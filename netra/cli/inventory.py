@@ -9,7 +9,6 @@ refused here as the runtime refuses it, naming the file and the fix. No code obj
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +45,19 @@ def load(inst: Install) -> Inventory:
     tabs, raw = {}, {}
     for cls in runtime.certified_classes(lock):
         tabs[cls] = runtime.open_catalog(cls, install=inst).table  # sha256 and lock cross-check
-        raw[cls] = json.loads(_locked_bytes(inst, lock, tables.table_path(cls), f"the {cls} table"))
+        ev_path = tables.evidence_path(cls)
+        evidence = _locked_bytes(inst, lock, ev_path, f"the {cls} evidence") if lock.file(ev_path) else None
+        table_path = tables.table_path(cls)
+        where = str(inst.tracked(table_path))
+        try:  # the table with its evidence records, as netra explain shows them
+            raw[cls] = tables.join(
+                _locked_bytes(inst, lock, table_path, f"the {cls} table"), evidence, where,
+                str(inst.tracked(ev_path)), cls,
+            )  # fmt: skip
+        except tables.TableError as e:
+            raise tables.TableError(
+                e.message, "the release is inconsistent; " + inst.reinstall, e.details
+            ) from None
     users: dict[str, set[str]] = {}
     fallbacks: list[dict[str, str]] = []
     models: set[str] = set()

@@ -9,8 +9,12 @@ netra.core. Op families and contracts are in netra.core.ops.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from netra.core.ops import FAMILIES, contract_key
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # Ordered: the runtime serves a candidate only when its maturity is at or above the caller's policy.
 MATURITIES = ("rejected", "experiment", "verified", "accepted")
@@ -140,9 +144,13 @@ class Toolchain:
     flavour: str  # one of the class's flavours (netra.targets: Target.flavours)
     version: str  # e.g. "22.1.8", "13.0.88"
     label: str = field(default="", compare=False)
+    # Without a label: gives it when a message needs it (a lock names every class; reading one must not
+    # import every class's module to label toolchains no message may print).
+    namer: Callable[[], str] | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
-        return f"{self.label or self.flavour} {self.version}"
+        label = self.label or (self.namer() if self.namer is not None else "")
+        return f"{label or self.flavour} {self.version}"
 
 
 def artifact_name(op: str, contract: dict[str, int], tactic: str) -> str:

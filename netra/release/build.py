@@ -50,8 +50,8 @@ class Derived:
     manifests: Manifests
     tools: dict[str, Tools]
     examined: list[Examined]
-    file_hashes: dict[str, tuple[str, str]]  # tracked path -> (sha256, role), tables excluded
-    tree_tables: dict[str, bytes]  # tracked table path -> bytes as in the tree
+    file_hashes: dict[str, tuple[str, str]]  # tracked path -> (sha256, role), tables and evidence excluded
+    tree_tables: dict[str, bytes]  # tracked table and evidence path -> bytes as in the tree
     work: Path
     seconds: float = 0.0
 
@@ -61,7 +61,7 @@ class Fresh:
     """A lock and its tables as the sources make them now."""
 
     lock: Lock
-    tables: dict[str, str]  # tracked path -> content
+    tables: dict[str, str]  # tracked path -> content (the tables and the evidence files)
     voided: list[str] = field(default_factory=list)  # hardware certifications the change voids
     derived: Derived | None = None
 
@@ -142,6 +142,15 @@ def _derive(
                     "remove it, or add the class's kernels/ and manifests/",
                 )
             tree_tables[path] = data
+        elif role == "evidence":
+            cls = tables.evidence_class_of(path)
+            if cls is None or man.certification.get(cls) != "hardware":
+                raise TableError(
+                    f"{path}: no GPU class {cls or path} of the catalog is certified on hardware: nothing "
+                    "has evidence here",
+                    "remove it (hardware evidence is written by `netra certify` for a class certified so)",
+                )
+            tree_tables[path] = data
         else:
             file_hashes[path] = (sha256_bytes(data), role)
     found = dict(tools) if tools else {}
@@ -201,22 +210,30 @@ def lock_of(d: Derived, table_toolchains: dict[str, Toolchain] | None = None) ->
     made: dict[str, str] = {}
     voided: list[str] = []
     for t in d.manifests.targets():
-        path = tables.table_path(t)
+        path, ev_path = tables.table_path(t), tables.evidence_path(t)
         existing = None
         if path in d.tree_tables and d.manifests.certification[t] == "hardware":
             older = tables.older_schema(d.tree_tables[path])
             if older is None:
-                existing = tables.loads(d.tree_tables[path], path, t)
+                existing = tables.read_certified(
+                    d.tree_tables[path], d.tree_tables.get(ev_path), path, ev_path, t
+                )
             else:  # evidence in a format this netra no longer reads is not carried: certify again
                 voided.append(
                     f"{path}: written in table schema {older} (this netra reads {tables.SCHEMA}): not carried"
                 )
         table, void = tablegen.merge(tablegen.skeleton(d.manifests, t, for_tables), existing)
-        tables.parse(table, path, t)  # never write a table the runtime would refuse
-        made[path] = tables.dumps(table)
+        tables.parse_certified(table, path, t)  # never write a table the runtime would refuse
+        serving, evidence = tables.split(table)
+        made[path] = tables.dumps(serving)
+        if evidence is not None:
+            made[ev_path] = tables.dumps(evidence)
         voided += void
     files_ = [TrackedFile(p, sha, role) for p, (sha, role) in d.file_hashes.items()]
-    files_ += [TrackedFile(p, sha256_bytes(text.encode()), "table") for p, text in made.items()]
+    files_ += [
+        TrackedFile(p, sha256_bytes(text.encode()), "evidence" if tables.evidence_class_of(p) else "table")
+        for p, text in made.items()
+    ]
     lock = Lock(toolchains=used, files=tuple(sorted(files_, key=lambda f: f.path)), artifacts=artifacts)
     return Fresh(lock=lock, tables=made, voided=voided, derived=d)
 
@@ -230,7 +247,11 @@ def make_lock(
 ) -> Fresh:
     """What `netra lock` writes: the lock and tables the sources make now."""
     root = Path(root)
-    for dest in [root / lockfile.LOCK_PATH, *sorted((root / tables.TABLES_DIR).glob("*.json"))]:
+    made = [
+        *sorted((root / tables.TABLES_DIR).glob("*.json")),
+        *sorted((root / tables.EVIDENCE_DIR).glob("*.json")),
+    ]
+    for dest in [root / lockfile.LOCK_PATH, *made]:
         _replaceable(dest)  # refused before the work, not after it (write_lock checks again)
     with tempfile.TemporaryDirectory(prefix="netra-lock-") as tmp:
         d = derive(root, Path(tmp), tools=tools, jobs=jobs, progress=progress)
@@ -288,6 +309,7 @@ def write_lock(root: Path, fresh: Fresh) -> None:
         _replaceable(dest)
     try:
         for rel, text in sorted(fresh.tables.items()):
+            (Path(root) / rel).parent.mkdir(parents=True, exist_ok=True)  # release/evidence/, the first time
             files.atomic_write(Path(root) / rel, text.encode())
         locking.write(fresh.lock, Path(root) / lockfile.LOCK_PATH)
     except OSError as e:
@@ -301,7 +323,8 @@ def differences(root: Path, d: Derived, locked: Lock) -> tuple[Fresh, list[str]]
     for rel, text in sorted(fresh.tables.items()):
         if d.tree_tables.get(rel) != text.encode():
             state = "missing" if rel not in d.tree_tables else "out of date with the lock and sources"
-            out.append(f"table {rel}: {state} (`netra lock` regenerates it)")
+            what = "evidence" if tables.evidence_class_of(rel) else "table"
+            out.append(f"{what} {rel}: {state} (`netra lock` regenerates it)")
     out += [f"certification void: {v}" for v in fresh.voided]
     return fresh, out
 

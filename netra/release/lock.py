@@ -18,7 +18,8 @@ from netra.runtime.lockfile import Lock, to_dict
 
 HEADER = (
     "# release/manifest.lock: written by `netra lock`; do not edit by hand.\n"
-    "# `netra lock --check` fails when it is out of date with kernels/, manifests/ or release/tables/.\n"
+    "# `netra lock --check` fails when it is out of date with kernels/, manifests/, release/tables/ or\n"
+    "# release/evidence/.\n"
 )
 
 

@@ -37,11 +37,12 @@ from netra.core.types import (
     artifact_name,
 )
 from netra.errors import ManifestError
+from netra.runtime import lockfile
 
 VALUE_KINDS = ("global_buffer", "by_value")
 ARG_SIZES = (1, 2, 4, 8)
 # What each tracked folder holds, and the role the lock gives its files.
-TRACKED = (("kernels", "source"), ("manifests", "manifest"), ("release/tables", "table"))
+TRACKED = tuple((folder, role) for role, folder in sorted(lockfile.ROLE_FOLDERS.items()))
 HINT = models.HINT
 
 _UPPER = re.compile(r"[A-Z][A-Z0-9_]*")

@@ -35,7 +35,7 @@ MEMBER_LIMIT = 256 << 20  # no member of a Netra wheel is near this; a larger on
 # What the wheel build needs from an sdist besides the locked files (which the lock names itself).
 SDIST_BUILD_INPUTS = ("pyproject.toml", "build_backend", "netra")
 # Where manifests.tracked_files looks: in an sdist, every file there must be in the lock.
-TRACKED_BASES = ("kernels/", "manifests/", "release/tables/")
+TRACKED_BASES = tuple(sorted(f + "/" for f in lock_mod.ROLE_FOLDERS.values()))
 WHEEL_HINT = (
     "rebuild with `python -m build` (or tools/release) from a tree where `netra lock --check` passes; "
     "never edit a built wheel"
@@ -176,19 +176,42 @@ def _wheel_problems(z: zipfile.ZipFile, lock: Lock, lock_bytes: bytes | None) ->
             got = sha256_bytes(blob)
             out.append(Problem("altered", name, f"sha256 {_short(got)}, locked {_short(m.sha256)}"))
         elif m.kind == "table":
-            out += _table_problems(name, blob, m, lock)
+            out += _table_problems(name, blob, m, lock, _evidence_of(m, expected, present, z))
     reported = {p.member for p in out}
     out += [p for p in _record_problems(z, names) if p.member not in reported]  # one line per member
     return out
 
 
-def _table_problems(name: str, blob: bytes, m: Member, lock: Lock) -> list[Problem]:
-    """A shipped table must parse and reference exactly the locked artifacts of its class."""
+def _evidence_of(
+    table: Member, expected: dict[str, Member], present: set[str], z: zipfile.ZipFile
+) -> tuple[str, bytes | None] | None:
+    """The member name and intact bytes of a table's evidence file (bytes None: missing or altered,
+    which is reported as such); None when the lock tracks no evidence for its class."""
+    cls = tables.gpu_class_of(table.origin)
+    for name, m in expected.items():
+        if m.kind == "evidence" and tables.evidence_class_of(m.origin) == cls:
+            blob = z.read(name) if name in present else None
+            return name, blob if blob is not None and sha256_bytes(blob) == m.sha256 else None
+    return None
+
+
+def _table_problems(
+    name: str, blob: bytes, m: Member, lock: Lock, evidence: tuple[str, bytes | None] | None
+) -> list[Problem]:
+    """A shipped table must parse, hold its evidence file to its summaries (read as one certified
+    table) and reference exactly the locked artifacts of its class."""
     cls = tables.gpu_class_of(m.origin)
     try:
-        table = tables.loads(blob, name, cls)
+        if evidence is not None and evidence[1] is None:  # the evidence member is reported on its own
+            table = tables.loads(blob, name, cls)
+        else:
+            ev_name, ev_blob = evidence or (name.replace("/tables/", "/evidence/"), None)
+            table = tables.read_certified(blob, ev_blob, name, ev_name, cls)
     except NetraError as e:
-        return [Problem("invalid", name, e.message.removeprefix(name + ": "))]
+        for member in (name, *(evidence[:1] if evidence else ())):
+            if e.message.startswith(member + ": "):
+                return [Problem("invalid", member, e.message.removeprefix(member + ": "))]
+        return [Problem("invalid", name, e.message)]
     wrong = tables.against_lock(table, lock)
     if wrong:
         more = f" and {len(wrong) - 2} more" if len(wrong) > 2 else ""

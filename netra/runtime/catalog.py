@@ -387,9 +387,12 @@ def installed_lock(inst: Install) -> tuple[Lock, dict[str, CodeRecord] | None]:
     return lock, built
 
 
-def _installed_lock(inst: Install) -> tuple[Lock, dict[str, CodeRecord] | None, bool]:
+def _installed_lock(
+    inst: Install, *, every_class: bool = True
+) -> tuple[Lock, dict[str, CodeRecord] | None, bool]:
     """installed_lock, and whether the lock is vouched for: build.json's bytes are the ones the wheel's
-    RECORD holds and bind the installed lock's (what the gated build checked, not checked again)."""
+    RECORD holds and bind the installed lock's (what the gated build checked, not checked again).
+    `every_class` False: the caller serves one class and holds that class's entries to their files."""
     from netra.runtime import layout
     from netra.runtime import lockfile as lock_mod
 
@@ -412,8 +415,9 @@ def _installed_lock(inst: Install) -> tuple[Lock, dict[str, CodeRecord] | None, 
         )
     vouched = installed.recorded_sha256(inst, layout.BUILD_RECORD) == _sha256(rec_raw)  # hash first
     record = layout.read_record(
-        rec_raw, raw, str(inst.build_record), str(inst.lock_file), inst.reinstall, vouched=vouched
-    )
+        rec_raw, raw, str(inst.build_record), str(inst.lock_file), inst.reinstall, vouched=vouched,
+        files_of_every_class=every_class,
+    )  # fmt: skip
     return record.lock, record.code_objects, vouched
 
 
@@ -449,7 +453,7 @@ def _default_install() -> Install:
 
 
 def _open(inst: Install, gpu_class: str) -> Catalog:
-    lock, built, vouched = _installed_lock(inst)
+    lock, built, vouched = _installed_lock(inst, every_class=False)
     certified = certified_classes(lock)
     if gpu_class not in certified:
         raise UncertifiedGPUClassError(
@@ -482,6 +486,16 @@ def _open(inst: Install, gpu_class: str) -> Catalog:
     except TableError as e:  # the release itself is wrong: on a serving host the fix is a reinstall
         raise TableError(e.message, "the release is inconsistent; " + inst.reinstall, e.details) from None
     _cross_check(inst, lock, table)
+    if built is not None:
+        # build.json was matched to the lock by artifact name (layout.read_record, hash first): its
+        # entries for this class must also be at the files the class names.
+        absent = sorted(a.file for a in lock.artifacts if a.target == gpu_class and a.file not in built)
+        if absent:
+            raise AlteredFileError(
+                f"{inst.build_record}: does not record {absent[0]}"
+                + (f" and {len(absent) - 1} more" if len(absent) > 1 else ""),
+                inst.reinstall,
+            )
     return Catalog(inst, lock, table, certified, built)
 
 

@@ -202,11 +202,8 @@ def recorded_sha256(inst: Install, data_path: str) -> str | None:
     wrote (None without a RECORD, or when it lists no hash for that file)."""
     if inst.kind != "wheel" or inst.distribution is None:
         return None
-    want = f"{PACKAGE_DATA}/{data_path}"
-    for path, h, _ in DistInfo(Path(inst.distribution.dist_info)).record():
-        if path == want:
-            return record_sha256(h)
-    return None
+    row = DistInfo(Path(inst.distribution.dist_info)).row(f"{PACKAGE_DATA}/{data_path}")
+    return record_sha256(row[1]) if row is not None else None
 
 
 def wheel(data_dir: str | Path, distribution: Distribution | None = None) -> Install:
@@ -262,6 +259,25 @@ class DistInfo:
         else:
             rows = [[*ln.split(","), "", ""] for ln in lines if ln]
         return [(r[0], r[1], r[2]) for r in rows]
+
+    def row(self, path: str) -> tuple[str, str, str] | None:
+        """RECORD's row for one path (a first lookup needs two rows of a few hundred): found in the text
+        when no row is quoted, else through record()."""
+        text = self.read_text("RECORD")
+        if text is None:
+            return None
+        if '"' in text:
+            return next((r for r in self.record() if r[0] == path), None)
+        if text.startswith(path + ","):
+            at = 0
+        else:
+            at = text.find("\n" + path + ",") + 1
+            if at == 0:
+                return None
+        end = text.find("\n", at)
+        line = text[at : end if end >= 0 else len(text)].rstrip("\r")
+        r = [*line.split(","), "", ""]
+        return (r[0], r[1], r[2])
 
 
 def record_sha256(value: str) -> str | None:
@@ -341,7 +357,7 @@ def _record(dist: DistInfo, info: str) -> Distribution:
 def _owns(dist: DistInfo, pkg: Path) -> bool:
     """The distribution's RECORD lists this package's __init__.py at this very place."""
     init = f"{pkg.name}/__init__.py"
-    if not any(path == init for path, _, _ in dist.record()):
+    if dist.row(init) is None:
         return False
     try:
         return (dist.folder.parent / init).resolve() == (pkg / "__init__.py").resolve()

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 PACKAGE_DATA = "netra/_data"  # inside the wheel / site-packages
 BUILD_RECORD = "build.json"  # under netra/_data
 RECORD_SCHEMA = 2
-_PREFIXES = (("release/tables/", "tables/"), ("manifests/", "manifests/"))
+_PREFIXES = (("release/tables/", "tables/"), ("release/evidence/", "evidence/"), ("manifests/", "manifests/"))
 
 
 def data_path(lock_path: str) -> str | None:
@@ -47,7 +47,7 @@ class Member:
     """One file the installed package must carry, and how to check it."""
 
     data_path: str  # relative to netra/_data
-    kind: str  # "lock", "build_record", "table", "manifest" or "code_object"
+    kind: str  # "lock", "build_record", "table", "evidence", "manifest" or "code_object"
     sha256: str | None  # whole-file sha256 (None for the lock itself and for code objects)
     text_sha256: str | None  # .text sha256 for code objects
     origin: str  # the lock's name for it: a tracked path or an artifact name
@@ -138,7 +138,14 @@ _RECORD = s.Table(
 
 
 def read_record(
-    raw: bytes, lock_bytes: bytes, where: str, lock_where: str, hint: str, *, vouched: bool = False
+    raw: bytes,
+    lock_bytes: bytes,
+    where: str,
+    lock_where: str,
+    hint: str,
+    *,
+    vouched: bool = False,
+    files_of_every_class: bool = True,
 ) -> Record:
     """build.json, checked whole: its own hash, its schema, its binding to these lock bytes, its lock
     copy (through the lock schema) and every code-object entry against that copy. AlteredFileError
@@ -148,7 +155,9 @@ def read_record(
     the wheel's RECORD holds). Its own hash and the schemas, which that build applied, are then not
     computed again (they were most of a first lookup's cost); the binding to the lock bytes and the
     cross-checks still are, and anything a gated build does not write falls back to the full read,
-    which names what is wrong."""
+    which names what is wrong. `files_of_every_class` False (a first lookup, which serves one class):
+    vouched entries are matched to the lock by artifact name, and the caller holds its own class's
+    entries to the files the class names (so no other class's module is imported)."""
 
     def bad(what: str) -> AlteredFileError:
         return AlteredFileError(f"{where}: {what}", hint)
@@ -201,6 +210,31 @@ def read_record(
             f"{d['lock_sha256']}, the installed lock has sha256 {have}",
             hint,
         )
+    wrong = _against_lock(code, lock, by_name=vouched and not files_of_every_class)
+    if wrong:
+        raise bad(", ".join(wrong[:3]) + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""))
+    return Record(lock, code, chains)
+
+
+def _against_lock(code: dict[str, CodeRecord], lock: Lock, *, by_name: bool) -> list[str]:
+    """Every way the code-object entries disagree with the lock: one entry per locked artifact, at its
+    file, with its hashes. `by_name`: matched by artifact name, each path held only to the class and
+    name it starts with (the file suffix is the class module's, not imported for this)."""
+    if by_name:
+        locked = {a.name: a for a in lock.artifacts}
+        named: dict[str, str] = {}
+        for p, c in code.items():
+            a = locked.get(c.artifact) if isinstance(c.artifact, str) else None
+            if a is not None and c.artifact not in named and p.startswith(f"{a.target}/{a.name}."):
+                named[c.artifact] = p
+        if len(named) == len(code) == len(locked):
+            return [
+                f"its entry for {p} disagrees with the lock"
+                for p in sorted(named.values())
+                if (code[p].text_sha256, code[p].launch_sha256)
+                != (locked[code[p].artifact].text_sha256, locked[code[p].artifact].launch_sha256)
+            ]
+        # not what a gated build writes: the full comparison below names what is wrong
     by_file = {a.file: a for a in lock.artifacts}
     wrong = [f"records {p}, which is not locked" for p in sorted(code.keys() - by_file.keys())]
     wrong += [f"does not record {p}" for p in sorted(by_file.keys() - code.keys())]
@@ -208,9 +242,7 @@ def read_record(
         c, a = code[p], by_file[p]
         if (c.artifact, c.text_sha256, c.launch_sha256) != (a.name, a.text_sha256, a.launch_sha256):
             wrong.append(f"its entry for {p} disagrees with the lock")
-    if wrong:
-        raise bad(", ".join(wrong[:3]) + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""))
-    return Record(lock, code, chains)
+    return wrong
 
 
 def _chains(toolchains: dict[str, Any]) -> dict[str, Toolchain]:

@@ -22,7 +22,15 @@ from netra.errors import LockError
 
 SCHEMA = 2
 LOCK_PATH = "release/manifest.lock"
-ROLES = ("manifest", "source", "table")
+# Each role's folder: every tracked file lies in its role's.
+ROLE_FOLDERS = {
+    "evidence": "release/evidence",
+    "manifest": "manifests",
+    "source": "kernels",
+    "table": "release/tables",
+}
+ROLES = tuple(ROLE_FOLDERS)
+_TRACKED_FOLDERS = tuple(sorted(f + "/" for f in ROLE_FOLDERS.values()))
 HINT = "regenerate it with `netra lock` (or restore it from version control: git checkout -- release/manifest.lock)"
 _CLASS = re.compile(r"[a-z][a-z0-9_]*")
 _VERSION = re.compile(r"[0-9][0-9A-Za-z.+_-]*")
@@ -166,8 +174,11 @@ def _cross_checks(d: dict[str, Any], p: s.Problems) -> None:
         except NetraError as e:
             p.add(f"{at}.path", e.message.removeprefix(f"{at}: path "))
             continue
-        if not f["path"].startswith(("kernels/", "manifests/", "release/tables/")):
-            p.add(f"{at}.path", "only kernels/, manifests/ and release/tables/ files are tracked")
+        if not f["path"].startswith(_TRACKED_FOLDERS):  # which role a file has is the tree's to say
+            p.add(
+                f"{at}.path",
+                f"only {', '.join(_TRACKED_FOLDERS[:-1])} and {_TRACKED_FOLDERS[-1]} files are tracked",
+            )
     used = set()
     wrong_flavour: set[str] = set()
     for i, a in enumerate(d["artifacts"]):

@@ -70,8 +70,10 @@ def flavour_names() -> tuple[str, ...]:
 
 
 def toolchain(name: str, flavour: str, version: str) -> Toolchain:
-    """A toolchain identity of class `name`, labelled as the class names its flavour."""
+    """A toolchain identity of class `name`, labelled as the class names its flavour when printed (the
+    class's module is not imported to read a lock: a first lookup needs no other class)."""
     from netra.core.types import Toolchain
 
-    label = get(name).flavours.get(flavour, flavour) if known(name) else flavour
-    return Toolchain(flavour=flavour, version=version, label=label)
+    if not known(name):
+        return Toolchain(flavour=flavour, version=version, label=flavour)
+    return Toolchain(flavour=flavour, version=version, namer=lambda: get(name).flavours.get(flavour, flavour))
