@@ -725,7 +725,8 @@ def join(
     its own format first; the evidence file must hold one record per summary the table has, each
     exactly what its summary says, and nothing else; a class certified on hardware has one, a
     statically certified class none."""
-    table = parse(_json(table_bytes, where), where, gpu_class)
+    raw = _json(table_bytes, where)
+    table = parse(raw, where, gpu_class)  # read, not changed: its records are put in place below
     hint = (
         f"restore both from version control (git checkout -- {table_path(table.gpu_class)} "
         f"{evidence_path(table.gpu_class)}), or copy in both files of one `netra certify` run"
@@ -737,7 +738,7 @@ def join(
                 f"{table.certification!r}, which has none",
                 "remove it",
             )
-        return dict(_json(table_bytes, where))
+        return dict(raw)
     if evidence_bytes is None:
         raise TableError(
             f"{evidence_where}: missing: the {table.gpu_class} table is certified on hardware and its "
@@ -748,7 +749,6 @@ def join(
     p = s.Problems(evidence_where)
     if ev["gpu_class"] != table.gpu_class:
         p.add("gpu_class", f"{ev['gpu_class']!r} but it is the evidence of the {table.gpu_class} table")
-    raw = _json(table_bytes, where)
     records = ev["hardware"]
     summarized: set[str] = set()
     for e in raw["entries"]:
