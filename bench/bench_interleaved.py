@@ -90,14 +90,15 @@ def main() -> None:
     ap.add_argument("a", help="the python of install A (the baseline)")
     ap.add_argument("b", help="the python of install B")
     ap.add_argument("--lookups", type=int, default=40)
-    ap.add_argument("--doctor-rounds", type=int, default=8)
+    ap.add_argument("--doctor-rounds", type=int, default=8, help="0 leaves doctor out (default: %(default)s)")
     ap.add_argument("--gpu-class", action="append", help="classes to look up in (default: sm_90 and gfx950)")
     args = ap.parse_args()
     pythons = [args.a, args.b]
     print(f"A: {args.a}\nB: {args.b}")
     for cls in args.gpu_class or ["sm_90", "gfx950"]:
         lookups(pythons, cls, args.lookups)
-    doctor(pythons, args.doctor_rounds)
+    if args.doctor_rounds > 0:  # 0: the lookups alone
+        doctor(pythons, args.doctor_rounds)
     sys.stdout.flush()
 
 

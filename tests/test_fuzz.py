@@ -437,8 +437,22 @@ def test_table_structure_mutations(inputs: Inputs) -> None:
         fast = parses_or_refuses(lambda: tables.parse(data, tables.table_path(cls), cls, vouched=True))
         if fast is not None and table is not None:
             assert fast == table
+        # As a first lookup serves it (each entry held to the rules and the lock when first read):
+        # opening and reading every entry either gives the strict read's table or a TableError.
+        served = parses_or_refuses(lambda: _served_whole(data, cls, lock))
+        if served is not None and table is not None:
+            assert served == table
 
     check()
+
+
+def _served_whole(data: Any, cls: str, lock: Any) -> Any:
+    """tables.serve's table with every entry read (each is checked when first read)."""
+    raw = json.dumps(data, allow_nan=True).encode()
+    t = tables.serve(raw, tables.table_path(cls), cls, lock, "reinstall")
+    for key in t.entries:
+        t.entries[key]
+    return t
 
 
 def test_evidence_file_mutations(inputs: Inputs) -> None:
@@ -467,10 +481,25 @@ def test_a_vouched_table_reads_as_the_schema_reads_it(inputs: Inputs) -> None:
         assert fast == strict and fast.entries and fast.candidates()
 
 
+def test_a_served_table_reads_as_the_schema_reads_it(inputs: Inputs) -> None:
+    """The first lookup's read (tables.serve: the whole table's rules now, each entry's when it is
+    first read) gives exactly the strict read's table for every class, and builds only what is read."""
+    lock = lock_mod.loads(inputs.lock_bytes, "lock")
+    for cls, raw in inputs.tables.items():
+        strict = tables.loads(raw, cls, cls)
+        served = tables.serve(raw, cls, cls, lock, "reinstall")
+        key = sorted(strict.entries)[-1]
+        assert served.entries[key] == strict.entries[key]
+        assert served.entries._built.keys() == {key}  # type: ignore[attr-defined]
+        assert sorted(served.entries) == sorted(strict.entries) and key in served.entries
+        assert served == strict
+
+
 def test_a_vouched_table_still_obeys_the_rules(inputs: Inputs) -> None:
     """What the hash-first path skips is the format only: a rule broken in well-formed data is refused
     with the strict read's message (the edits the resealed-wheel tests make, and one per rule family)."""
     base = json.loads(inputs.tables["gfx950"])
+    lock = lock_mod.loads(inputs.lock_bytes, "lock")
 
     def accepted_on_static(t: dict[str, Any]) -> None:
         t["entries"][0]["candidates"][0]["maturity"] = "accepted"
@@ -495,6 +524,12 @@ def test_a_vouched_table_still_obeys_the_rules(inputs: Inputs) -> None:
         with pytest.raises(TableError) as fast:
             tables.parse(data, "gfx950.json", "gfx950", vouched=True)
         assert str(fast.value) == str(strict.value), edit.__name__
+        # Served (a first lookup): refused when the table is opened or when the broken entry is first
+        # read, before anything is served from it, in the strict read's words with the caller's fix.
+        with pytest.raises(TableError) as served:
+            t = tables.serve(json.dumps(data).encode(), "gfx950.json", "gfx950", lock, "reinstall")
+            t.entries[data["entries"][0]["key"]]
+        assert (served.value.message, served.value.hint) == (strict.value.message, "reinstall"), edit.__name__
 
 
 @FUZZ
@@ -502,6 +537,29 @@ def test_a_vouched_table_still_obeys_the_rules(inputs: Inputs) -> None:
 def test_table_garbage(data: Any) -> None:
     parses_or_refuses(lambda: tables.parse(data, "release/tables/gfx950.json", "gfx950"))
     parses_or_refuses(lambda: tables.parse(data, "release/tables/gfx950.json", "gfx950", vouched=True))
+
+
+# -- RECORD's hash fields ----------------------------------------------------------------------------
+
+
+@FUZZ
+@given(st.binary(min_size=32, max_size=32), st.integers(0, 42), st.characters(), st.booleans())
+def test_record_hash_fields_decode_alike(digest: bytes, at: int, digit: str, padded: bool) -> None:
+    """doctor's decoder (binascii, every row) and a first lookup's (one row, no extension module loaded)
+    give the digest of a canonical field, and agree on every other field: the same hex or both None."""
+    import base64
+
+    from netra.runtime import installed
+
+    field = base64.urlsafe_b64encode(digest).decode()
+    field = field if padded else field.rstrip("=")
+    assert (
+        installed.record_sha256("sha256=" + field)
+        == installed.one_record_sha256("sha256=" + field)
+        == digest.hex()
+    )
+    bent = "sha256=" + field[:at] + digit + field[at + 1 :]
+    assert installed.record_sha256(bent) == installed.one_record_sha256(bent)
 
 
 # -- build.json -------------------------------------------------------------------------------------

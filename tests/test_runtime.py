@@ -81,8 +81,8 @@ def test_import_netra_reads_no_data_probes_no_gpu_imports_nothing(py: str) -> No
 def test_the_first_lookup_reads_what_it_serves_and_imports_no_build_code(py: str, gpu_class: str) -> None:
     """Serving a kernel reads the lock, build.json, one table and one code object (each once), never
     the other tables nor any evidence file, and imports nothing of the build, the static checks, the ELF
-    readers, detection or certification, nor any other class's package: the first lookup pays for what
-    it serves (docs/performance.md)."""
+    readers, the toolchains, detection or certification, nor any other class's package: the first
+    lookup pays for what it serves (docs/performance.md)."""
     seen = _json(
         py,
         """
@@ -109,7 +109,7 @@ def test_the_first_lookup_reads_what_it_serves_and_imports_no_build_code(py: str
                   "netra.targets.devtools", "netra.targets.host", "netra.targets.nvidia_tools",
                   "netra.runtime.gpus", "netra.loaders")  # fmt: skip
     pulled = [m for m in seen["new"] if m.startswith(build_time) or m.endswith((".cubin", ".codeobject",
-                                                                                 ".checks", ".compile"))]  # fmt: skip
+                                                                                 ".checks", ".compile", ".toolchain"))]  # fmt: skip
     assert pulled == [], f"the first lookup imported {pulled}"
     # The lock names every class; reading it imports none of them (toolchain labels and file suffixes
     # are looked up on use), and serving one class imports only that class's package.

@@ -195,7 +195,7 @@ def explain(inv: Inventory, query: str, *, gpu_class: str | None = None) -> dict
         except NetraError:
             key = None
         for cls, t in sorted(inv.tables.items()):
-            if key in t.entries and gpu_class in (None, cls):
+            if key is not None and key in t.entries and gpu_class in (None, cls):
                 matches.append(_entry(inv, cls, key))
     not_built = []
     if kind == "contract":

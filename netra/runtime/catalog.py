@@ -275,7 +275,7 @@ class Catalog:
                 f"to opt in, select(..., policy={best.maturity!r})"
             )
             return Fallback(cls, c.key, "below_policy", why, policy, ranked)
-        return self.kernel(chosen)
+        return self._kernel(entry.key, chosen)
 
     def kernel(self, c: Candidate) -> Kernel:
         """The launchable kernel of any candidate of this table, whatever its maturity (certification
@@ -287,10 +287,15 @@ class Catalog:
                 f"Catalog.kernel: candidate {c.artifact} is not in the {self.gpu_class} table of this catalog",
                 "pass a candidate of this catalog's table (catalog.table.entries[...].candidates)",
             )
+        return self._kernel(entry.key, c)
+
+    def _kernel(self, contract: str, c: Candidate) -> Kernel:
+        """The launchable kernel of candidate `c` of the entry `contract` (select knows the entry: only
+        the entry it serves is read)."""
         return Kernel(
             gpu_class=self.gpu_class,
             loader=self.table.loader,
-            contract=entry.key,
+            contract=contract,
             tactic=c.tactic,
             artifact=c.artifact,
             symbol=c.symbol,
@@ -432,11 +437,12 @@ def _cross_check(inst: Install, lock: Lock, table: Table) -> None:
     where = inst.tracked(tables.table_path(table.gpu_class))
     problems = tables.against_lock(table, lock)
     if problems:
-        raise TableError(
-            f"{where}: the {table.gpu_class} table disagrees with the lock ({'; '.join(problems[:6])}"
-            + (f"; and {len(problems) - 6} more)" if len(problems) > 6 else ")"),
-            "the release is inconsistent; " + inst.reinstall,
-        )
+        raise tables.lock_disagreement(str(where), table.gpu_class, problems, _inconsistent(inst))
+
+
+def _inconsistent(inst: Install) -> str:
+    """The fix for a release that is wrong in itself: on a serving host, a reinstall."""
+    return "the release is inconsistent; " + inst.reinstall
 
 
 _catalogs: dict[tuple[str, str], Catalog] = {}
@@ -479,13 +485,18 @@ def _open(inst: Install, gpu_class: str) -> Catalog:
             f"locked {locked.sha256}",
             inst.reinstall,
         )
-    try:
+    if vouched:
         # Hash first: bytes with the sha256 a vouched lock records are the ones the gated build read
-        # through the table format; the rules and the cross-check with the lock still apply.
-        table = tables.loads(raw, str(path), gpu_class, vouched=vouched)
-    except TableError as e:  # the release itself is wrong: on a serving host the fix is a reinstall
-        raise TableError(e.message, "the release is inconsistent; " + inst.reinstall, e.details) from None
-    _cross_check(inst, lock, table)
+        # through the table format. What holds for the whole table is checked now; each entry is held
+        # to the rules and the lock when it is first read (tables.Entries), as each code object is
+        # hashed when it is first selected.
+        table = tables.serve(raw, str(path), gpu_class, lock, _inconsistent(inst))
+    else:
+        try:
+            table = tables.loads(raw, str(path), gpu_class)
+        except TableError as e:  # the release itself is wrong: on a serving host the fix is a reinstall
+            raise TableError(e.message, _inconsistent(inst), e.details) from None
+        _cross_check(inst, lock, table)
     if built is not None:
         # build.json was matched to the lock by artifact name (layout.read_record, hash first): its
         # entries for this class must also be at the files the class names.

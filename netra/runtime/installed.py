@@ -203,7 +203,7 @@ def recorded_sha256(inst: Install, data_path: str) -> str | None:
     if inst.kind != "wheel" or inst.distribution is None:
         return None
     row = DistInfo(Path(inst.distribution.dist_info)).row(f"{PACKAGE_DATA}/{data_path}")
-    return record_sha256(row[1]) if row is not None else None
+    return one_record_sha256(row[1]) if row is not None else None
 
 
 def wheel(data_dir: str | Path, distribution: Distribution | None = None) -> Install:
@@ -235,6 +235,25 @@ class DistInfo:
         except OSError:
             return None
 
+    def record_text(self) -> str | None:
+        """RECORD's text, read once while the file stays the same (locating the install and a first
+        lookup both need rows of it; a reinstall changes its inode, size or mtime and is read again)."""
+        import os
+
+        path = self.folder / "RECORD"
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = _RECORD_TEXT.get(key[0])
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        text = self.read_text("RECORD")
+        if text is not None:
+            _RECORD_TEXT[key[0]] = (key, text)
+        return text
+
     @property
     def version(self) -> str:
         for line in (self.read_text("METADATA") or "").splitlines():
@@ -248,7 +267,7 @@ class DistInfo:
     def record(self) -> list[tuple[str, str, str]]:
         """RECORD's rows (path, hash, size), as the installer wrote them (CSV: a row with a quote is
         read by the csv module; the others, every row of a netra wheel, are split at their commas)."""
-        text = self.read_text("RECORD")
+        text = self.record_text()
         if text is None:
             return []
         lines = text.splitlines()
@@ -263,7 +282,7 @@ class DistInfo:
     def row(self, path: str) -> tuple[str, str, str] | None:
         """RECORD's row for one path (a first lookup needs two rows of a few hundred): found in the text
         when no row is quoted, else through record()."""
-        text = self.read_text("RECORD")
+        text = self.record_text()
         if text is None:
             return None
         if '"' in text:
@@ -282,20 +301,45 @@ class DistInfo:
 
 def record_sha256(value: str) -> str | None:
     """A RECORD hash field's sha256 as hex ("sha256=<urlsafe base64, unpadded>"); None for another
-    algorithm, no hash, or a value that is not one."""
+    algorithm, no hash, or a value that is not one. For many rows (doctor reads every one)."""
     import binascii
 
     mode, _, b64 = value.partition("=")
-    if mode != "sha256" or not b64:
+    b64 = b64.rstrip("=")
+    if mode != "sha256" or len(b64) != 43 or "+" in b64 or "/" in b64:
         return None
-    try:
-        raw = binascii.a2b_base64((b64 + "=" * (-len(b64) % 4)).translate(_URLSAFE))
+    try:  # a digit outside the alphabet is dropped (no strict_mode before Python 3.11): 32 bytes, or not one
+        raw = binascii.a2b_base64((b64 + "=").translate(_URLSAFE))
     except (binascii.Error, ValueError):
+        return None
+    if (
+        len(raw) != 32 or _B64.get(b64[-1], 1) & 3
+    ):  # the 2 bits past the digest are 0, as in one_record_sha256
         return None
     return raw.hex()
 
 
+def one_record_sha256(value: str) -> str | None:
+    """record_sha256 of one row, decoded here: a first lookup needs one row, and binascii is an
+    extension module whose load costs more than the rest of that row's work."""
+    mode, _, b64 = value.partition("=")
+    b64 = b64.rstrip("=")
+    if mode != "sha256" or len(b64) != 43:
+        return None
+    n = 0
+    try:
+        for digit in b64:
+            n = (n << 6) | _B64[digit]
+    except KeyError:
+        return None
+    if n & 3:  # 43 digits carry 258 bits: the last two are padding, zero in a canonical encoding
+        return None
+    return format(n >> 2, "064x")
+
+
+_B64 = {d: i for i, d in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")}
 _URLSAFE = str.maketrans("-_", "+/")
+_RECORD_TEXT: dict[str, tuple[tuple[str, int, int, int], str]] = {}
 
 
 def _named(entry: str) -> bool:
@@ -365,9 +409,29 @@ def _owns(dist: DistInfo, pkg: Path) -> bool:
         return False
 
 
+def _wheel_beside(pkg: Path) -> Install | None:
+    """The wheel install whose .dist-info an installer put beside the package, under the name it gives
+    this version (pip and uv alike): found without listing every folder on sys.path, as a first
+    lookup on a host with hundreds of installed packages otherwise does. None: look everywhere."""
+    from netra import __version__
+
+    folder = pkg.parent / f"{DISTRIBUTION.replace('-', '_')}-{__version__}.dist-info"
+    if not folder.is_dir():
+        return None
+    info = str(folder.resolve())
+    dist = DistInfo(Path(info))
+    rec = _record(dist, info)
+    if rec.origin == "editable" or not _owns(dist, pkg):
+        return None
+    return Install("wheel", pkg.parent / PACKAGE_DATA, distribution=rec, package=pkg)
+
+
 def locate(package_dir: str | Path | None = None) -> Install:
     """The install this netra package belongs to, from the installed distributions' records."""
     pkg = Path(package_dir).resolve() if package_dir is not None else PACKAGE_DIR
+    beside = _wheel_beside(pkg)
+    if beside is not None:
+        return beside
     found = distributions()
     for rec, dist in found:
         if rec.origin != "editable" and _owns(dist, pkg):

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from netra.core import frozen
 from netra.core import schema as s
 from netra.errors import AlteredFileError
 from netra.runtime.lockfile import LOCK_PATH, Lock, from_dict, from_vouched, to_dict
@@ -185,7 +186,7 @@ def read_record(
         try:
             lock = from_vouched(data["lock"])
             d = {k: data[k] for k in ("lock_sha256", "code_objects", "toolchains")}
-            code = {p: CodeRecord(**v) for p, v in d["code_objects"].items()}
+            code = {p: frozen.build(CodeRecord, v) for p, v in d["code_objects"].items()}
             chains = _chains(d["toolchains"])
             if not isinstance(d["lock_sha256"], str) or not all(isinstance(p, str) for p in code):
                 raise ValueError("not a record a gated build wrote")

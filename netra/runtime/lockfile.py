@@ -16,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from netra.core import frozen
 from netra.core import schema as s
 from netra.core.types import Toolchain, artifact_file
 from netra.errors import LockError
@@ -251,7 +252,9 @@ def from_vouched(data: dict[str, Any]) -> Lock:
             str(k): targets.toolchain(k, v["flavour"], v["version"]) for k, v in data["toolchains"].items()
         },
         files=tuple(TrackedFile(f["path"], f["sha256"], f["role"]) for f in data["files"]),
-        artifacts=tuple(LockedArtifact(**{**a, "symbols": tuple(a["symbols"])}) for a in data["artifacts"]),
+        artifacts=tuple(
+            frozen.build(LockedArtifact, a, symbols=tuple(a["symbols"])) for a in data["artifacts"]
+        ),
     )
 
 

@@ -21,9 +21,11 @@ artifacts, with the locked hashes and facts.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -176,7 +178,7 @@ class Table:
     certification: str
     note: str
     runs: tuple[dict[str, Any], ...]
-    entries: dict[str, Entry]
+    entries: Mapping[str, Entry]  # a dict; served from a vouched table: Entries
     fallbacks: tuple[ModelFallback, ...]
 
     def maturity_counts(self) -> dict[str, int]:
@@ -796,9 +798,23 @@ def _unique(data: dict[str, Any]) -> bool:
 def _rules(d: Any, where: str, gpu_class: str | None, *, whole: bool) -> Table:
     """The table's rules over data in the format (read by the schema, or vouched for by hash); `whole`:
     a certified table, whose candidates carry whole evidence records (their rules are checked too)."""
+    p = s.Problems(where)
+    cls, kind, nruns = _header(d, gpu_class, p)
+    entries: dict[str, Entry] = {}
+    artifacts: set[str] = set()
+    layouts: dict[Any, KernargLayout] = {}
+    for i, e in enumerate(d["entries"]):
+        entry = _entry(e, f"entries[{i}] ({e['key']})", cls, kind, nruns, p, layouts, whole, artifacts)
+        if entry is not None:
+            entries[entry.key] = entry
+    p.raise_as(TableError, HINT)
+    return _table(d, entries)
+
+
+def _header(d: Any, gpu_class: str | None, p: s.Problems) -> tuple[str, str, int]:
+    """The table-wide rules: its class, vendor and loader, its kind of certification and its runs."""
     from netra import targets
 
-    p = s.Problems(where)
     cls = d["gpu_class"]
     if gpu_class is not None and cls != gpu_class:
         p.add("gpu_class", f"{cls!r} but the file is the table of {gpu_class!r}")
@@ -810,37 +826,52 @@ def _rules(d: Any, where: str, gpu_class: str | None, *, whole: bool) -> Table:
     runs = d["certification"]["runs"]
     if kind == "static" and runs:
         p.add("certification.runs", "a static table has no hardware runs")
-    entries: dict[str, Entry] = {}
-    artifacts: set[str] = set()
-    layouts: dict[Any, KernargLayout] = {}
-    for i, e in enumerate(d["entries"]):
-        at = f"entries[{i}] ({e['key']})"
-        c = e["contract"]
-        fam = FAMILIES[c["op"]]
-        if set(c["params"]) != set(fam.params):
-            p.add(at, f"{c['op']} params must be exactly {', '.join(fam.params)}")
-            continue
-        if (c["dtypes"], c["layout"], c["quant"]) != (fam.dtypes, fam.layout, fam.quant):
-            p.add(at, f"{c['op']} dtypes/layout/quant differ from this netra's definition of the family")
-        key = contract_key(c["op"], c["params"])
-        if e["key"] != key:
-            p.add(at, f"key {e['key']!r} is not the contract's key {key!r}")
-        cands = []
-        for j, r in enumerate(e["candidates"]):
-            cat = f"{at}.candidates[{j}] ({r['artifact']})"
+    return cls, kind, len(runs)
+
+
+def _entry(
+    e: dict[str, Any],
+    at: str,
+    cls: str,
+    kind: str,
+    nruns: int,
+    p: s.Problems,
+    layouts: dict[Any, KernargLayout],
+    whole: bool,
+    artifacts: set[str] | None,
+) -> Entry | None:
+    """One entry held to the rules (None when its contract is not the family's); `artifacts`: the
+    names of the entries read before it (None: the caller checks that no artifact is in two entries)."""
+    c = e["contract"]
+    fam = FAMILIES[c["op"]]
+    if set(c["params"]) != set(fam.params):
+        p.add(at, f"{c['op']} params must be exactly {', '.join(fam.params)}")
+        return None
+    if (c["dtypes"], c["layout"], c["quant"]) != (fam.dtypes, fam.layout, fam.quant):
+        p.add(at, f"{c['op']} dtypes/layout/quant differ from this netra's definition of the family")
+    key = contract_key(c["op"], c["params"])
+    if e["key"] != key:
+        p.add(at, f"key {e['key']!r} is not the contract's key {key!r}")
+    cands = []
+    for j, r in enumerate(e["candidates"]):
+        cat = f"{at}.candidates[{j}] ({r['artifact']})"
+        if artifacts is not None:
             if r["artifact"] in artifacts:
                 p.add(cat, f"artifact {r['artifact']} appears in more than one entry")
             artifacts.add(r["artifact"])
-            cand = _candidate(r, cat, cls, kind, len(runs), p, layouts, whole)
-            if cand is not None:
-                cands.append(cand)
-        dispatch = tuple(Dispatch(x["max_rows"], x["tactic"]) for x in (e["dispatch"] or []))
-        _check_dispatch(dispatch, cands, at, p)
-        entries[key] = Entry(key, c["op"], dict(c["params"]), tuple(cands), dispatch)
-    p.raise_as(TableError, HINT)
+        cand = _candidate(r, cat, cls, kind, nruns, p, layouts, whole)
+        if cand is not None:
+            cands.append(cand)
+    dispatch = tuple(Dispatch(x["max_rows"], x["tactic"]) for x in (e["dispatch"] or []))
+    _check_dispatch(dispatch, cands, at, p)
+    return Entry(key, c["op"], dict(c["params"]), tuple(cands), dispatch)
+
+
+def _table(d: Any, entries: Mapping[str, Entry]) -> Table:
     return Table(
-        gpu_class=cls, vendor=d["vendor"], loader=d["loader"], certification=kind,
-        note=d["certification"]["note"], runs=tuple(runs), entries=entries,
+        gpu_class=d["gpu_class"], vendor=d["vendor"], loader=d["loader"],
+        certification=d["certification"]["kind"], note=d["certification"]["note"],
+        runs=tuple(d["certification"]["runs"]), entries=entries,
         fallbacks=tuple(ModelFallback(**f) for f in d["fallbacks"]),
     )  # fmt: skip
 
@@ -881,7 +912,7 @@ def against_lock(table: Table, lock: Lock) -> list[str]:
     """Every way a parsed table disagrees with the lock: it must reference exactly the class's locked
     artifacts, each once, with the locked file, hashes, symbol, tactic, contract and facts."""
     out: list[str] = []
-    locked = {a.name: a for a in lock.artifacts if a.target == table.gpu_class}
+    locked = _locked(lock, table.gpu_class)
     seen: set[str] = set()
     for e in table.entries.values():
         for c in e.candidates:
@@ -890,26 +921,140 @@ def against_lock(table: Table, lock: Lock) -> list[str]:
                 out.append(f"{c.artifact}: in the table but not a locked {table.gpu_class} artifact")
                 continue
             seen.add(c.artifact)
-            facts = {
-                "file": (a.file, c.file),
-                "text_sha256": (a.text_sha256, c.text_sha256),
-                "lds_bytes": (a.lds_bytes, c.lds_bytes),
-                "kernarg size": (a.kernarg_bytes, c.kernarg.size),
-                "tactic": (a.tactic, c.tactic),
-                "contract": (contract_key(a.op, a.contract), e.key),
-            }
-            out += [f"{c.artifact}: {k} locked {x!r}, table {y!r}" for k, (x, y) in facts.items() if x != y]
-            if c.symbol not in a.symbols:
-                out.append(
-                    f"{c.artifact}: symbol {c.symbol} is not among the locked symbols {list(a.symbols)}"
-                )
-            if c.launch.threads_per_block > a.max_threads:
-                out.append(
-                    f"{c.artifact}: block {c.launch.block} exceeds the locked max threads {a.max_threads}"
-                )
+            out += _facts_against(c, e.key, a)
     for name in sorted(locked.keys() - seen):
         out.append(f"{name}: locked but missing from the {table.gpu_class} table")
     return out
+
+
+def _locked(lock: Lock, gpu_class: str) -> dict[str, LockedArtifact]:
+    return {a.name: a for a in lock.artifacts if a.target == gpu_class}
+
+
+def _facts_against(c: Candidate, key: str, a: LockedArtifact) -> list[str]:
+    """How one candidate of the entry `key` differs from its locked artifact."""
+    facts = {
+        "file": (a.file, c.file),
+        "text_sha256": (a.text_sha256, c.text_sha256),
+        "lds_bytes": (a.lds_bytes, c.lds_bytes),
+        "kernarg size": (a.kernarg_bytes, c.kernarg.size),
+        "tactic": (a.tactic, c.tactic),
+        "contract": (contract_key(a.op, a.contract), key),
+    }
+    out = [f"{c.artifact}: {k} locked {x!r}, table {y!r}" for k, (x, y) in facts.items() if x != y]
+    if c.symbol not in a.symbols:
+        out.append(f"{c.artifact}: symbol {c.symbol} is not among the locked symbols {list(a.symbols)}")
+    if c.launch.threads_per_block > a.max_threads:
+        out.append(f"{c.artifact}: block {c.launch.block} exceeds the locked max threads {a.max_threads}")
+    return out
+
+
+def lock_disagreement(where: str, gpu_class: str, problems: list[str], hint: str) -> TableError:
+    """The one error for a table that disagrees with the lock (the first six ways, and how many more)."""
+    return TableError(
+        f"{where}: the {gpu_class} table disagrees with the lock ({'; '.join(problems[:6])}"
+        + (f"; and {len(problems) - 6} more)" if len(problems) > 6 else ")"),
+        hint,
+    )
+
+
+class Entries(Mapping[str, "Entry"]):
+    """A served table's entries, each held to the table's rules and to the lock the first time it is
+    read, as each code object is hashed the first time it is selected: a first lookup builds the one
+    entry it serves. Keys, their count and membership need no entry built."""
+
+    def __init__(
+        self, raw: dict[str, tuple[int, dict[str, Any]]], build: Callable[[int, dict[str, Any]], Entry]
+    ):
+        self._raw = raw
+        self._build = build
+        self._built: dict[str, Entry] = {}
+
+    def __getitem__(self, key: str) -> Entry:
+        got = self._built.get(key)
+        if got is None:
+            i, e = self._raw[key]
+            got = self._built[key] = self._build(i, e)
+        return got
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._raw
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+
+_SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, ArithmeticError)
+
+
+def serve(text: str | bytes, where: str, gpu_class: str, lock: Lock, hint: str) -> Table:
+    """A table whose bytes a vouched lock records (hash first), read to serve kernels from: what holds
+    for the whole table is checked now (its class, vendor, loader and certification, each contract
+    and artifact once, exactly the class's locked artifacts), each entry's rules and locked facts when
+    it is first read (Entries), never the format, which the gated build applied. Anything a gated
+    build does not write is read strictly, which names what is wrong. Errors carry `hint`."""
+    data = _json(text, where)
+    _supported(data, where)
+
+    def strictly() -> TableError:
+        try:
+            table = parse(data, where, gpu_class)
+        except TableError as e:
+            return TableError(e.message, hint, e.details)
+        problems = against_lock(table, lock)
+        if problems:
+            return lock_disagreement(where, gpu_class, problems, hint)
+        return TableError(f"{where}: not a table a gated build wrote", hint)  # read whole, nothing found
+
+    try:
+        if not _unique(data):
+            raise strictly()
+        p = s.Problems(where)
+        cls, kind, nruns = _header(data, gpu_class, p)
+        locked = _locked(lock, cls)
+        raw: dict[str, tuple[int, dict[str, Any]]] = {}
+        seen: set[str] = set()
+        stray: list[str] = []
+        for i, e in enumerate(data["entries"]):
+            raw[e["key"]] = (i, e)
+            for j, r in enumerate(e["candidates"]):
+                name = r["artifact"]
+                if name in seen:
+                    p.add(f"entries[{i}] ({e['key']}).candidates[{j}] ({name})",
+                          f"artifact {name} appears in more than one entry")  # fmt: skip
+                seen.add(name)
+                if name not in locked:
+                    stray.append(f"{name}: in the table but not a locked {cls} artifact")
+        table = _table(data, {})
+    except TableError:
+        raise
+    except _SHAPE_ERRORS:
+        raise strictly() from None
+    p.raise_as(TableError, hint)
+    problems = stray + [f"{n}: locked but missing from the {cls} table" for n in sorted(locked.keys() - seen)]
+    if problems:
+        raise lock_disagreement(where, cls, problems, hint)
+    layouts: dict[Any, KernargLayout] = {}
+
+    def build(i: int, e: dict[str, Any]) -> Entry:
+        try:
+            p = s.Problems(where)
+            entry = _entry(e, f"entries[{i}] ({e['key']})", cls, kind, nruns, p, layouts, False, None)
+            p.raise_as(TableError, hint)  # this entry's own problems, in the strict read's words
+            assert entry is not None  # None only with a problem
+            wrong = [w for c in entry.candidates for w in _facts_against(c, entry.key, locked[c.artifact])]
+        except TableError:
+            raise
+        except _SHAPE_ERRORS:
+            raise strictly() from None
+        if wrong:
+            raise lock_disagreement(where, cls, wrong, hint)
+        return entry
+
+    return dataclasses.replace(table, entries=Entries(raw, build))
 
 
 def dumps(table: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from netra.core import files, text
+from netra.core import files
 from netra.errors import NetraError, ToolError
 from netra.targets.vendor import Vendor
 
@@ -72,12 +72,16 @@ def _run(argv: list[str]) -> str:
 
 def _host_text(path: Path) -> str:
     """A host's version file, read as `_sysfs_text` reads the topology (regular, bounded, one decoding)."""
+    from netra.core import text  # detection only: serving a kernel reads no host file
+
     return text.decode(files.read_path(path, limit=_SYSFS_LIMIT, what="version file"))
 
 
 def _sysfs_text(path: Path) -> str:
     """A sysfs file as text: a regular file, opened non-blocking (a FIFO there is refused, never waited
     on), bounded, decoded by the one policy (bytes that are not UTF-8 are the host's, not an error)."""
+    from netra.core import text
+
     return text.decode(files.read_path(path, limit=_SYSFS_LIMIT, what="KFD topology file"))
 
 

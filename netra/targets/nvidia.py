@@ -13,7 +13,6 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from netra.core import text
 from netra.errors import ToolError
 from netra.targets.vendor import Vendor
 
@@ -116,6 +115,7 @@ class Nvidia(Vendor):
         """The CUDA driver API: cuInit, cuDeviceGetCount, and each device's compute capability and name."""
         import ctypes  # loads nothing by itself, but costs an import a serving host may never need
 
+        from netra.core import text
         from netra.targets.host import GPU
 
         path = Path(library) if library is not None else self.find_library()
@@ -193,7 +193,7 @@ class Nvidia(Vendor):
         driver = None
         import ctypes
 
-        from netra.core import files
+        from netra.core import files, text
         from netra.errors import MissingFileError, NetraError
 
         try:  # a regular file, bounded, decoded by the one policy (a FIFO there is refused, never waited on)

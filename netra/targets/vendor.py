@@ -24,8 +24,6 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from netra.core import libraries
-
 if TYPE_CHECKING:
     from netra.targets.devtools import MemoryChecker, Profiler
     from netra.targets.host import GPU, Versions
@@ -47,6 +45,8 @@ class Vendor(ABC):
 
     def find_library(self) -> Path | None:
         """The driver library's path, found by looking (nothing is loaded)."""
+        from netra.core import libraries  # on a host that loads kernels; a lookup needs no library
+
         return libraries.find(self.libraries, self.library_dirs())
 
     @abstractmethod

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, ClassVar
 
 from netra.core.schema import Field, Int, opt
 from netra.targets.amd import AMD
-from netra.targets.gfx950 import toolchain
 
 if TYPE_CHECKING:
     from netra.core.types import ArtifactSpec, Tactic, Template, Toolchain
@@ -29,7 +28,14 @@ class Gfx950:
     vendor = AMD
     identities = (90500,)  # KFD gfx_target_version 9.5.0
     suffix = ".hsaco"
-    flavours = toolchain.FLAVOURS
+
+    @property
+    def flavours(self) -> dict[str, str]:
+        """Its toolchain's flavours (the toolchain module, LLVM discovery, is imported when asked:
+        serving a kernel needs the class, not its assembler)."""
+        from netra.targets.gfx950 import toolchain
+
+        return toolchain.FLAVOURS
 
     @property
     def checks(self) -> tuple[str, ...]:
@@ -48,6 +54,8 @@ class Gfx950:
     }
 
     def discover(self, env: dict[str, str] | None = None) -> Tools:
+        from netra.targets.gfx950 import toolchain
+
         return toolchain.discover(env)
 
     def driver_need(self, toolchain: Toolchain) -> DriverNeed:

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, ClassVar
 
 from netra.core.schema import Field, Int
 from netra.targets.nvidia import NVIDIA
-from netra.targets.sm_90 import toolchain
 
 if TYPE_CHECKING:
     from netra.core.types import ArtifactSpec, Tactic, Template, Toolchain
@@ -28,10 +27,23 @@ class Sm90:
     name = "sm_90"
     vendor = NVIDIA
     identities = ((9, 0),)  # compute capability 9.0 (H100, H200)
-    arch = toolchain.ARCH  # nvcc -arch: the arch-specific sm_90a (its features are Hopper's alone)
     sm = 90  # the cubin's SM number (cubin.SM_ARCH; the build's modules are imported only to build)
     suffix = ".cubin"
-    flavours = toolchain.FLAVOURS
+
+    # The toolchain module (nvcc discovery and proof) is imported when its facts are asked for: serving
+    # a kernel needs the class, not its compiler.
+    @property
+    def arch(self) -> str:
+        """nvcc -arch: the arch-specific sm_90a (its features are Hopper's alone)."""
+        from netra.targets.sm_90 import toolchain
+
+        return toolchain.ARCH
+
+    @property
+    def flavours(self) -> dict[str, str]:
+        from netra.targets.sm_90 import toolchain
+
+        return toolchain.FLAVOURS
 
     @property
     def checks(self) -> tuple[str, ...]:
@@ -49,6 +61,8 @@ class Sm90:
     }
 
     def discover(self, env: dict[str, str] | None = None) -> Tools:
+        from netra.targets.sm_90 import toolchain
+
         return toolchain.discover(env, target=self.name, arch=self.arch)
 
     def driver_need(self, toolchain: Toolchain) -> DriverNeed:
