@@ -7,9 +7,11 @@
         k.grid(rows), k.block, k.pack(y=..., rows=...), k.code_object, k.symbol
 
 Opening a catalog reads the packaged lock and the class's table and checks the table (sha256 against
-the lock) and the binding of build.json to the lock. Each code object is checked the first time it is
-selected (whole-file sha256 against build.json, whose .text sha256 must equal the lock's) and then kept
-in memory, so repeated selection does no file access and no hashing. Anything missing or altered
+the lock) and the binding of build.json to the lock. In a wheel install whose bytes RECORD vouches for,
+each table entry is held to the rules and the lock the first time it is read (tables.serve), and each
+code object is checked the first time it is selected (whole-file sha256 against build.json, whose .text
+sha256 must equal the lock's); both are then kept in memory, so repeated selection does no file access
+and no hashing. Anything missing or altered
 raises an IntegrityError subclass naming the file, the GPU class, what was expected, and the fix; no
 environment variable or argument turns that into a warning.
 """

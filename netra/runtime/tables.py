@@ -996,8 +996,11 @@ def serve(text: str | bytes, where: str, gpu_class: str, lock: Lock, hint: str) 
     and artifact once, exactly the class's locked artifacts), each entry's rules and locked facts when
     it is first read (Entries), never the format, which the gated build applied. Anything a gated
     build does not write is read strictly, which names what is wrong. Errors carry `hint`."""
-    data = _json(text, where)
-    _supported(data, where)
+    try:
+        data = _json(text, where)
+        _supported(data, where)
+    except TableError as e:  # the caller's fix (on a serving host, a reinstall)
+        raise TableError(e.message, hint, e.details) from None
 
     def strictly() -> TableError:
         try:
