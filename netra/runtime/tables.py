@@ -999,8 +999,8 @@ def serve(text: str | bytes, where: str, gpu_class: str, lock: Lock, hint: str) 
     try:
         data = _json(text, where)
         _supported(data, where)
-    except TableError as e:  # the caller's fix (on a serving host, a reinstall)
-        raise TableError(e.message, hint, e.details) from None
+    except TableError as err:  # the caller's fix (on a serving host, a reinstall)
+        raise TableError(err.message, hint, err.details) from None
 
     def strictly() -> TableError:
         try:
