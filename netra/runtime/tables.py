@@ -25,7 +25,7 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -918,13 +918,20 @@ def against_lock(table: Table, lock: Lock) -> list[str]:
         for c in e.candidates:
             a: LockedArtifact | None = locked.get(c.artifact)
             if a is None:
-                out.append(f"{c.artifact}: in the table but not a locked {table.gpu_class} artifact")
+                out.append(_unlocked(c.artifact, table.gpu_class))
                 continue
             seen.add(c.artifact)
             out += _facts_against(c, e.key, a)
-    for name in sorted(locked.keys() - seen):
-        out.append(f"{name}: locked but missing from the {table.gpu_class} table")
-    return out
+    return out + _unlisted(locked.keys() - seen, table.gpu_class)
+
+
+def _unlocked(name: str, gpu_class: str) -> str:
+    return f"{name}: in the table but not a locked {gpu_class} artifact"
+
+
+def _unlisted(names: Iterable[str], gpu_class: str) -> list[str]:
+    """The locked artifacts a table leaves out, by name."""
+    return [f"{n}: locked but missing from the {gpu_class} table" for n in sorted(names)]
 
 
 def _locked(lock: Lock, gpu_class: str) -> dict[str, LockedArtifact]:
@@ -1030,14 +1037,14 @@ def serve(text: str | bytes, where: str, gpu_class: str, lock: Lock, hint: str) 
                           f"artifact {name} appears in more than one entry")  # fmt: skip
                 seen.add(name)
                 if name not in locked:
-                    stray.append(f"{name}: in the table but not a locked {cls} artifact")
+                    stray.append(_unlocked(name, cls))
         table = _table(data, {})
     except TableError:
         raise
     except _SHAPE_ERRORS:
         raise strictly() from None
     p.raise_as(TableError, hint)
-    problems = stray + [f"{n}: locked but missing from the {cls} table" for n in sorted(locked.keys() - seen)]
+    problems = stray + _unlisted(locked.keys() - seen, cls)
     if problems:
         raise lock_disagreement(where, cls, problems, hint)
     layouts: dict[Any, KernargLayout] = {}
