@@ -22,6 +22,8 @@ import sys
 import tempfile
 import timeit
 
+import entry
+
 PLAIN = """
 import time, sys
 t0 = time.perf_counter()
@@ -100,4 +102,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry.run(main)
