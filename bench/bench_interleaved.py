@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import entry
+import _entry
 from bench_lookup import COLD_NO_IMPORT, PLAIN
 
 KEY = "fp8_group_quant(hidden=2048,group=128)"  # served `verified` by every class
@@ -104,4 +104,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    entry.run(main)
+    _entry.run(main)

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import timeit
 
-import entry
+import _entry
 
 PLAIN = """
 import time, sys
@@ -102,4 +102,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    entry.run(main)
+    _entry.run(main)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, TIMEOUT, clean_env, log
 
-BENCH = sorted((REPO / "bench").glob("*.py"))
+BENCH = sorted(p for p in (REPO / "bench").glob("*.py") if not p.name.startswith("_"))  # _*.py: helpers
 
 
 def test_there_are_bench_scripts() -> None:
