@@ -50,6 +50,13 @@ def _import_netra(root: str) -> None:
         raise RuntimeError(f"`import netra` resolved to {netra.__file__}, not the tree being built ({root})")
 
 
+def _remove_scratch(folder: str, tempdir: str | None) -> None:
+    """The wheel's staging folder, removed; tempfile's folder set back if this hook had moved it there."""
+    if tempfile.tempdir == folder:
+        tempfile.tempdir = tempdir
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def _inside(path: str | None, root: str) -> bool:
     return bool(path) and os.path.realpath(str(path)).startswith(os.path.join(root, "netra") + os.sep)
 
@@ -131,7 +138,7 @@ class NetraGateHook(BuildHookInterface):
         self._t0 = time.monotonic()
         tmp = Path(tempfile.mkdtemp(prefix="netra-wheel-"))
         # Removed in finalize; the weakref also covers a build that dies between initialize and finalize.
-        self._cleanup = weakref.finalize(self, shutil.rmtree, str(tmp), True)
+        self._cleanup = weakref.finalize(self, _remove_scratch, str(tmp), tempfile.tempdir)
         try:
             self.app.display_waiting("netra: building the locked code objects")
             staged = staging.stage(
@@ -153,6 +160,11 @@ class NetraGateHook(BuildHookInterface):
             LOCK_PATH,
         )
         self._what = f"{len(staged.files)} members under {layout.PACKAGE_DATA}"
+        if "netra_backend" not in sys.modules:
+            # Run by hatchling directly: it begins the archive as a TMPDIR file that it keeps when the
+            # archive fails (hatchling 1.33's WheelArchive), so that file is made beside the staged
+            # files and dies with them. Under the backend TMPDIR is the backend's scratch folder.
+            tempfile.tempdir = str(tmp)
         report = staged.report
         chains = ", ".join(f"{t}: {tools.describe()}" for t, tools in sorted(report.tools.items()))
         self.app.display_success(

@@ -132,7 +132,10 @@ def test_sdist_carries_every_locked_and_build_file(built_sdist: Path, repo_copy:
         for f in lock.files:
             assert f.path in files, f"{f.path} (locked) missing from the sdist"
             assert sha256_bytes(read(f.path)) == f.sha256, f"{f.path}: altered in the sdist"
-        for rel in ("pyproject.toml", "build_backend/netra_backend.py", "build_backend/hatch_build.py"):
+        for rel in (
+            "pyproject.toml",
+            *(f"build_backend/{m}.py" for m in ("netra_backend", "hatch_build", "hatch_metadata")),
+        ):
             assert read(rel) == (repo_copy / rel).read_bytes(), rel
         for p in (repo_copy / "netra").rglob("*.py"):
             assert p.relative_to(repo_copy).as_posix() in files
@@ -215,20 +218,89 @@ def test_hatch_build_no_hooks_yields_no_kernel_less_wheel(
     assert "code objects assembled" not in output(r) and "Traceback" not in output(r)
 
 
-@pytest.mark.parametrize("how", ["--no-hooks", "HATCH_BUILD_NO_HOOKS"])
-def test_hatchling_itself_builds_no_wheel_without_the_hook(repo_copy: Path, tmp_path: Path, how: str) -> None:
+HOOK_LINE = 'path = "build_backend/hatch_build.py"'
+WITHOUT_HOOK = {  # how hatchling is run without the gate hook -> (flags, env, the hook table's edit, said)
+    "--no-hooks": (["--no-hooks"], {}, "", "HATCH_BUILD_NO_HOOKS=true, which hatchling's --no-hooks sets"),
+    "HATCH_BUILD_NO_HOOKS": ([], {"HATCH_BUILD_NO_HOOKS": "1"}, "", "HATCH_BUILD_NO_HOOKS=1"),
+    "enable-by-default": ([], {}, "\nenable-by-default = false", "sets enable-by-default = false"),
+}
+
+
+@pytest.mark.parametrize("target", [["-t", "wheel"], []], ids=["wheel", "every-target"])
+@pytest.mark.parametrize("how", sorted(WITHOUT_HOOK))
+def test_hatchling_itself_builds_nothing_without_the_hook(
+    make_repo_copy: Callable[[str], Path], tmp_path: Path, private_tmpdir: Path, how: str, target: list[str]
+) -> None:
     """`python -m hatchling build` run on the tree bypasses netra_backend: the gate must not depend on the
-    frontend. pyproject.toml force-includes a path only the hook removes, so hatchling fails by itself."""
+    frontend. Hatchling loads build_backend/hatch_metadata.py however its build hooks are switched and
+    before any archive exists: one line, exit 1, and nothing written, neither an ungated sdist in the
+    output folder nor hatchling's half-written wheel in TMPDIR (where its forced-include guard alone
+    left it, with a traceback)."""
+    flags, extra, edit, said = WITHOUT_HOOK[how]
+    root = make_repo_copy(f"no-hook-{how}")
+    if edit:
+        text = (root / "pyproject.toml").read_text()
+        (root / "pyproject.toml").write_text(text.replace(HOOK_LINE, HOOK_LINE + edit, 1))
     out = tmp_path / "dist"
-    env = clean_env(HATCH_BUILD_NO_HOOKS="true") if how != "--no-hooks" else clean_env()
-    flags = ["--no-hooks"] if how == "--no-hooks" else []
     r = subprocess.run(
-        [sys.executable, "-m", "hatchling", "build", "-t", "wheel", *flags, "-d", str(out)],
-        cwd=repo_copy, env=env, capture_output=True, text=True, timeout=600, check=False,
+        [sys.executable, "-m", "hatchling", "build", *target, *flags, "-d", str(out)],
+        cwd=root, env=clean_env(TMPDIR=str(private_tmpdir), **extra), capture_output=True, text=True,
+        timeout=600, check=False,
     )  # fmt: skip
-    assert r.returncode != 0, log(r)
-    assert "Forced include not found" in output(r) and "the-netra-build-hook-did-not-run" in output(r), log(r)
+    assert r.returncode == 1, log(r)
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("netra: error: ")]
+    assert len(errors) == 1 and "Traceback" not in output(r), log(r)
+    assert f"{root}: build refused before anything was written" in errors[0], log(r)
+    assert said in errors[0] and "release gate" in errors[0] and "hint: " in errors[0], log(r)
+    assert not out.exists(), sorted(out.iterdir())
+    assert not list(private_tmpdir.iterdir()), sorted(private_tmpdir.iterdir())
+
+
+def test_hatchling_itself_builds_with_the_hook_switched_back_on(
+    make_repo_copy: Callable[[str], Path], tmp_path: Path, private_tmpdir: Path
+) -> None:
+    """The guard follows hatchling's own enabling rules: `enable-by-default = false` with
+    HATCH_BUILD_HOOK_ENABLE_CUSTOM=true runs the hook, and the build goes through the gate."""
+    root = make_repo_copy("hook-switched-on")
+    text = (root / "pyproject.toml").read_text()
+    (root / "pyproject.toml").write_text(
+        text.replace(HOOK_LINE, HOOK_LINE + "\nenable-by-default = false", 1)
+    )
+    out = tmp_path / "dist"
+    r = subprocess.run(
+        [sys.executable, "-m", "hatchling", "build", "-t", "sdist", "-d", str(out)],
+        cwd=root, env=clean_env(TMPDIR=str(private_tmpdir), HATCH_BUILD_HOOK_ENABLE_CUSTOM="true"),
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0 and "release gate passed" in output(r), log(r)
+    names = [p.name for p in out.iterdir()]
+    assert len(names) == 1 and names[0].endswith(".tar.gz"), names
+    assert not list(private_tmpdir.iterdir()), sorted(private_tmpdir.iterdir())
+
+
+def test_hatchling_itself_leaves_nothing_when_the_archive_fails_after_the_hook(
+    make_repo_copy: Callable[[str], Path], tmp_path: Path, private_tmpdir: Path
+) -> None:
+    """Hatchling run directly with the hook: the hook stages the code objects, then hatchling fails while
+    writing the archive (here a forced include of a file that does not exist). Hatchling keeps its
+    half-written archive, a TMPDIR file; the hook has it made beside the staged files, and both go."""
+    root = make_repo_copy("archive-fails")
+    text = (root / "pyproject.toml").read_text()
+    table = "[tool.hatch.build.targets.wheel.force-include]\n"
+    assert table in text
+    (root / "pyproject.toml").write_text(
+        text.replace(table, f'{table}"no-such-file" = "netra/no-such-file"\n', 1)
+    )
+    out = tmp_path / "dist"
+    r = subprocess.run(
+        [sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d", str(out)],
+        cwd=root, env=clean_env(TMPDIR=str(private_tmpdir)), capture_output=True, text=True, timeout=900,
+        check=False,
+    )  # fmt: skip
+    assert r.returncode != 0 and "code objects built and gated" in output(r), log(r)
+    assert "Forced include not found" in output(r) and "no-such-file" in output(r), log(r)
     assert not out.exists() or not list(out.iterdir()), sorted(out.iterdir())
+    assert not list(private_tmpdir.iterdir()), sorted(private_tmpdir.iterdir())
 
 
 def test_hook_disabled_in_pyproject_yields_no_wheel(
@@ -236,9 +308,10 @@ def test_hook_disabled_in_pyproject_yields_no_wheel(
 ) -> None:
     root = make_repo_copy("hook-off")
     text = (root / "pyproject.toml").read_text()
-    hook = 'path = "build_backend/hatch_build.py"'
-    assert hook in text
-    (root / "pyproject.toml").write_text(text.replace(hook, hook + "\nenable-by-default = false", 1))
+    assert HOOK_LINE in text
+    (root / "pyproject.toml").write_text(
+        text.replace(HOOK_LINE, HOOK_LINE + "\nenable-by-default = false", 1)
+    )
     r = run_build(root, tmp_path / "dist", "--wheel")
     assert_refused(r, tmp_path / "dist", ["did not run", DATA + "manifest.lock"])
 
