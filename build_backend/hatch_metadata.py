@@ -23,6 +23,7 @@ from hatchling.builders.constants import BuildEnvVars
 from hatchling.metadata.plugin.interface import MetadataHookInterface
 
 _HOOK = "custom"  # the build hook's name in pyproject.toml: [tool.hatch.build.hooks.custom]
+_PATH = "build_backend/hatch_build.py"  # its file, as pyproject.toml names it
 
 
 def _on(var: str) -> bool:
@@ -31,38 +32,60 @@ def _on(var: str) -> bool:
 
 def _skipped(root: str) -> tuple[str, str] | None:
     """(why the build hook will not run, the fix), or None when it will: hatchling's own rules for
-    enabling a build hook (its switches and `enable-by-default`), applied to the gate's hook."""
+    enabling a build hook (its switches, a target's table replacing the global one, `enable-by-default`),
+    applied to the gate's hook for every target this tree builds."""
     if _on(BuildEnvVars.NO_HOOKS):
         return (
             f"{BuildEnvVars.NO_HOOKS}={os.environ[BuildEnvVars.NO_HOOKS]}, which hatchling's --no-hooks sets",
             f"drop --no-hooks and unset {BuildEnvVars.NO_HOOKS}: the release gate cannot be skipped",
         )
-    hook = _hook_config(root)
-    table = f"[tool.hatch.build.hooks.{_HOOK}]"
-    if hook is None:
-        return (
-            f"pyproject.toml has no {table}",
-            f'restore {table} (path = "build_backend/hatch_build.py") in pyproject.toml',
-        )
     enable = f"{BuildEnvVars.HOOK_ENABLE_PREFIX}{_HOOK.upper()}"
-    if hook.get("enable-by-default", True) is False and not (_on(BuildEnvVars.HOOKS_ENABLE) or _on(enable)):
-        return (
-            f"pyproject.toml {table} sets enable-by-default = false",
-            f"remove that line (or set {enable}=true)",
-        )
+    for table, hook in _hook_configs(root):
+        if hook is None:
+            return (
+                f"pyproject.toml has no {table}",
+                f'restore {table} (path = "{_PATH}") in pyproject.toml',
+            )
+        if hook.get("path") != _PATH:
+            return (
+                f"pyproject.toml {table} names path = {hook.get('path')!r} in place of the gate",
+                f'set path = "{_PATH}" there',
+            )
+        if hook.get("enable-by-default", True) is False and not (
+            _on(BuildEnvVars.HOOKS_ENABLE) or _on(enable)
+        ):
+            return (
+                f"pyproject.toml {table} sets enable-by-default = false",
+                f"remove that line (or set {enable}=true)",
+            )
     return None
 
 
-def _hook_config(root: str) -> dict[str, Any] | None:
-    """The gate hook's table in pyproject.toml (hatchling has already read the file: it parses)."""
+def _hook_configs(root: str) -> list[tuple[str, dict[str, Any] | None]]:
+    """The gate hook's table for each target, as hatchling picks it: a target's own
+    [tool.hatch.build.targets.<target>.hooks.custom] replaces the global one (hatchling has already
+    read pyproject.toml: it parses)."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # hatchling itself depends on tomli there
         import tomli as tomllib
 
     with open(os.path.join(root, "pyproject.toml"), "rb") as f:
-        data: Any = tomllib.load(f)
-    for key in ("tool", "hatch", "build", "hooks", _HOOK):
+        build = _table(tomllib.load(f), "tool", "hatch", "build")
+    default = _table(build, "hooks", _HOOK)
+    found: list[tuple[str, dict[str, Any] | None]] = []
+    targets = _table(build, "targets") or {}
+    for target in sorted({"sdist", "wheel", *targets}):
+        own = _table(targets, target, "hooks", _HOOK)
+        if own is not None:
+            found.append((f"[tool.hatch.build.targets.{target}.hooks.{_HOOK}]", own))
+        else:
+            found.append((f"[tool.hatch.build.hooks.{_HOOK}]", default))
+    return found
+
+
+def _table(data: Any, *keys: str) -> dict[str, Any] | None:
+    for key in keys:
         data = data.get(key) if isinstance(data, dict) else None
     return data if isinstance(data, dict) else None
 

@@ -219,10 +219,29 @@ def test_hatch_build_no_hooks_yields_no_kernel_less_wheel(
 
 
 HOOK_LINE = 'path = "build_backend/hatch_build.py"'
-WITHOUT_HOOK = {  # how hatchling is run without the gate hook -> (flags, env, the hook table's edit, said)
-    "--no-hooks": (["--no-hooks"], {}, "", "HATCH_BUILD_NO_HOOKS=true, which hatchling's --no-hooks sets"),
-    "HATCH_BUILD_NO_HOOKS": ([], {"HATCH_BUILD_NO_HOOKS": "1"}, "", "HATCH_BUILD_NO_HOOKS=1"),
-    "enable-by-default": ([], {}, "\nenable-by-default = false", "sets enable-by-default = false"),
+WHEEL_TABLE = "[tool.hatch.build.targets.wheel]\n"
+WHEEL_HOOK = "[tool.hatch.build.targets.wheel.hooks.custom]"
+WITHOUT_HOOK = {  # how hatchling is run without the gate hook -> (flags, env, pyproject edit, said)
+    "--no-hooks": (["--no-hooks"], {}, None, "HATCH_BUILD_NO_HOOKS=true, which hatchling's --no-hooks sets"),
+    "HATCH_BUILD_NO_HOOKS": ([], {"HATCH_BUILD_NO_HOOKS": "1"}, None, "HATCH_BUILD_NO_HOOKS=1"),
+    "enable-by-default": (
+        [],
+        {},
+        (HOOK_LINE, HOOK_LINE + "\nenable-by-default = false"),
+        "sets enable-by-default = false",
+    ),
+    "target-table-off": (  # hatchling lets a target's own table replace the global one
+        [],
+        {},
+        (WHEEL_TABLE, f"{WHEEL_HOOK}\n{HOOK_LINE}\nenable-by-default = false\n\n{WHEEL_TABLE}"),
+        f"{WHEEL_HOOK} sets enable-by-default = false",
+    ),
+    "target-table-other-file": (
+        [],
+        {},
+        (WHEEL_TABLE, f'{WHEEL_HOOK}\npath = "build_backend/netra_backend.py"\n\n{WHEEL_TABLE}'),
+        f"{WHEEL_HOOK} names path = 'build_backend/netra_backend.py' in place of the gate",
+    ),
 }
 
 
@@ -238,9 +257,11 @@ def test_hatchling_itself_builds_nothing_without_the_hook(
     left it, with a traceback)."""
     flags, extra, edit, said = WITHOUT_HOOK[how]
     root = make_repo_copy(f"no-hook-{how}")
-    if edit:
+    if edit is not None:
+        anchor, replacement = edit
         text = (root / "pyproject.toml").read_text()
-        (root / "pyproject.toml").write_text(text.replace(HOOK_LINE, HOOK_LINE + edit, 1))
+        assert text.count(anchor) == 1, anchor
+        (root / "pyproject.toml").write_text(text.replace(anchor, replacement, 1))
     out = tmp_path / "dist"
     r = subprocess.run(
         [sys.executable, "-m", "hatchling", "build", *target, *flags, "-d", str(out)],
