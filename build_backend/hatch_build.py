@@ -50,11 +50,21 @@ def _import_netra(root: str) -> None:
         raise RuntimeError(f"`import netra` resolved to {netra.__file__}, not the tree being built ({root})")
 
 
-def _remove_scratch(folder: str, tempdir: str | None) -> None:
-    """The wheel's staging folder, removed; tempfile's folder set back if this hook had moved it there."""
-    if tempfile.tempdir == folder:
-        tempfile.tempdir = tempdir
+def _remove(folder: str) -> None:
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def _end_direct(scratch: Any, saved: tuple[str | None, str | None], restore: Any) -> None:
+    """A direct run's end, however it ends: the scratch folder (and hatchling's archive, if it is still
+    there) removed, tempfile's folder, TMPDIR and the signal handlers as they were."""
+    tempfile.tempdir = saved[0]
+    if saved[1] is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = saved[1]
+    restore()
+    scratch.remove()
+    scratch.finished()
 
 
 def _inside(path: str | None, root: str) -> bool:
@@ -66,6 +76,16 @@ class NetraGateHook(BuildHookInterface):
 
     PLUGIN_NAME = "custom"
 
+    # Per build, set by _reset() (a hook instance may be asked to build more than once).
+    _lock: Any
+    _lock_bytes: bytes | None
+    _lock_name: str
+    _what: str
+    _t0: float
+    _cleanup: Any  # removes the wheel's staging folder (a weakref.finalize once there is one)
+    _end_direct: Any  # ends a direct run's scratch folder and signal handlers
+    _unchecked: Path | None  # the archive finalize is checking, removed by a signal
+
     # -- hatch entry points ---------------------------------------------------------------------
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
@@ -74,6 +94,8 @@ class NetraGateHook(BuildHookInterface):
             self.build_config.force_include.pop(os.path.abspath(os.path.join(self.root, _GUARD)), None)
         jobs = self._validated_config(version)
         _import_netra(self.root)
+        if "netra_backend" not in sys.modules and version == "standard":
+            self._begin_direct()
         if self.target_name == "sdist":
             self._initialize_sdist()
         elif version == "editable":
@@ -92,6 +114,7 @@ class NetraGateHook(BuildHookInterface):
             from netra.release import wheelgate
 
             artifact = Path(artifact_path)
+            self._unchecked = artifact  # a signal now removes it (a direct run's handler)
             try:
                 if self.target_name == "sdist":
                     problems = wheelgate.check_sdist(artifact, self.root, self._lock)
@@ -106,12 +129,14 @@ class NetraGateHook(BuildHookInterface):
                 artifact.unlink(missing_ok=True)
                 self.app.abort(f"netra: error: {wheelgate.error(artifact, problems, hint=hint)}")
             wheelgate.vouch(artifact)
+            self._unchecked = None
             self.app.display_success(
                 f"netra: {artifact.name}: release gate passed ({self._what} checked against "
                 f"{self._lock_name}); hook total {time.monotonic() - self._t0:.1f}s"
             )
         finally:
             self._cleanup()
+            self._end_direct()
 
     # -- the two targets --------------------------------------------------------------------------
 
@@ -138,7 +163,7 @@ class NetraGateHook(BuildHookInterface):
         self._t0 = time.monotonic()
         tmp = Path(tempfile.mkdtemp(prefix="netra-wheel-"))
         # Removed in finalize; the weakref also covers a build that dies between initialize and finalize.
-        self._cleanup = weakref.finalize(self, _remove_scratch, str(tmp), tempfile.tempdir)
+        self._cleanup = weakref.finalize(self, _remove, str(tmp))
         try:
             self.app.display_waiting("netra: building the locked code objects")
             staged = staging.stage(
@@ -160,11 +185,6 @@ class NetraGateHook(BuildHookInterface):
             LOCK_PATH,
         )
         self._what = f"{len(staged.files)} members under {layout.PACKAGE_DATA}"
-        if "netra_backend" not in sys.modules:
-            # Run by hatchling directly: it begins the archive as a TMPDIR file that it keeps when the
-            # archive fails (hatchling 1.33's WheelArchive), so that file is made beside the staged
-            # files and dies with them. Under the backend TMPDIR is the backend's scratch folder.
-            tempfile.tempdir = str(tmp)
         report = staged.report
         chains = ", ".join(f"{t}: {tools.describe()}" for t, tools in sorted(report.tools.items()))
         self.app.display_success(
@@ -175,12 +195,42 @@ class NetraGateHook(BuildHookInterface):
     # -- helpers ----------------------------------------------------------------------------------
 
     def _reset(self) -> None:
-        self._lock: Any = None
-        self._lock_bytes: bytes | None = None
+        self._lock = None
+        self._lock_bytes = None
         self._lock_name = ""
         self._what = ""
         self._t0 = time.monotonic()
-        self._cleanup: Any = lambda: None
+        self._cleanup = lambda: None
+        self._end_direct = lambda: None
+        self._unchecked = None
+
+    def _begin_direct(self) -> None:
+        """Run by hatchling directly (no netra_backend): every temporary of this build, hatchling's
+        half-written archive included (hatchling 1.33 keeps its mkstemp file when the archive fails),
+        goes in one scratch folder that a janitor removes even after SIGKILL; SIGINT, SIGTERM and
+        SIGHUP remove it, and an archive not yet gated, in one line and end the build by that signal.
+        Under the backend, the backend does all of this."""
+        from netra.core import interrupts, scratch
+
+        folder = scratch.Scratch(f"netra-hatchling-{self.target_name}-")
+        saved = tempfile.tempdir, os.environ.get("TMPDIR")
+        tempfile.tempdir = str(folder.path)
+        os.environ["TMPDIR"] = str(folder.path)  # the tools' temporaries too (nvcc, llvm)
+        restore = interrupts.fatal(self._interrupted)
+        self._end_direct = weakref.finalize(self, _end_direct, folder, saved, restore)
+
+    def _interrupted(self, signum: int) -> None:
+        import signal
+
+        self._cleanup()
+        if self._unchecked is not None:
+            self._unchecked.unlink(missing_ok=True)
+        self._end_direct()
+        print(
+            f"netra: error: the {self.target_name} build was interrupted ({signal.Signals(signum).name}); "
+            f"no {self.target_name} was written",
+            file=sys.stderr,
+        )
 
     def _validated_config(self, version: str) -> int | None:
         """Refuse an unknown option or target before any work, naming the pyproject.toml key."""

@@ -99,32 +99,34 @@ def _interruptible() -> Iterator[Path]:
     """
     _import_netra(Path.cwd().resolve())
     from netra.core import interrupts
+    from netra.core.scratch import Scratch
 
     parent = os.getppid()
-    scratch = Path(tempfile.mkdtemp(prefix="netra-backend-"))
-    done = _janitor(scratch, parent)
+    orphans = _frontend_temporaries()
+    scratch = Scratch(
+        "netra-backend-", abandoned=(lambda: _remove_if_orphaned(orphans, parent)) if orphans else None
+    )
     saved = tempfile.tempdir, os.environ.get("TMPDIR")
     try:
-        tempfile.tempdir = str(scratch)
-        os.environ["TMPDIR"] = str(scratch)  # the tools' temporaries too (nvcc, llvm)
+        tempfile.tempdir = str(scratch.path)
+        os.environ["TMPDIR"] = str(scratch.path)  # the tools' temporaries too (nvcc, llvm)
         with interrupts.handled():
             _die_with_parent()
             if os.getppid() != parent:  # the frontend died before the request took effect
                 raise interrupts.Interrupted(signal.SIGTERM)
             try:
-                yield scratch
+                yield scratch.path
             except KeyboardInterrupt as e:
                 print(f"netra: error: the build was interrupted ({e}); nothing was written", file=sys.stderr)
                 raise SystemExit(interrupts.exit_code(e)) from None
-        with contextlib.suppress(OSError):
-            os.write(done, b"k")  # finished: the janitor only removes the (empty) scratch folder
+        scratch.finished()  # the janitor only removes the (empty) scratch folder
     finally:
         tempfile.tempdir = saved[0]
         if saved[1] is None:
             os.environ.pop("TMPDIR", None)
         else:
             os.environ["TMPDIR"] = saved[1]
-        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.remove()
 
 
 def _frontend_temporaries() -> list[Path]:
@@ -139,40 +141,6 @@ def _frontend_temporaries() -> list[Path]:
     if here.parent.name.startswith("build-via-sdist-") and here.parent.parent == top:
         out.append(here.parent)
     return out
-
-
-def _janitor(scratch: Path, frontend: int) -> int:
-    """Fork a process that outlives this one: once every copy of the returned pipe end is closed (this
-    process has ended), it removes `scratch`; if this process ended without writing b"k" and the
-    frontend died too, it also removes the frontend's temporaries (_frontend_temporaries), which a
-    frontend killed by a signal leaves behind."""
-    r, w = os.pipe()  # close-on-exec: the tools this backend runs do not hold it
-    orphans = _frontend_temporaries()
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(r)
-        return w  # no janitor: the in-process cleanup still runs on anything but SIGKILL
-    if pid:
-        os.close(r)
-        return w
-    try:  # the janitor: out of the build's session and signals, holding nothing the frontend waits on
-        os.setsid()
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_IGN)
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        os.closerange(3, r)
-        os.closerange(r + 1, 1 << 16)
-        said = b""
-        while chunk := os.read(r, 16):
-            said += chunk
-        shutil.rmtree(scratch, ignore_errors=True)
-        if said != b"k" and orphans:
-            _remove_if_orphaned(orphans, frontend)
-    finally:
-        os._exit(0)
 
 
 def _remove_if_orphaned(folders: list[Path], frontend: int) -> None:

@@ -1291,6 +1291,35 @@ def test_an_interrupted_wheel_build_leaves_no_wheel_and_no_temporaries(
     assert (root / LOCK).read_bytes() == before
 
 
+@pytest.mark.parametrize(
+    ("marker", "sig", "group"),
+    [("[5/", signal.SIGINT, True), ("[30/", signal.SIGTERM, False),
+     ("code objects built and gated", signal.SIGTERM, False),
+     ("code objects built and gated", signal.SIGKILL, False)],
+)  # fmt: skip
+def test_hatchling_run_directly_and_interrupted_leaves_nothing(
+    tree: Path, tmp_path: Path, marker: str, sig: int, group: bool
+) -> None:
+    """`python -m hatchling build -t wheel` on the tree, without netra_backend: the hook keeps the
+    build's temporaries (the staged files, the tools' files, hatchling's half-written archive) in one
+    scratch folder. SIGINT, SIGTERM: removed, one line, the process ends by that signal; SIGKILL, after
+    which nothing runs in the process, the scratch folder's janitor removes it."""
+    root = copy_repo(tmp_path / "src", tree)
+    before = (root / LOCK).read_bytes()
+    outdir, tmpdir = tmp_path / "dist", private(tmp_path)
+    cmd = [sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d", str(outdir)]
+    r, sent = _signal_when(cmd, marker, sig, env=clean_env(TMPDIR=str(tmpdir)), group=group, cwd=root)
+    assert sent, r.stdout
+    assert r.returncode == -sig, r.stdout
+    assert "Traceback" not in r.stdout, r.stdout
+    if sig != signal.SIGKILL:
+        name = signal.Signals(sig).name
+        assert f"netra: error: the wheel build was interrupted ({name}); no wheel was written" in r.stdout
+    assert not outdir.exists() or not list(outdir.iterdir()), sorted(outdir.iterdir())
+    assert empty_eventually(tmpdir) == [], r.stdout
+    assert (root / LOCK).read_bytes() == before
+
+
 # -- issue 14: tracked inputs that are not regular files, or are duplicated ---------------------------
 
 

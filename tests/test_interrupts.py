@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -112,6 +113,109 @@ def test_a_repeated_signal_does_not_abort_the_cleanup(tmp_path: Path) -> None:
     assert (tmp_path / "cleaned").exists(), f"cleanup was cut short: {err}"
     assert child.returncode == 143, err  # the first signal's code
     assert not Path((tmp_path / "tmp.name").read_text()).exists()
+
+
+# A child inside "another program's" call stack (as the build hook is inside hatchling): fatal() runs
+# the cleanup, kills the tool, and ends the process by the signal; a scratch folder outlives nothing.
+FATAL_CHILD = r"""
+import sys, time
+from pathlib import Path
+from netra.core import interrupts, proc, scratch
+
+mode, state = sys.argv[1], Path(sys.argv[2])
+folder = scratch.Scratch("netra-test-")
+(folder.path / "half-written.whl").write_bytes(b"PK")
+(state / "scratch.name").write_text(str(folder.path))
+
+def cleanup(signum):
+    (state / "cleaning").write_text(str(signum))
+    if mode == "slow-cleanup":
+        time.sleep(1.5)  # the test signals again meanwhile
+    folder.remove()
+    (state / "cleaned").write_text("")
+
+interrupts.fatal(cleanup)
+try:  # "their" code: an exception here would end in their traceback
+    proc.run(["sh", "-c", 'echo $$ > "$0"; exec sleep 60', str(state / "tool.pid")],
+             tool="sleep", what="test", timeout=120)
+except BaseException as e:
+    (state / "unwound").write_text(repr(e))
+    raise
+"""
+
+
+def start_fatal(mode: str, state: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", FATAL_CHILD, mode, str(state)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def gone_eventually(path: Path, seconds: float = 20) -> bool:
+    deadline = time.monotonic() + seconds
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not path.exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_fatal_cleans_up_kills_the_tool_and_dies_by_the_signal(tmp_path: Path, sig: signal.Signals) -> None:
+    child = start_fatal("main", tmp_path)
+    try:
+        wait_for(tmp_path / "tool.pid", line=True)
+        tool_pid = int((tmp_path / "tool.pid").read_text())
+        folder = Path((tmp_path / "scratch.name").read_text())
+        assert folder.is_dir() and alive(tool_pid)
+        child.send_signal(sig)
+        _, err = child.communicate(timeout=20)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == -sig, err  # ended by the signal itself: 128 + n to a shell
+    assert (tmp_path / "cleaned").exists() and "Traceback" not in err, err
+    assert not (tmp_path / "unwound").exists(), "an exception unwound through the caller's code"
+    assert not folder.exists() and not alive(tool_pid)
+
+
+def test_fatal_is_not_cut_short_by_a_repeated_signal(tmp_path: Path) -> None:
+    child = start_fatal("slow-cleanup", tmp_path)
+    try:
+        wait_for(tmp_path / "tool.pid", line=True)
+        child.send_signal(signal.SIGTERM)
+        wait_for(tmp_path / "cleaning")
+        for again in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            child.send_signal(again)
+        _, err = child.communicate(timeout=20)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert (tmp_path / "cleaned").exists(), f"cleanup was cut short: {err}"
+    assert child.returncode == -signal.SIGTERM, err
+
+
+def test_a_scratch_folder_is_removed_by_its_janitor_after_sigkill(tmp_path: Path) -> None:
+    """SIGKILL runs nothing in the process: the janitor, waiting on a pipe only the process held, removes
+    the folder once the process is gone."""
+    child = start_fatal("main", tmp_path)
+    try:
+        wait_for(tmp_path / "tool.pid", line=True)
+        folder = Path((tmp_path / "scratch.name").read_text())
+        assert (folder / "half-written.whl").exists()
+        child.kill()
+        child.wait(timeout=20)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert not (tmp_path / "cleaning").exists()
+    assert gone_eventually(folder), f"{folder} outlived its process"
+    with contextlib.suppress(ProcessLookupError):  # SIGKILL ran no cleanup: the tool's group is ours to end
+        os.killpg(int((tmp_path / "tool.pid").read_text()), signal.SIGKILL)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -127,6 +127,43 @@ def deferred() -> Iterator[None]:
             raise Interrupted(session.pending)
 
 
+def fatal(cleanup: Callable[[int], None]) -> Callable[[], None]:
+    """For code that runs inside another program's call stack (the build hook when hatchling runs it
+    directly), where an exception would unwind through code that is not ours and end in its traceback:
+    each of the three signals runs the `on_signal` actions (the tools die), then `cleanup(signum)`,
+    then ends the process by that signal as its default action would (128 + n to the shell). Returns
+    what restores the previous handlers. Only the main thread can do this: elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    owner = os.getpid()
+    previous: dict[int, object] = {}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != owner:
+            return  # a forked child that has not exec'd yet: the parent handles it (as in handled())
+        for sig in SIGNALS:  # a repeat must not cut the cleanup short
+            signal.signal(sig, signal.SIG_IGN)
+        for action in tuple(_first):
+            action()
+        try:
+            cleanup(signum)
+        finally:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+            os.kill(os.getpid(), signum)
+
+    def restore() -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum, old in previous.items():
+            signal.signal(signum, old if old is not None else signal.SIG_DFL)  # type: ignore[arg-type]
+        previous.clear()
+
+    for sig in SIGNALS:
+        previous[sig] = signal.signal(sig, handler)
+    return restore
+
+
 def _name(signum: int) -> str:
     try:
         return signal.Signals(signum).name
