@@ -85,6 +85,7 @@ class NetraGateHook(BuildHookInterface):
     _cleanup: Any  # removes the wheel's staging folder (a weakref.finalize once there is one)
     _end_direct: Any  # ends a direct run's scratch folder and signal handlers
     _unchecked: Path | None  # the archive finalize is checking, removed by a signal
+    _scratch: Any  # a direct run's netra.core.scratch.Scratch (None under the backend)
 
     # -- hatch entry points ---------------------------------------------------------------------
 
@@ -115,6 +116,9 @@ class NetraGateHook(BuildHookInterface):
 
             artifact = Path(artifact_path)
             self._unchecked = artifact  # a signal now removes it (a direct run's handler)
+            if self._scratch is not None:  # and a SIGKILL: the janitor, unless it passes the gate
+                self._scratch.remove_if_cut_off(artifact)
+            self.app.display_waiting(f"netra: checking {artifact.name} against {self._lock_name}")
             try:
                 if self.target_name == "sdist":
                     problems = wheelgate.check_sdist(artifact, self.root, self._lock)
@@ -130,6 +134,8 @@ class NetraGateHook(BuildHookInterface):
                 self.app.abort(f"netra: error: {wheelgate.error(artifact, problems, hint=hint)}")
             wheelgate.vouch(artifact)
             self._unchecked = None
+            if self._scratch is not None:
+                self._scratch.keep(artifact)
             self.app.display_success(
                 f"netra: {artifact.name}: release gate passed ({self._what} checked against "
                 f"{self._lock_name}); hook total {time.monotonic() - self._t0:.1f}s"
@@ -203,16 +209,18 @@ class NetraGateHook(BuildHookInterface):
         self._cleanup = lambda: None
         self._end_direct = lambda: None
         self._unchecked = None
+        self._scratch = None
 
     def _begin_direct(self) -> None:
         """Run by hatchling directly (no netra_backend): every temporary of this build, hatchling's
         half-written archive included (hatchling 1.33 keeps its mkstemp file when the archive fails),
         goes in one scratch folder that a janitor removes even after SIGKILL; SIGINT, SIGTERM and
-        SIGHUP remove it, and an archive not yet gated, in one line and end the build by that signal.
-        Under the backend, the backend does all of this."""
+        SIGHUP remove it, and an archive not yet gated, in one line and end the build by that signal;
+        after SIGKILL the janitor removes both. Under the backend, the backend does all of this (and
+        delivers an archive only once gated)."""
         from netra.core import interrupts, scratch
 
-        folder = scratch.Scratch(f"netra-hatchling-{self.target_name}-")
+        folder = self._scratch = scratch.Scratch(f"netra-hatchling-{self.target_name}-")
         saved = tempfile.tempdir, os.environ.get("TMPDIR")
         tempfile.tempdir = str(folder.path)
         os.environ["TMPDIR"] = str(folder.path)  # the tools' temporaries too (nvcc, llvm)

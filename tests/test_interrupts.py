@@ -218,6 +218,42 @@ def test_a_scratch_folder_is_removed_by_its_janitor_after_sigkill(tmp_path: Path
         os.killpg(int((tmp_path / "tool.pid").read_text()), signal.SIGKILL)
 
 
+JANITOR_CHILD = r"""
+import os, signal, sys
+from pathlib import Path
+from netra.core import scratch
+
+how, state = sys.argv[1], Path(sys.argv[2])
+folder = scratch.Scratch("netra-test-")
+(state / "scratch.name").write_text(str(folder.path))
+for name in ("unchecked.whl", "gated.whl"):
+    (state / name).write_bytes(b"PK")
+    folder.remove_if_cut_off(state / name)
+folder.keep(state / "gated.whl")  # it passed the gate: it stays whatever happens next
+if how == "finished":
+    folder.remove()
+    folder.finished()
+    sys.exit(0)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("how", ["sigkill", "finished"])
+def test_the_janitor_removes_what_was_named_only_when_the_process_was_cut_off(
+    tmp_path: Path, how: str
+) -> None:
+    child = subprocess.run([sys.executable, "-c", JANITOR_CHILD, how, str(tmp_path)], env={**os.environ,
+                           "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert child.returncode == (-signal.SIGKILL if how == "sigkill" else 0), child.stderr
+    assert gone_eventually(Path((tmp_path / "scratch.name").read_text()))
+    assert (tmp_path / "gated.whl").exists()
+    if how == "sigkill":
+        assert gone_eventually(tmp_path / "unchecked.whl"), "the janitor left the unchecked archive"
+    else:
+        time.sleep(0.5)  # the janitor has had its chance
+        assert (tmp_path / "unchecked.whl").exists(), "a finished process's files are not the janitor's"
+
+
 # ---------------------------------------------------------------------------------------------------
 # In this process (pytest runs tests on the main thread)
 

@@ -4,9 +4,10 @@
 interrupted itself SIGKILLs its backend: subprocess.call does). A forked janitor covers that: outside
 this process's session and signals, it waits on a pipe that only this process holds and, once the pipe
 closes (this process has ended, however), removes the folder. A process that ended without calling
-`finished()` was cut off: the janitor then also runs `abandoned` (the backend removes the frontend's
-orphaned temporaries there). The build backend and the build hook, when hatchling runs it directly,
-keep every temporary of a build in one of these.
+`finished()` was cut off: the janitor then also removes what `remove_if_cut_off` named (an archive
+already in the output folder but not yet gated) and runs `abandoned` (the backend removes the
+frontend's orphaned temporaries there). The build backend and the build hook, when hatchling runs it
+directly, keep every temporary of a build in one of these.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-_DONE = b"k"
+_DONE = b"k\n"  # the pipe carries lines: b"k" (finished), b"+PATH" / b"-PATH" (remove if cut off / keep)
 
 
 class Scratch:
@@ -38,6 +39,19 @@ class Scratch:
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+
+    def remove_if_cut_off(self, path: Path) -> None:
+        """Have the janitor delete `path` too should this process end before `keep(path)` or `finished()`."""
+        self._say(b"+", path)
+
+    def keep(self, path: Path) -> None:
+        self._say(b"-", path)
+
+    def _say(self, op: bytes, path: Path) -> None:
+        name = os.fsencode(os.path.abspath(path))
+        if self._done is not None and b"\n" not in name:  # one line per path (a newline in it: not covered)
+            with contextlib.suppress(OSError):
+                os.write(self._done, op + name + b"\n")
 
     def _close(self) -> None:
         fd, self._done = self._done, None
@@ -69,10 +83,21 @@ def _janitor(folder: Path, abandoned: Callable[[], None] | None) -> int | None:
         os.closerange(3, r)
         os.closerange(r + 1, 1 << 16)
         said = b""
-        while chunk := os.read(r, 16):
+        while chunk := os.read(r, 4096):
             said += chunk
         shutil.rmtree(folder, ignore_errors=True)
-        if said != _DONE and abandoned is not None:
-            abandoned()
+        lines = said.split(b"\n")
+        if _DONE.rstrip() not in lines:
+            doomed: dict[bytes, None] = {}
+            for line in lines:
+                if line[:1] == b"+":
+                    doomed[line[1:]] = None
+                elif line[:1] == b"-":
+                    doomed.pop(line[1:], None)
+            for path in doomed:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            if abandoned is not None:
+                abandoned()
     finally:
         os._exit(0)
