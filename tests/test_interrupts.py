@@ -181,6 +181,32 @@ def test_fatal_cleans_up_kills_the_tool_and_dies_by_the_signal(tmp_path: Path, s
     assert not folder.exists() and not alive(tool_pid)
 
 
+DEFERRED_FATAL_CHILD = r"""
+import os, signal, sys
+from pathlib import Path
+from netra.core import interrupts
+
+state = Path(sys.argv[1])
+interrupts.fatal(lambda signum: (state / "cleaned").write_text(str(signum)))
+with interrupts.deferred():  # as proc.run spawns a tool and registers it
+    os.kill(os.getpid(), signal.SIGTERM)
+    (state / "registered").write_text("")
+(state / "went-on").write_text("")
+"""
+
+
+def test_fatal_waits_for_the_end_of_a_deferred_step(tmp_path: Path) -> None:
+    """A signal while a tool is being spawned and registered (proc.run's deferred step) is acted on when
+    the step ends: the tool is in the registry, so the kill reaches it (the race a loaded CI machine hit)."""
+    r = subprocess.run([sys.executable, "-c", DEFERRED_FATAL_CHILD, str(tmp_path)],
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60,
+                       check=False)  # fmt: skip
+    assert r.returncode == -signal.SIGTERM, r.stderr
+    assert (tmp_path / "registered").exists(), "the step was cut in two"
+    assert (tmp_path / "cleaned").read_text() == str(int(signal.SIGTERM))
+    assert not (tmp_path / "went-on").exists(), "the signal was lost at the end of the step"
+
+
 def test_fatal_is_not_cut_short_by_a_repeated_signal(tmp_path: Path) -> None:
     child = start_fatal("slow-cleanup", tmp_path)
     try:

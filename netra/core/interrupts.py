@@ -54,6 +54,7 @@ class _Session:
     raised: int | None = None  # the signal already raised as Interrupted
     pending: int | None = None  # a signal that arrived inside deferred(), raised when it ends
     shield: int = 0  # depth of deferred()
+    fatal: Callable[[int], None] | None = None  # fatal(): end the process instead of raising
 
 
 _session: _Session | None = None  # the innermost handled() of the main thread
@@ -124,6 +125,8 @@ def deferred() -> Iterator[None]:
         session.shield -= 1
         if not session.shield and session.pending is not None and session.raised is None:
             session.raised = session.pending
+            if session.fatal is not None:
+                session.fatal(session.pending)  # ends the process
             raise Interrupted(session.pending)
 
 
@@ -131,34 +134,57 @@ def fatal(cleanup: Callable[[int], None]) -> Callable[[], None]:
     """For code that runs inside another program's call stack (the build hook when hatchling runs it
     directly), where an exception would unwind through code that is not ours and end in its traceback:
     each of the three signals runs the `on_signal` actions (the tools die), then `cleanup(signum)`,
-    then ends the process by that signal as its default action would (128 + n to the shell). Returns
-    what restores the previous handlers. Only the main thread can do this: elsewhere a no-op."""
+    then ends the process by that signal as its default action would (128 + n to the shell). A signal
+    inside `deferred()` (a tool being spawned and registered) is acted on when that step ends, so the
+    new tool is registered, and killed, first. Returns what restores the previous handlers. Only the
+    main thread can do this: elsewhere a no-op."""
+    global _session
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     owner = os.getpid()
     previous: dict[int, object] = {}
 
+    def die(signum: int) -> None:
+        for sig in SIGNALS:  # a repeat must not cut the cleanup short
+            signal.signal(sig, signal.SIG_IGN)
+        try:
+            for action in tuple(_first):
+                action()
+            cleanup(signum)
+            for action in tuple(_first):  # a tool a worker thread started meanwhile
+                action()
+        finally:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    session = _Session(fatal=die)
+
     def handler(signum: int, frame: FrameType | None) -> None:
         if os.getpid() != owner:
             return  # a forked child that has not exec'd yet: the parent handles it (as in handled())
-        for sig in SIGNALS:  # a repeat must not cut the cleanup short
-            signal.signal(sig, signal.SIG_IGN)
         for action in tuple(_first):
             action()
-        try:
-            cleanup(signum)
-        finally:
-            signal.signal(signum, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
-            os.kill(os.getpid(), signum)
+        if session.raised is not None or session.pending is not None:
+            return
+        if session.shield:
+            session.pending = signum  # deferred() ends by calling die()
+            return
+        session.raised = signum
+        die(signum)
+
+    outer = _session
 
     def restore() -> None:
+        global _session
         if threading.current_thread() is not threading.main_thread():
             return
         for signum, old in previous.items():
             signal.signal(signum, old if old is not None else signal.SIG_DFL)  # type: ignore[arg-type]
         previous.clear()
+        if _session is session:
+            _session = outer
 
+    _session = session
     for sig in SIGNALS:
         previous[sig] = signal.signal(sig, handler)
     return restore
