@@ -121,12 +121,15 @@ def main() -> None:
         "python -c pass": lambda: run([sys.executable, "-c", "pass"]),
         "netra doctor (command)": lambda: run([sys.executable, "-m", "netra", "doctor"]),
     }
-    for f in cases.values():
-        f()  # warm-up: page cache, .pyc, lazy imports
     times: dict[str, list[float]] = {k: [] for k in cases}
-    for _ in range(n):
-        for name, f in cases.items():
-            times[name].append(f())
+    try:
+        for f in cases.values():
+            f()  # warm-up: page cache, .pyc, lazy imports
+        for _ in range(n):
+            for name, f in cases.items():
+                times[name].append(f())
+    finally:
+        Path(sums.name).unlink(missing_ok=True)  # nothing left in TMPDIR
     base = median_ms(times["sha256sum FILES"])
     print(
         f"{len(files)} files ({len(package)} of them package files RECORD lists), {size} bytes, "
