@@ -64,9 +64,9 @@ def wait_for(path: Path, seconds: float = 30, *, line: bool = False) -> None:
         time.sleep(0.02)
 
 
-def start(mode: str, state: Path) -> subprocess.Popen[str]:
+def start(mode: str, state: Path, child: str = CHILD) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", CHILD, mode, str(state)],
+        [sys.executable, "-c", child, mode, str(state)],
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -97,12 +97,12 @@ def test_a_signal_cleans_up_kills_the_tool_and_exits_128_plus_n(
     assert not alive(tool_pid), "the tool survived the signal"
 
 
-def test_a_repeated_signal_does_not_abort_the_cleanup(tmp_path: Path) -> None:
-    child = start("slow-cleanup", tmp_path)
+def terminate_then_repeat(child: subprocess.Popen[str], state: Path) -> str:
+    """SIGTERM once the tool runs, then each signal again while the cleanup runs; the child's stderr."""
     try:
-        wait_for(tmp_path / "tool.pid", line=True)
+        wait_for(state / "tool.pid", line=True)
         child.send_signal(signal.SIGTERM)
-        wait_for(tmp_path / "cleaning")
+        wait_for(state / "cleaning")
         for again in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             child.send_signal(again)
         _, err = child.communicate(timeout=20)
@@ -110,6 +110,12 @@ def test_a_repeated_signal_does_not_abort_the_cleanup(tmp_path: Path) -> None:
         if child.poll() is None:
             child.kill()
             child.wait()
+    return err
+
+
+def test_a_repeated_signal_does_not_abort_the_cleanup(tmp_path: Path) -> None:
+    child = start("slow-cleanup", tmp_path)
+    err = terminate_then_repeat(child, tmp_path)
     assert (tmp_path / "cleaned").exists(), f"cleanup was cut short: {err}"
     assert child.returncode == 143, err  # the first signal's code
     assert not Path((tmp_path / "tmp.name").read_text()).exists()
@@ -144,16 +150,6 @@ except BaseException as e:
 """
 
 
-def start_fatal(mode: str, state: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", FATAL_CHILD, mode, str(state)],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def gone_eventually(path: Path, seconds: float = 20) -> bool:
     deadline = time.monotonic() + seconds
     while path.exists() and time.monotonic() < deadline:
@@ -163,7 +159,7 @@ def gone_eventually(path: Path, seconds: float = 20) -> bool:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_fatal_cleans_up_kills_the_tool_and_dies_by_the_signal(tmp_path: Path, sig: signal.Signals) -> None:
-    child = start_fatal("main", tmp_path)
+    child = start("main", tmp_path, FATAL_CHILD)
     try:
         wait_for(tmp_path / "tool.pid", line=True)
         tool_pid = int((tmp_path / "tool.pid").read_text())
@@ -208,18 +204,8 @@ def test_fatal_waits_for_the_end_of_a_deferred_step(tmp_path: Path) -> None:
 
 
 def test_fatal_is_not_cut_short_by_a_repeated_signal(tmp_path: Path) -> None:
-    child = start_fatal("slow-cleanup", tmp_path)
-    try:
-        wait_for(tmp_path / "tool.pid", line=True)
-        child.send_signal(signal.SIGTERM)
-        wait_for(tmp_path / "cleaning")
-        for again in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            child.send_signal(again)
-        _, err = child.communicate(timeout=20)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    child = start("slow-cleanup", tmp_path, FATAL_CHILD)
+    err = terminate_then_repeat(child, tmp_path)
     assert (tmp_path / "cleaned").exists(), f"cleanup was cut short: {err}"
     assert child.returncode == -signal.SIGTERM, err
 
@@ -227,7 +213,7 @@ def test_fatal_is_not_cut_short_by_a_repeated_signal(tmp_path: Path) -> None:
 def test_a_scratch_folder_is_removed_by_its_janitor_after_sigkill(tmp_path: Path) -> None:
     """SIGKILL runs nothing in the process: the janitor, waiting on a pipe only the process held, removes
     the folder once the process is gone."""
-    child = start_fatal("main", tmp_path)
+    child = start("main", tmp_path, FATAL_CHILD)
     try:
         wait_for(tmp_path / "tool.pid", line=True)
         folder = Path((tmp_path / "scratch.name").read_text())
