@@ -1,5 +1,5 @@
 """requirements/build.txt, the release's one lock: pip installs it with --require-hashes on every Python the
-project supports, it is exactly what tools/lock-requirements makes, and tools/release refuses a Python it
+project supports, it is exactly what tools/lock-requirements makes (keeping the pins that still fit), and tools/release refuses a Python it
 was not made for.
 
 All real: for each supported Python, a venv of a real interpreter of that version and its own pip, resolving
@@ -189,6 +189,40 @@ def test_lock_requirements_check_names_a_stale_lock_and_its_fix(
                            timeout=TIMEOUT, check=False)  # fmt: skip
         assert r.returncode == 0, log(r)
     assert re.search(r"^installer==1\.0\.\d+ \\$", (root / "requirements/build.txt").read_text(), re.M)
+
+
+def test_lock_requirements_keeps_pins_that_still_fit_and_upgrade_takes_the_newest(
+    make_repo_copy: Callable[[str], Path],
+) -> None:
+    """A newer release before CUTOFF does not make a correct lock stale (an index may show one late, as a
+    mirror back-filling releases did with tomlkit 0.15.3, failing CI); --upgrade takes it."""
+    root = make_repo_copy("keep-pins")
+    build_in = root / "requirements/build.in"
+    text = build_in.read_text()
+    tool = root / "tools/lock-requirements"
+
+    def lock(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(tool), *args], cwd=root, capture_output=True, text=True,
+                              env=clean_env(PYTHON=sys.executable), timeout=TIMEOUT, check=False)  # fmt: skip
+
+    def installer_pin() -> str:
+        (pin,) = re.findall(r"^installer==(\S+) \\$", (root / "requirements/build.txt").read_text(), re.M)
+        return pin
+
+    build_in.write_text(text.replace("installer>=0.7", "installer>=0.7,<1.1"))
+    assert lock().returncode == 0
+    older = installer_pin()
+    assert older.startswith("1.0."), older
+    build_in.write_text(text)  # 1.1.0 (before CUTOFF) is allowed again; the lock's 1.0.x still fits
+    r = lock("--check")
+    assert r.returncode == 0 and "is up to date" in r.stdout, log(r)
+    r = lock()
+    assert r.returncode == 0 and installer_pin() == older, log(r)
+    r = lock("--upgrade")
+    assert r.returncode == 0, log(r)
+    assert installer_pin() == "1.1.0"
+    r = lock("--check", "--upgrade")
+    assert r.returncode == 1 and r.stderr.startswith("lock-requirements: error: one argument at most"), log(r)
 
 
 def test_release_refuses_a_python_the_lock_is_not_made_for(make_repo_copy: Callable[[str], Path]) -> None:
