@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 from conftest import Venv, clean_env, copy_repo, log, run_build
 from elftools.elf.elffile import ELFFile  # the test's own ELF reader, independent of netra's
+from venvtools import package_dir
 from wheeltools import rewrite
 
 from netra.errors import LockError, NetraError
@@ -232,6 +233,11 @@ SHAPE_DAMAGE: dict[str, tuple[Callable[[str], Any], list[str]]] = {
     "cut mid-line": (lambda t: t[: t.index('text_sha256 = "') + 30], ["not valid TOML"]),
     "not UTF-8": (lambda t: t.encode().replace(b"flavour", b"flav\xffour", 1), ["not UTF-8"]),
     "nested thousands deep": (lambda t: t + "x = " + "[" * 20000 + "]" * 20000 + "\n", ["nested too deeply"]),
+    # tomllib raises a plain ValueError here (int()'s digit limit), not its TOMLDecodeError
+    "an integer of 5000 digits": (
+        _sub1(r"^schema = 2", "schema = " + "9" * 5000),
+        ["not valid TOML", "digits"],
+    ),
 }
 
 
@@ -467,6 +473,16 @@ MANIFEST_DAMAGE: dict[str, tuple[str, Callable[[str], str], list[str]]] = {
         "manifests/models/gemma-2-9b.toml",
         lambda t: t + "x = " + "[" * 20000 + "\n",
         ["gemma-2-9b.toml: not valid TOML"],
+    ),
+    "model: a dimension of 5000 digits": (
+        "manifests/models/gemma-2-9b.toml",
+        _sub1(r"^hidden = 3584", "hidden = " + "7" * 5000),
+        ["gemma-2-9b.toml: not valid TOML", "digits"],
+    ),
+    "template: a constant of 5000 digits": (
+        "kernels/gfx950/rmsnorm.toml",
+        lambda t: t + "\nx = " + "7" * 5000 + "\n",
+        ["kernels/gfx950/rmsnorm.toml: not valid TOML", "digits"],
     ),
     "model: a contract neither built for a class nor documented as not built": (
         "manifests/models/gemma-2-9b.toml",
@@ -1519,6 +1535,8 @@ GARBAGE_SMI = {
     "crashes": "kill -SEGV $$",
     "fails": "echo 'NVIDIA-SMI has failed' >&2; exit 9",
     "prints random lines": "printf 'a,b\\n,,,\\n9999999999, x, 9.0\\n\\n¹, x, 9.0\\n0, x, 9.0.1\\n'",
+    # every query (GPUs, driver version, clocks) answered with numbers int() refuses to convert
+    "prints numbers of 5000 digits": f"printf '{'7' * 5000}.0, H200, {'9' * 5000}.0\\n'",
 }
 
 
@@ -1543,11 +1561,56 @@ def test_doctor_with_a_garbage_nvidia_smi_and_a_broken_sysfs_reports_them_and_st
         assert any(g["name"] == "H\ufffd200" for g in report["gpus"])
     elif case == "prints random lines":
         assert smi == "nvidia-smi: 0 GPU(s) (5 line(s) of its output not understood)", smi
+    elif case == "prints numbers of 5000 digits":
+        assert smi == "nvidia-smi: 0 GPU(s) (1 line(s) of its output not understood)", smi
     else:
         assert smi.startswith("nvidia-smi: failed") and ("SIGSEGV" in smi or "exit status 9" in smi), smi
     # nvidia-smi showed nothing it could read: the driver API was asked too, and says so
     if case != "not UTF-8":
         assert any(n.startswith("CUDA driver") for n in report["gpu_detection"]), report["gpu_detection"]
+
+
+def test_a_tool_version_with_numbers_of_5000_digits_is_refused_in_one_line(tmp_path: Path) -> None:
+    """int() raises ValueError past 4300 digits: nvcc or llvm-mc printing such a version ended in that
+    traceback. Now the candidate is not a toolchain, said in one line naming the variable that chose it."""
+    from netra.errors import ToolchainError
+    from netra.targets.gfx950 import toolchain as gfx_tc
+    from netra.targets.sm_90 import toolchain as sm_tc
+
+    huge = "9" * 5000
+    nvcc = _version_shim(tmp_path / "cuda", NVCC, "nvcc", f"Cuda compilation tools, release {huge}.0, V{huge}.0.1\n".encode(),
+                         keep_version=False)  # fmt: skip
+    llvm = tmp_path / "llvm"
+    _version_shim(
+        llvm, str(LLVM_BIN / "llvm-mc"), "llvm-mc", f"LLVM version {huge}.1.8\n".encode(), keep_version=False
+    )
+    for t in ("ld.lld", "llvm-objdump"):
+        (llvm / t).symlink_to(LLVM_BIN / t)
+    for discover, var, value in (
+        (sm_tc.discover, "NETRA_NVCC", nvcc),
+        (gfx_tc.discover, "NETRA_LLVM_BINDIR", llvm),
+    ):
+        with pytest.raises(ToolchainError) as e:
+            discover({**os.environ, var: str(value)})
+        assert f"{var}={value}" in str(e.value) and "\n" not in str(e.value), e.value
+
+
+def test_doctor_reads_a_record_whose_size_fields_are_not_numbers(venv: Venv) -> None:
+    """str.isdigit() holds for '²', which int() refuses, and int() refuses 5000 digits: a RECORD row with
+    either size ended doctor in a ValueError traceback. The sizes are only a hint; the hashes decide."""
+    (record,) = package_dir(str(venv.python)).parent.glob("netra_kernel-*.dist-info/RECORD")
+    original = record.read_bytes()
+    rows = original.decode().splitlines()
+    for i, size in ((0, "²"), (1, "7" * 5000)):
+        path, digest, _ = rows[i].rsplit(",", 2)
+        rows[i] = f"{path},{digest},{size}"
+    try:
+        record.write_text("\n".join(rows) + "\n")
+        r = venv.run("netra", "doctor")
+        assert "Traceback" not in r.stderr and r.returncode == 0, log(r)
+        assert r.stdout.rstrip().endswith("result: OK"), log(r)
+    finally:
+        record.write_bytes(original)
 
 
 # -- issue 14: the Python API given wrong types -------------------------------------------------------
@@ -1583,6 +1646,16 @@ API_MISUSE: dict[str, tuple[str, type, list[str]]] = {
         "Contract.of('rmsnorm', hidden=4096.0, weight_offset=0)",
         TypeError,
         ["hidden"],
+    ),
+    "a contract key with a parameter of 5000 digits": (
+        "open_catalog('sm_90').select('rmsnorm(hidden=' + '9' * 5000 + ',weight_offset=0)')",
+        ValueError,
+        ["rmsnorm(hidden=999", "is not name=integer", "at most 18 digits"],
+    ),
+    "a contract key with digits of another script": (
+        "Contract.parse('rmsnorm(hidden=\\u0664\\u0660\\u0669\\u0666,weight_offset=0)')",
+        ValueError,
+        ["parameter 'hidden=", "is not name=integer"],
     ),
     "a contract that is an int": (
         "open_catalog('sm_90').select(4096)",

@@ -122,8 +122,8 @@ class Plan:
 def read(path: Path) -> Plan:
     try:
         raw = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise CertificationError(f"{path}: not a readable plan ({e})", _READER.hint) from None
+    except (OSError, ValueError, RecursionError) as e:
+        raise CertificationError(f"{path}: not a readable plan ({str(e)[:200]})", _READER.hint) from None
     d = _READER.read(raw, str(path))
     items = []
     for it in d["items"]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from netra import __version__, targets
 from netra.cli import environment
+from netra.core.text import integer
 from netra.core.types import MATURITIES
 from netra.errors import NetraError
 from netra.runtime import gpus, installed, layout, tables
@@ -127,8 +128,7 @@ def wheel_record(inst: Install) -> list[RecordEntry] | None:
     info = installed.DistInfo(Path(inst.distribution.dist_info))
     site = str(info.folder.parent)
     return [
-        RecordEntry(path, installed.record_sha256(h), int(size) if size.isdigit() else None, site)
-        for path, h, size in info.record()
+        RecordEntry(path, installed.record_sha256(h), integer(size), site) for path, h, size in info.record()
     ]
 
 

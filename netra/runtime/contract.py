@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netra.core.ops import FAMILIES, contract_key
+from netra.core.text import integer
 from netra.errors import ContractError
 from netra.runtime import arguments
 
@@ -59,12 +60,14 @@ class Contract:
         params: dict[str, int] = {}
         for part in filter(None, (p.strip() for p in m.group(2).split(","))):
             name, eq, value = (s.strip() for s in part.partition("="))
-            if not eq or not name.isidentifier() or not re.fullmatch(r"-?\d+", value) or name in params:
+            number = integer(value)
+            if not eq or not name.isidentifier() or number is None or name in params:
                 raise ContractError(
-                    f"{text!r}: parameter {part!r} is not name=integer",
+                    f"{arguments.shown(text)}: parameter {arguments.shown(part)} is not name=integer "
+                    "(at most 18 digits)",
                     "e.g. rmsnorm(hidden=4096,weight_offset=0)",
                 )
-            params[name] = int(value)
+            params[name] = number
         return cls(m.group(1), params)
 
     def __hash__(self) -> int:  # params is a dict: hash by the canonical key instead

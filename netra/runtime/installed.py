@@ -380,7 +380,7 @@ def _record(dist: DistInfo, info: str) -> Distribution:
     installer = ((read("INSTALLER") or "").strip().splitlines() or [""])[0]
     try:
         direct = json.loads(read("direct_url.json") or "null")
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested thousands deep: not pip's record of a URL
         direct = None
     version = dist.version
     if not isinstance(direct, dict) or not isinstance(direct.get("url"), str):

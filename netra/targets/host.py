@@ -33,7 +33,7 @@ def version_tuple(text: str | None) -> tuple[int, ...] | None:
     """The first dotted number in a version string: 'CUDA 13.0' -> (13, 0); None when there is none."""
     import re
 
-    m = re.search(r"\d+(?:\.\d+)*", text or "")
+    m = re.search(r"(?<![0-9])[0-9]{1,9}(?:\.[0-9]{1,9})*", text or "")  # not int()'s 4300-digit ValueError
     return tuple(int(x) for x in m.group(0).split(".")) if m else None
 
 

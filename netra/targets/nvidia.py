@@ -226,9 +226,11 @@ class Nvidia(Vendor):
 
     def cubin_driver_need(self, cuda_version: str) -> DriverNeed:
         """The oldest driver that loads cubins nvcc `cuda_version` built (CUDA_MIN_DRIVER, by CUDA major)."""
+        from netra.core.text import integer
         from netra.targets.host import DriverNeed
 
-        major = int(cuda_version.split(".")[0]) if cuda_version.split(".")[0].isdigit() else -1
+        major = integer(cuda_version.split(".")[0], digits=4)
+        major = -1 if major is None else major
         minimum = CUDA_MIN_DRIVER.get(major)
         why = (
             f"cubins of nvcc {cuda_version} (CUDA {major}.x; NVIDIA's CUDA {major}.0 release notes)"

@@ -41,8 +41,9 @@ _VERSION = re.compile(r"\bVersion\s+([0-9][0-9A-Za-z.+-]*)")
 _VERSION_TIMEOUT_S = 60.0
 # A summary line: `ERROR SUMMARY: 3 errors`, `RACECHECK SUMMARY: 1 hazard displayed (...)`; the first
 # number is what the tool printed (errors, or hazards displayed).
-_SUMMARY = re.compile(r"^([A-Z]+) SUMMARY:\s*(\d+)\s+(?:errors?|hazards?)\b")
-_SPLIT = re.compile(r"\((\d+) errors?, (\d+) warnings?")  # racecheck's "(1 error, 0 warnings)"
+_SUMMARY = re.compile(r"^([A-Z]+) SUMMARY:\s*([0-9]{1,12})\s+(?:errors?|hazards?)\b")
+# racecheck's "(1 error, 0 warnings)"
+_SPLIT = re.compile(r"\(([0-9]{1,12}) errors?, ([0-9]{1,12}) warnings?")
 # The tool's own informational lines (not findings): its banner, a leak summary, the program's exit.
 _INFO = re.compile(
     r"^(COMPUTE-SANITIZER$|LEAK SUMMARY:|Target application returned an error|"

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from netra.core.text import integer
 from netra.core.types import Toolchain
 from netra.errors import ToolchainError, ToolError
 
@@ -26,7 +27,7 @@ FLAVOURS = {"llvm": "llvm LLVM", "rocm": "rocm LLVM"}
 INSTALL_HINT = "apt-get install -y llvm-22 lld-22 (or install ROCm and set ROCM_PATH)"
 TRIPLE = "amdgcn-amd-amdhsa"
 PROBE_TIMEOUT_S = 30
-_VERSION_RE = re.compile(r"LLVM version (\d+)\.(\d+)\.(\d+)(\S*)")
+_VERSION_RE = re.compile(r"LLVM version ([0-9]{1,4})\.([0-9]{1,4})\.([0-9]{1,6})(\S*)")
 
 
 def _prove(llvm_mc: str) -> tuple[int, str] | None:
@@ -112,12 +113,8 @@ def discover(env: dict[str, str] | None = None) -> Tools:
     searched.append("llvm-mc/ld.lld on PATH")
 
     for root in (Path(r) for r in env.get("NETRA_LLVM_ROOTS", "/usr/lib").split(os.pathsep) if r):
-        dirs = sorted(
-            (d for d in root.glob("llvm-*") if d.name[5:].isdigit() and int(d.name[5:]) >= MIN_LLVM),
-            key=lambda d: int(d.name[5:]),
-            reverse=True,
-        )
-        for d in dirs:
+        versioned = [(n, d) for d in root.glob("llvm-*") if (n := integer(d.name[5:], digits=4)) is not None]
+        for _, d in sorted((v for v in versioned if v[0] >= MIN_LLVM), reverse=True):  # not llvm-² or llvm-x
             found = _candidate(d / "bin", {t: t for t in TOOLS}, "llvm", str(d / "bin"))
             if found:
                 return found

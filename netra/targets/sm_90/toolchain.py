@@ -39,7 +39,7 @@ INSTALL_HINT = (
     "install the pinned compiler: pip install --require-hashes -r requirements/build.txt (nvidia-cuda-nvcc "
     "13.0.88 and its headers), or install the CUDA toolkit and set CUDA_HOME, or set NETRA_NVCC"
 )
-_VERSION_RE = re.compile(r"release (\d+)\.(\d+), V(\d+\.\d+\.\d+)")
+_VERSION_RE = re.compile(r"release ([0-9]{1,4})\.([0-9]{1,4}), V([0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,6})\b")
 _PROBE = 'extern "C" __global__ void __launch_bounds__(32) netra_probe(float* y) { y[threadIdx.x] = 1.0f; }\n'
 
 
