@@ -721,7 +721,18 @@ VALUES = st.recursive(
     | st.dictionaries(st.text(max_size=8) | st.integers(), inner, max_size=4) | st.tuples(inner, inner),
     max_leaves=8,
 )  # fmt: skip
-CONTRACTS = VALUES | st.sampled_from(["rmsnorm(hidden=4096,weight_offset=0)", "fp8_group_quant(hidden=4096,group=128)"]) | st.builds(
+# Numbers as a caller may write them in a key: plain, signed, of other scripts' digits ('٤', '²', which
+# str.isdigit() accepts and int() may refuse), and past int()'s 4300-digit limit.
+NUMBERS = (
+    st.integers().map(str) | st.text(alphabet="0123456789-+_ ²³¹٤٠१", min_size=1, max_size=12)
+    | st.integers(4290, 4400).map(lambda n: "9" * n)
+)  # fmt: skip
+KEYS = st.builds(
+    lambda op, params: f"{op}(" + ",".join(f"{k}={v}" for k, v in params) + ")",
+    st.sampled_from(["rmsnorm", "fp8_group_quant", "x"]),
+    st.lists(st.tuples(st.sampled_from(["hidden", "weight_offset", "group", "x"]), NUMBERS), max_size=3),
+)
+CONTRACTS = VALUES | KEYS | st.sampled_from(["rmsnorm(hidden=4096,weight_offset=0)", "fp8_group_quant(hidden=4096,group=128)"]) | st.builds(
     lambda p: {"op": "rmsnorm", **p}, st.dictionaries(st.sampled_from(["hidden", "weight_offset", "x"]), VALUES, max_size=3)
 )  # fmt: skip
 
@@ -771,7 +782,7 @@ def test_select_with_any_argument(catalog: Any, contract: Any, policy: Any, tact
 
 
 @FUZZ
-@given(op=VALUES, params=VALUES, text=VALUES)
+@given(op=VALUES, params=VALUES, text=VALUES | KEYS)
 def test_contract_with_any_argument(op: Any, params: Any, text: Any) -> None:
     from netra.runtime import Contract, as_contract
 
