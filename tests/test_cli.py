@@ -323,6 +323,30 @@ def test_ctrl_c_during_a_build_says_so_in_one_line_and_leaves_nothing(tmp_path: 
     assert not out.exists() or not any(out.rglob("*"))
 
 
+@pytest.mark.parametrize("entry", ["console script", "python -m netra"])
+def test_ctrl_c_while_the_command_starts_says_so_in_one_line(installed_venv: Venv, entry: str) -> None:
+    """A Ctrl-C while the CLI is still being imported (a tenth of a second or more) raised KeyboardInterrupt
+    inside the import machinery: a traceback. -X importtime shows each import as it completes, so the
+    signal lands mid-import (netra.errors done, the rest of netra.cli still to come), every time."""
+    python = str(installed_venv.python)
+    argv = [python, "-X", "importtime", *([str(installed_venv.bin("netra"))] if entry == "console script"
+                                          else ["-m", "netra"]), "doctor"]  # fmt: skip
+    p = subprocess.Popen(argv, env=clean_env(), cwd=installed_venv.root, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert p.stderr is not None
+    seen = []
+    for line in p.stderr:
+        seen.append(line)
+        if line.startswith("import time:") and line.split("|")[-1].strip() == "netra.errors":
+            p.send_signal(signal.SIGINT)
+            break
+    rest = p.stderr.read()
+    p.wait(timeout=TIMEOUT)
+    said = [ln for ln in rest.splitlines() if not ln.startswith("import time:")]
+    assert seen[-1].split("|")[-1].strip() == "netra.errors", "".join(seen)
+    assert p.returncode == 130 and said == ["netra: interrupted: nothing was written"], (p.returncode, rest)
+
+
 def test_usage_errors_and_help() -> None:
     r = netra("--help")
     assert r.returncode == 0

@@ -1,4 +1,4 @@
-"""The command line: `netra` (console script netra.cli:main, and `python -m netra`).
+"""The command line: `netra` (the console script and `python -m netra` enter through netra.__main__:main).
 
 commands: the parser and each subcommand, a thin shell over the module that does the work; doctor:
 an install proven file by file, and the host; inventory: what an install ships (catalog, explain);

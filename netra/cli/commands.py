@@ -17,6 +17,7 @@ from typing import Any
 
 from netra import __version__
 from netra.cli import choices
+from netra.core import interrupts  # here, not in main(): a Ctrl-C before main's try is netra.__main__'s
 from netra.core.types import MATURITIES
 from netra.errors import NetraError, UsageError
 
@@ -742,8 +743,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from netra.core import interrupts
-
     try:
         try:
             with interrupts.handled():
