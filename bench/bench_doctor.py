@@ -9,6 +9,9 @@ wheel's RECORD lists with a hash (doctor holds them to RECORD). Side by side, al
     vouches for are not read through their schemas again), imports already done, and its parts,
   - the same reads through the schemas (what doctor does when nothing vouches for the bytes),
   - the data files hashed the way doctor reads them (no link followed, each folder opened once),
+  - two floors no doctor in Python can go below: every file read and hashed by the plainest Python loop
+    (open, read, sha256: no checks at all), and that plus json.loads of the JSON doctor must hold to
+    the lock (build.json and the tables), with nothing checked,
   - `netra doctor` end to end as a command (interpreter start, imports, GPU and library probes).
 Run it with the python of an environment where netra is installed (a wheel install):
 
@@ -108,8 +111,29 @@ def main() -> None:
         lock_mod.from_dict(_toml.loads(inst.lock_file.read_bytes().decode()))
         return time.perf_counter() - t0
 
+    json_files = [str(inst.root / layout.BUILD_RECORD)] + [
+        str(inst.root / layout.data_path(f.path))
+        for f in lk.files_with_role("table")
+        if layout.data_path(f.path)
+    ]
+
+    def floor(parse_json: bool) -> float:
+        import json
+
+        t0 = time.perf_counter()
+        for f in files:
+            with open(f, "rb") as fh:
+                hashlib.sha256(fh.read()).hexdigest()
+        if parse_json:
+            for f in json_files:
+                with open(f, "rb") as fh:
+                    json.loads(fh.read())
+        return time.perf_counter() - t0
+
     cases = {
         "sha256sum FILES": lambda: run(["sha256sum", *files]),
+        "floor: open, read, sha256 in Python": lambda: floor(False),
+        "floor: that + json.loads of the JSON": lambda: floor(True),
         "sha256sum -c SUMS": lambda: run(["sha256sum", "--quiet", "-c", sums.name]),
         "doctor.verify (in-process)": verify,
         "  of which: read build.json and its lock copy": lambda: parse_lock(True),
@@ -137,7 +161,7 @@ def main() -> None:
     )
     for name, ts in times.items():
         m = median_ms(ts)
-        print(f"  {name:40} {m:8.2f} ms  x{m / base:6.2f} of sha256sum FILES")
+        print(f"  {name:48} {m:8.2f} ms  x{m / base:6.2f} of sha256sum FILES")
 
 
 if __name__ == "__main__":
