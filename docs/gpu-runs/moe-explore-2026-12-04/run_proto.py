@@ -55,7 +55,9 @@ class Func:
     def __call__(self, grid, block, args, pdl=False):
         vals = []
         for a in args:
-            if isinstance(a, torch.Tensor):
+            if isinstance(a, ctypes.Structure):
+                vals.append(a)
+            elif isinstance(a, torch.Tensor):
                 vals.append(ctypes.c_void_p(a.data_ptr()))
             elif isinstance(a, np.uint64):
                 vals.append(ctypes.c_uint64(int(a)))
