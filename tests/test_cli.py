@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, TIMEOUT, Venv, clean_env, log
+from conftest import REPO, TIMEOUT, Venv, clean_env, log, signals_default
 from wheeltools import rewrite
 
 from netra import targets
@@ -306,7 +306,7 @@ def test_ctrl_c_during_a_build_says_so_in_one_line_and_leaves_nothing(tmp_path: 
     out = tmp_path / "out"
     p = subprocess.Popen([sys.executable, "-m", "netra", "build", str(out), "--root", str(REPO), "-j", "1"],
                          env=clean_env(PYTHONPATH=str(REPO)), stderr=subprocess.PIPE, stdout=subprocess.PIPE,
-                         text=True)  # fmt: skip
+                         text=True, preexec_fn=signals_default)  # fmt: skip
     assert p.stderr is not None
     seen = []
     for line in p.stderr:
@@ -332,7 +332,7 @@ def test_ctrl_c_while_the_command_starts_says_so_in_one_line(installed_venv: Ven
     argv = [python, "-X", "importtime", *([str(installed_venv.bin("netra"))] if entry == "console script"
                                           else ["-m", "netra"]), "doctor"]  # fmt: skip
     p = subprocess.Popen(argv, env=clean_env(), cwd=installed_venv.root, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)  # fmt: skip
+                         stderr=subprocess.PIPE, text=True, preexec_fn=signals_default)  # fmt: skip
     assert p.stderr is not None
     seen = []
     for line in p.stderr:

@@ -165,7 +165,9 @@ class Cache:
         return len(found), sum(size for _, size, _ in found)
 
     def trim(self) -> int:
-        """Remove the least recently used entries until the folder holds at most `bound` bytes."""
+        """Remove the least recently used entries until the folder holds at most `bound` bytes (and the
+        temporary files of builds killed while writing, once they are an hour old)."""
+        _stale_temporaries(self.entries)
         found = sorted(_listing(self.entries), key=lambda e: e[2])
         total = sum(size for _, size, _ in found)
         removed = 0
@@ -262,6 +264,17 @@ def _listing(entries: Path) -> list[tuple[Path, int, int]]:
     return out
 
 
+def _stale_temporaries(entries: Path, age_s: float = 3600.0) -> None:
+    import time
+
+    with contextlib.suppress(OSError):
+        for sub in entries.iterdir():
+            for p in sub.glob(".*.tmp"):
+                with contextlib.suppress(OSError):
+                    if time.time() - p.stat().st_mtime > age_s:
+                        p.unlink()
+
+
 # -- the key ---------------------------------------------------------------------------------------------
 
 
@@ -309,13 +322,15 @@ def sources(root: Path, source: str) -> dict[str, str]:
                 if other.strip() and not other.lstrip().startswith(("//", "/*", ";")):
                     return _folder(root, base, seen)
                 continue
-            folders = (posixpath.dirname(rel), base) if quoted else (base,)
-            for folder in folders:
-                cand = posixpath.normpath(posixpath.join(folder, name))
-                if not cand.startswith("../") and (root / cand).is_file():
-                    todo.append(cand)
-                    break
-            else:
+            # Every folder a compiler may look in (C and llvm-mc search them in different orders).
+            folders = {posixpath.dirname(rel), base} if quoted else {base}
+            found = [
+                cand
+                for cand in sorted({posixpath.normpath(posixpath.join(f, name)) for f in folders})
+                if not cand.startswith("../") and (root / cand).is_file()
+            ]
+            todo += found
+            if not found:
                 seen.setdefault(f"<toolchain>/{name}", "unresolved")
     return dict(sorted(seen.items()))
 
