@@ -84,7 +84,7 @@ def test_every_schema_ships_in_the_wheel(built_wheel: Path) -> None:
         shipped = {Path(n).name for n in z.namelist() if n.startswith("netra/schemas/")}
     want = {
         f"{c}.schema.json"
-        for c in ("catalog", "explain", "lock", "build", "verify-wheel", "doctor", "certify", "env")
+        for c in ("catalog", "explain", "lock", "build", "verify-wheel", "doctor", "certify", "env", "cache")
     }
     assert want | {"table.schema.json", "evidence.schema.json"} == shipped
 
@@ -123,6 +123,11 @@ def test_author_reports_follow_their_schemas_with_progress_unless_quiet(tmp_path
     for a in doc["artifacts"]:
         blob = (tmp_path / "out" / a["file"]).read_bytes()
         assert hashlib.sha256(blob).hexdigest() == a["sha256"], a["artifact"]
+
+    r = netra("cache", "--json")
+    assert r.returncode == 0 and r.stderr == "", log(r)
+    doc = valid("cache", r.stdout)
+    assert doc["entries"] >= n and doc["used_by"] == {"build_and_lock": True, "wheel_hook": True}, doc
 
 
 # -- catalog and explain from the installed package alone -----------------------------------------------
@@ -359,6 +364,7 @@ def test_usage_errors_and_help() -> None:
         "certify",
         "lock",
         "build",
+        "cache",
         "completion",
     ):
         assert command in r.stdout, command

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from netra.core.text import integer
+from netra.core.text import decode, integer
 from netra.errors import UsageError
 
 if TYPE_CHECKING:
@@ -316,7 +316,7 @@ def sources(root: Path, source: str) -> dict[str, str]:
         seen[rel] = hashlib.sha256(data).hexdigest() if data is not None else "absent"
         if data is None:
             continue
-        for quoted, angled, other in _INCLUDE.findall(data.decode("utf-8", "replace")):
+        for quoted, angled, other in _INCLUDE.findall(decode(data)):
             name = quoted or angled
             if not name:
                 if other.strip() and not other.lstrip().startswith(("//", "/*", ";")):
