@@ -64,9 +64,12 @@ def plain_package(src: Path, dest: Path) -> Path:
     text = text.replace('build-backend = "netra_backend"', 'build-backend = "hatchling.build"')
     text = re.sub(r"(?m)^backend-path = .*\n", "", text)
     text = re.sub(r"(?ms)^\[tool\.hatch\.build\.hooks\.custom\]\n.*?(?=^\[)", "", text)
+    # The metadata hook that refuses a build without the gate (build_backend/hatch_metadata.py) goes too.
+    text = re.sub(r"(?ms)^\[tool\.hatch\.metadata\.hooks\.custom\]\n.*?(?=^\[)", "", text)
     cfg = _toml.loads(text)
     assert cfg["build-system"]["build-backend"] == "hatchling.build", "could not strip the backend wrapper"
     assert "hooks" not in cfg["tool"]["hatch"]["build"], "could not strip the hook"
+    assert "hooks" not in cfg["tool"]["hatch"].get("metadata", {}), "could not strip the metadata hook"
     (dest / "pyproject.toml").write_text(text)
     return dest
 

@@ -403,6 +403,7 @@ def test_bash_completion_completes_commands_options_and_artifacts(tmp_path: Path
         "build",
         "completion",
         "env",
+        "cache",
     }
     assert "netra_rmsnorm_h4096_wo0_b256" in artifacts.split() and all(
         a.startswith("netra_rmsnorm_h4096_wo0_") for a in artifacts.split()

@@ -47,15 +47,20 @@ def counts(r: subprocess.CompletedProcess[str]) -> tuple[int, int, int]:
 
 
 def keys(root: Path) -> dict[str, str]:
-    """Each artifact's cache key, computed here as the build computes it."""
+    """Each artifact's cache key (by its file: <class>/<name><suffix>), computed as the build computes it."""
     man = manifests.load(root)
     tools = build.discover_all(man.targets())
     return {
-        sp.name: compilecache.key_of(
+        sp.file: compilecache.key_of(
             compilecache.describe(targets.get(sp.target), sp, tools[sp.target], root)
         )
         for sp in man.artifacts
     }
+
+
+def assembled(tree_keys: dict[str, str]) -> list[str]:
+    """The gfx950 artifacts (llvm-mc and ld.lld take milliseconds; nvcc takes about a second)."""
+    return sorted(f for f in tree_keys if f.startswith("gfx950/"))
 
 
 def locked_code(root: Path) -> dict[str, str]:
@@ -132,7 +137,7 @@ def test_netra_build_warm_gives_the_locked_code_objects_and_no_cache_turns_it_of
 def test_damaged_and_foreign_entries_are_removed_and_compiled_again(
     tree: Path, tree_keys: dict[str, str], private_cache: Path, tmp_path: Path
 ) -> None:
-    names = sorted(tree_keys)
+    names = assembled(tree_keys)
     flipped, foreign, cut = (entry(private_cache, tree_keys[n]) for n in names[:3])
     data = bytearray(flipped.read_bytes())
     data[-100] ^= 0x01  # one bit of the code object
@@ -141,10 +146,10 @@ def test_damaged_and_foreign_entries_are_removed_and_compiled_again(
     cut.write_bytes(cut.read_bytes()[:200])  # a write that never finished
     r = netra("build", tmp_path / "out", "--root", tree, cache=private_cache)
     assert r.returncode == 0 and "Traceback" not in r.stderr, log(r)
-    assert counts(r) == (len(names) - 3, 3, 3), log(r)
+    assert counts(r) == (len(tree_keys) - 3, 3, 3), log(r)
     assert built(tmp_path / "out") == locked_code(tree)
     r = netra("build", tmp_path / "again", "--root", tree, cache=private_cache)
-    assert counts(r) == (len(names), 0, 0), log(r)  # the compiled ones were stored again, whole
+    assert counts(r) == (len(tree_keys), 0, 0), log(r)  # the compiled ones were stored again, whole
 
 
 # -- the bound, and emptying it ---------------------------------------------------------------------------
@@ -206,8 +211,8 @@ def test_a_cache_that_cannot_be_written_is_noted_and_never_fails_the_build(tmp_p
 def test_two_builds_at_once_share_one_cache(
     tree: Path, tree_keys: dict[str, str], private_cache: Path, tmp_path: Path
 ) -> None:
-    """Twenty entries missing: both builds compile and store them at once, and read all the others."""
-    missing = sorted(tree_keys)[::7][:20]
+    """Seventeen entries missing: both builds compile and store them at once, and read all the others."""
+    missing = assembled(tree_keys)[:15] + sorted(f for f in tree_keys if f.startswith("sm_90/"))[:2]
     for n in missing:
         entry(private_cache, tree_keys[n]).unlink()
     procs = [
@@ -248,28 +253,62 @@ def test_two_builds_at_once_share_one_cache(
 # -- what the key holds ----------------------------------------------------------------------------------
 
 
-def test_a_changed_include_misses_for_exactly_the_templates_that_reach_it(
+def changed_keys(tree: Path, tree_keys: dict[str, str], dest: Path, rel: str) -> tuple[Path, set[str]]:
+    """A copy of `tree` with a comment appended to `rel`, and the artifacts whose key that changes."""
+    root = copy_repo(dest, tree)
+    with (root / rel).open("a") as f:
+        f.write("\n// a comment: the compiler drops it, the key does not\n")
+    after = keys(root)
+    return root, {n for n in tree_keys if after[n] != tree_keys[n]}
+
+
+def templates(root: Path, artifacts: set[str]) -> set[str]:
+    return {sp.template.source for sp in manifests.load(root).artifacts if sp.file in artifacts}
+
+
+def test_a_changed_header_misses_for_exactly_the_templates_that_reach_it(
+    tree: Path, tree_keys: dict[str, str], tmp_path: Path
+) -> None:
+    """netra_rmsnorm_sm90.cuh is #included by the four rmsnorm templates (for both NVIDIA classes), never
+    by fp8_group_quant.cu, silu_mul_fp8_quant.cu or moe_topk_softmax.cu, nor by a gfx950 template."""
+    root, changed = changed_keys(
+        tree, tree_keys, tmp_path / "tree", "kernels/cuda/include/netra_rmsnorm_sm90.cuh"
+    )
+    assert templates(root, changed) == {
+        f"kernels/cuda/{t}.cu"
+        for t in (
+            "rmsnorm",
+            "fused_add_rmsnorm",
+            "rmsnorm_fp8_group_quant",
+            "fused_add_rmsnorm_fp8_group_quant",
+        )
+    }
+    assert {n.split("/")[0] for n in changed} == {"sm_90", "sm_100"}
+    want = {
+        sp.file for sp in manifests.load(root).artifacts if sp.template.source in templates(root, changed)
+    }
+    assert changed == want  # every artifact of those templates
+    # Through another include: wave.inc is .included by rmsnorm.s, and by fp8.inc, which
+    # fp8_group_quant.s and silu_mul_fp8_quant.s include.
+    root, changed = changed_keys(tree, tree_keys, tmp_path / "tree2", "kernels/gfx950/include/wave.inc")
+    assert templates(root, changed) == {
+        f"kernels/gfx950/{t}.s" for t in ("rmsnorm", "fp8_group_quant", "silu_mul_fp8_quant")
+    }
+
+
+def test_a_changed_include_is_compiled_again_and_only_it(
     tree: Path, tree_keys: dict[str, str], private_cache: Path, tmp_path: Path
 ) -> None:
-    root = copy_repo(tmp_path / "tree", tree)
-    header = root / "kernels/cuda/include/netra_quant_sm90.cuh"
-    header.write_text(header.read_text() + "\n// a comment: the preprocessor drops it, the key does not\n")
-    after = keys(root)
-    changed = {n for n in tree_keys if after[n] != tree_keys[n]}
-    man = manifests.load(root)
-    by_template = {sp.name: Path(sp.template.source).stem for sp in man.artifacts}
-    # It is reached from fp8_group_quant.cu and silu_mul_fp8_quant.cu directly and, through
-    # netra_rmsnorm_sm90.cuh, from every rmsnorm template; moe_topk_softmax.cu and the gfx950
-    # templates never include it.
-    assert changed and {by_template[n] for n in changed} == {
-        "fp8_group_quant", "silu_mul_fp8_quant", "rmsnorm", "fused_add_rmsnorm", "rmsnorm_fp8_group_quant",
-        "fused_add_rmsnorm_fp8_group_quant",
-    }  # fmt: skip
-    assert not any(
-        sp.name in changed for sp in man.artifacts if not sp.template.source.startswith("kernels/cuda")
-    )
+    """include/pipeline.inc is .included by gfx950's fp8_group_quant.s and silu_mul_fp8_quant.s, not by
+    rmsnorm.s or moe_topk_softmax.s: a build after it changes compiles exactly those two templates'
+    artifacts, and takes every other code object from the cache."""
+    root, changed = changed_keys(tree, tree_keys, tmp_path / "tree", "kernels/gfx950/include/pipeline.inc")
+    assert templates(root, changed) == {
+        "kernels/gfx950/fp8_group_quant.s",
+        "kernels/gfx950/silu_mul_fp8_quant.s",
+    }
     r = netra("lock", "--check", "--root", root, cache=private_cache)
-    assert r.returncode == 1 and "kernels/cuda/include/netra_quant_sm90.cuh" in r.stdout, log(r)
+    assert r.returncode == 1 and "kernels/gfx950/include/pipeline.inc" in r.stdout, log(r)
     assert counts(r) == (len(tree_keys) - len(changed), len(changed), 0), log(r)
 
 
@@ -297,7 +336,7 @@ def test_a_code_object_in_the_wheel_is_the_cached_one(
     cache = compilecache.Cache(warm_cache)
     with zipfile.ZipFile(session_build.wheel) as z:
         for a in lockfile.read(repo_copy / lockfile.LOCK_PATH).artifacts[:10]:
-            assert cache.get(ks[a.name]) == z.read(f"{PACKAGE_DATA}/{a.file}"), a.name
+            assert cache.get(ks[a.file]) == z.read(f"{PACKAGE_DATA}/{a.file}"), a.name
 
 
 def test_the_wheel_hook_uses_no_cache_unless_asked(tmp_path: Path) -> None:
