@@ -59,12 +59,16 @@ def plain_package(src: Path, dest: Path) -> Path:
     """The same package and metadata built by stock hatchling: no backend wrapper, no hook, no data."""
     dest.mkdir(parents=True)
     shutil.copytree(src / "netra", dest / "netra")
-    shutil.copy2(src / "README.md", dest / "README.md")
+    for name in ("README.md", "README.pypi.md", "LICENSE"):  # what [project] names (readme, license)
+        if (src / name).is_file():
+            shutil.copy2(src / name, dest / name)
     text = (src / "pyproject.toml").read_text()
     text = text.replace('build-backend = "netra_backend"', 'build-backend = "hatchling.build"')
     text = re.sub(r"(?m)^backend-path = .*\n", "", text)
     text = re.sub(r"(?ms)^\[tool\.hatch\.build\.hooks\.custom\]\n.*?(?=^\[)", "", text)
-    # The metadata hook that refuses a build without the gate (build_backend/hatch_metadata.py) goes too.
+    # The guards that refuse a build without the gate go too: the metadata hook (build_backend/
+    # hatch_metadata.py) and the forced include only the build hook removes.
+    text = re.sub(r"(?ms)^\[tool\.hatch\.build\.targets\.wheel\.force-include\]\n.*?(?=^\[)", "", text)
     text = re.sub(r"(?ms)^\[tool\.hatch\.metadata\.hooks\.custom\]\n.*?(?=^\[)", "", text)
     cfg = _toml.loads(text)
     assert cfg["build-system"]["build-backend"] == "hatchling.build", "could not strip the backend wrapper"
