@@ -117,13 +117,22 @@ def test_a_wheel_built_through_the_cache_is_the_release_wheel_byte_for_byte(
     assert wheel.read_bytes() == session_build.wheel.read_bytes()
 
 
-def test_netra_build_warm_gives_the_locked_code_objects_and_no_cache_turns_it_off(
+def test_netra_build_warm_gives_the_locked_code_objects_and_keeps_instantiations_and_no_cache_turns_it_off(
     tree: Path, private_cache: Path, tmp_path: Path
 ) -> None:
-    r = netra("build", tmp_path / "warm", "--root", tree, cache=private_cache)
+    r = netra("build", tmp_path / "warm", "--root", tree, "--keep", tmp_path / "keep", cache=private_cache)
     assert r.returncode == 0, log(r)
     assert counts(r)[1:] == (0, 0)
     assert built(tmp_path / "warm") == locked_code(tree)
+    # --keep keeps each instantiation file, as a compile writes it, from hits too.
+    man = manifests.load(tree)
+    tools = build.discover_all(man.targets())
+    want = {}
+    for sp in man.artifacts:
+        tgt = targets.get(sp.target)
+        want[tgt.recipe(sp, tools[sp.target]).source] = tgt.instantiation(sp)
+    kept = {p.name: p.read_text() for p in (tmp_path / "keep").iterdir() if p.is_file()}
+    assert kept == want
     from netra.cli import commands
 
     for argv in (["build", "out", "--no-cache"], ["lock", "--no-cache"], ["lock", "--check", "--no-cache"]):

@@ -402,9 +402,7 @@ def build(
     progress: Progress | None = None,
     cache: Cache | None = None,
 ) -> Report:
-    """Prove the lock is exactly what the sources declare, then publish the code objects into out_dir.
-
-    `keep` (the instantiation files a compile writes) builds without the cache."""
+    """Prove the lock is exactly what the sources declare, then publish the code objects into out_dir."""
     t0 = time.monotonic()
     root = Path(root).resolve()
     lock_bytes, locked = lockfile.read_with_bytes(root / lockfile.LOCK_PATH)
@@ -417,7 +415,7 @@ def build(
     if keep is not None:
         _check_out_dir(Path(keep))
     with tempfile.TemporaryDirectory(prefix="netra-build-") as tmp:
-        d = derive(root, Path(tmp), tools=tools, jobs=jobs, progress=progress, cache=None if keep else cache)
+        d = derive(root, Path(tmp), tools=tools, jobs=jobs, progress=progress, cache=cache)
         if keep is not None:
             _keep(Path(tmp) / "src", Path(keep))
         _, diffs = differences(root, d, locked)

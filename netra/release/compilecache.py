@@ -39,7 +39,7 @@ from netra.errors import UsageError
 
 if TYPE_CHECKING:
     from netra.core.types import ArtifactSpec
-    from netra.targets.target import Target, Tools
+    from netra.targets.target import Recipe, Target, Tools
 
 ENV_DIR = "NETRA_CACHE_DIR"
 ENV_SWITCH = "NETRA_COMPILE_CACHE"  # "1": on (also for the wheel hook), "0": off everywhere
@@ -199,11 +199,13 @@ class Cache:
         self, target: Target, spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path
     ) -> Path:
         """`target.compile`, or the stored bytes of the same inputs written where it would write them."""
-        desc = describe(target, spec, tools, root)
+        recipe = target.recipe(spec, tools)
+        desc = describe(target, spec, tools, root, recipe)
         key = key_of(desc)
         data = self.get(key)
         dest = out / spec.file
         if data is not None:
+            (work / recipe.source).write_text(desc["instantiation"])  # as the compile leaves it (--keep)
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)
             with self._lock:
@@ -213,7 +215,7 @@ class Cache:
         with self._lock:
             self.stats.compiled += 1
         # Stored only if no input changed while it compiled: an entry is always what its key describes.
-        if describe(target, spec, tools, root) == desc:
+        if describe(target, spec, tools, root, recipe) == desc:
             self.put(key, path.read_bytes())
         return path
 
@@ -282,9 +284,11 @@ def key_of(description: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(description, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def describe(target: Target, spec: ArtifactSpec, tools: Tools, root: Path) -> dict[str, Any]:
+def describe(
+    target: Target, spec: ArtifactSpec, tools: Tools, root: Path, recipe: Recipe | None = None
+) -> dict[str, Any]:
     """Everything that decides the code object, canonically: no machine path, no time."""
-    recipe = target.recipe(spec, tools)
+    recipe = recipe or target.recipe(spec, tools)
     return {
         "format": FORMAT,
         "target": spec.target,

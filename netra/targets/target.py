@@ -55,10 +55,13 @@ class Tools:
 @dataclass(frozen=True)
 class Recipe:
     """What decides a code object besides its sources (netra.release.compilecache keys on it): the exact
-    flags of every tool the compile runs, and the binaries whose bytes decide the output (name -> path)."""
+    flags of every tool the compile runs, and the binaries whose bytes decide the output (name -> path);
+    and the name of the instantiation file the compile writes into its work folder (a cache hit writes
+    it too, so `netra build --keep` keeps the same files either way)."""
 
     flags: tuple[str, ...]
     binaries: dict[str, str]
+    source: str
 
 
 @dataclass(frozen=True)

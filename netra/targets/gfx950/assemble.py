@@ -31,6 +31,11 @@ def mc_flags(spec: ArtifactSpec) -> tuple[str, ...]:
     return (f"-triple={TRIPLE}", f"-mcpu={MCPU[spec.target]}", "-filetype=obj")
 
 
+def source_name(spec: ArtifactSpec) -> str:
+    """The instantiation file's name in the work folder."""
+    return f"{spec.name}.s"
+
+
 def recipe(spec: ArtifactSpec, tools: Tools) -> Recipe:
     """llvm-mc's and ld.lld's flags, and the binaries whose bytes decide a code object: the two tools
     and the LLVM shared libraries next to them (Debian's llvm-mc is a thin binary over libLLVM)."""
@@ -41,7 +46,7 @@ def recipe(spec: ArtifactSpec, tools: Tools) -> Recipe:
         for lib in sorted(real.parent.parent.glob("lib/lib*.so*")):
             if lib.name.startswith(("libLLVM", "liblld")) and lib.is_file():
                 binaries.setdefault(lib.resolve().name, str(lib.resolve()))
-    return Recipe(flags=(*mc_flags(spec), "|", *LINK_FLAGS), binaries=binaries)
+    return Recipe(flags=(*mc_flags(spec), "|", *LINK_FLAGS), binaries=binaries, source=source_name(spec))
 
 
 def instantiation(spec: ArtifactSpec) -> str:
@@ -177,7 +182,7 @@ def assemble(spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path
         )
     from netra.core import proc  # imported by the build only: a serving host never runs a tool
 
-    src = work / f"{spec.name}.s"
+    src = work / source_name(spec)
     obj = work / f"{spec.name}.o"
     src.write_text(instantiation(spec))
     include = (root / spec.template.source).parent

@@ -101,7 +101,7 @@ class Sm90:
     def recipe(self, spec: ArtifactSpec, tools: Tools) -> Recipe:
         from netra.targets.sm_90 import compile
 
-        return compile.recipe(tools, self.arch)
+        return compile.recipe(spec, tools, self.arch)
 
     def examine(self, built: list[tuple[ArtifactSpec, Path]], tools: Tools, jobs: int) -> list[Examined]:
         return [_examined(spec, path, self.sm) for spec, path in built]

@@ -61,7 +61,7 @@ def compile_cubin(
     """Compile one artifact; `work` holds the instantiation file and nvcc's temporaries."""
     from netra.core import proc  # imported by the build only: a serving host never runs a tool
 
-    src = work / f"{spec.name}.cu"
+    src = work / source_name(spec)
     src.write_text(instantiation(spec))
     dest = out / spec.file
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -79,7 +79,12 @@ def compile_cubin(
     return dest
 
 
-def recipe(tools: Tools, arch: str = ARCH) -> Recipe:
+def source_name(spec: ArtifactSpec) -> str:
+    """The instantiation file's name in the work folder."""
+    return f"{spec.name}.cu"
+
+
+def recipe(spec: ArtifactSpec, tools: Tools, arch: str = ARCH) -> Recipe:
     """nvcc's flags and the binaries whose bytes decide a cubin: nvcc, what it runs from its own folder
     (ptxas, cicc, nvcc.profile) and the host compiler it preprocesses with (gcc on the build's PATH).
     A wrapper script hides what it wraps: then nvcc's version (in the toolchain identity) is the guard."""
@@ -95,7 +100,7 @@ def recipe(tools: Tools, arch: str = ARCH) -> Recipe:
         found = shutil.which(host, path=path)
         if found:
             binaries[host] = found
-    return Recipe(flags=flags(arch), binaries=binaries)
+    return Recipe(flags=flags(arch), binaries=binaries, source=source_name(spec))
 
 
 def _base_env() -> dict[str, str]:
