@@ -183,7 +183,7 @@ class Cache:
     def clear(self) -> tuple[int, int]:
         """Remove every entry (and any temporary file a killed build left); (entries, bytes) removed."""
         n, size = self.usage()
-        if self.entries.is_dir():
+        with contextlib.suppress(OSError):  # what cannot be listed or removed stays (usage() shows it)
             for sub in self.entries.iterdir():
                 if sub.is_dir() and not sub.is_symlink():
                     for f in sub.iterdir():
@@ -191,7 +191,8 @@ class Cache:
                             f.unlink()
                     with contextlib.suppress(OSError):
                         sub.rmdir()
-        return n, size
+        left = self.usage()
+        return n - left[0], size - left[1]
 
     # -- the build's use -------------------------------------------------------------------------------
 
