@@ -1,14 +1,18 @@
-"""What the release gate costs on top of assembly: build wall times side by side.
+"""What the release gate costs on top of assembly, and what the compile cache saves: build wall times
+side by side.
 
-Four commands, each run --repeat times on private copies of the repository (the tree and dist/ are
-never touched), wall time of the whole subprocess as a user waits for it:
+These commands, each run --repeat times on private copies of the repository (the tree and dist/ are
+never touched) with a private compile cache, wall time of the whole subprocess as a user waits for it:
 
-  release  `python -m build --no-isolation`: sdist, then the wheel from the sdist (what tools/release runs)
-  wheel    `python -m build --no-isolation --wheel`: the gated wheel straight from the tree
-  netra    `python -m netra build OUT`: assembly and the .text/static gates alone
-  plain    `python -m build --no-isolation --wheel` of the same package with plain hatchling: no backend
-           wrapper, no hook, no kernels (the packaging floor)
-  check    netra.release.wheelgate.check_wheel on the finished wheel, in process (the hook's finalize step)
+  release     `python -m build --no-isolation`: sdist, then the wheel from the sdist (what tools/release
+              runs: every code object compiled, no cache)
+  wheel       `python -m build --no-isolation --wheel`: the gated wheel straight from the tree (no cache)
+  wheel-warm  the same with NETRA_COMPILE_CACHE=1 and a warm cache (what the test suite's builds cost)
+  netra       `python -m netra build OUT --no-cache`: every code object compiled, the .text/static gates
+  netra-warm  `python -m netra build OUT` with a warm cache: the same gates on the cached code objects
+  plain       `python -m build --no-isolation --wheel` of the same package with plain hatchling: no backend
+              wrapper, no hook, no kernels (the packaging floor)
+  check       netra.release.wheelgate.check_wheel on the finished wheel, in process (the hook's finalize step)
 
 Usage: python bench/bench_build.py [--repeat 5] [--jobs N] [--json]
 Numbers and the exact command are recorded in docs/performance.md.
@@ -35,7 +39,9 @@ from netra.core import toml as _toml  # noqa: E402
 
 BUILD = [sys.executable, "-m", "build", "--no-isolation", "--skip-dependency-check"]
 _IGNORE = shutil.ignore_patterns(".git", "dist", "build", ".venv*", "__pycache__", ".*_cache", "*.pyc")
-_SWITCHES = ("SOURCE_DATE_EPOCH", "HATCH_BUILD_NO_HOOKS", "HATCH_BUILD_HOOKS_ONLY", "HATCH_BUILD_CLEAN")
+_SWITCHES = ("SOURCE_DATE_EPOCH", "HATCH_BUILD_NO_HOOKS", "HATCH_BUILD_HOOKS_ONLY", "HATCH_BUILD_CLEAN",
+             "NETRA_COMPILE_CACHE", "NETRA_CACHE_MAX_MB")  # fmt: skip
+ROWS = ("release", "wheel", "wheel-warm", "netra", "netra-warm", "plain")
 
 
 def copy_repo(dest: Path) -> Path:
@@ -53,14 +59,21 @@ def plain_package(src: Path, dest: Path) -> Path:
     """The same package and metadata built by stock hatchling: no backend wrapper, no hook, no data."""
     dest.mkdir(parents=True)
     shutil.copytree(src / "netra", dest / "netra")
-    shutil.copy2(src / "README.md", dest / "README.md")
+    for name in ("README.md", "README.pypi.md", "LICENSE"):  # what [project] names (readme, license)
+        if (src / name).is_file():
+            shutil.copy2(src / name, dest / name)
     text = (src / "pyproject.toml").read_text()
     text = text.replace('build-backend = "netra_backend"', 'build-backend = "hatchling.build"')
     text = re.sub(r"(?m)^backend-path = .*\n", "", text)
     text = re.sub(r"(?ms)^\[tool\.hatch\.build\.hooks\.custom\]\n.*?(?=^\[)", "", text)
+    # The guards that refuse a build without the gate go too: the metadata hook (build_backend/
+    # hatch_metadata.py) and the forced include only the build hook removes.
+    text = re.sub(r"(?ms)^\[tool\.hatch\.build\.targets\.wheel\.force-include\]\n.*?(?=^\[)", "", text)
+    text = re.sub(r"(?ms)^\[tool\.hatch\.metadata\.hooks\.custom\]\n.*?(?=^\[)", "", text)
     cfg = _toml.loads(text)
     assert cfg["build-system"]["build-backend"] == "hatchling.build", "could not strip the backend wrapper"
     assert "hooks" not in cfg["tool"]["hatch"]["build"], "could not strip the hook"
+    assert "hooks" not in cfg["tool"]["hatch"].get("metadata", {}), "could not strip the metadata hook"
     (dest / "pyproject.toml").write_text(text)
     return dest
 
@@ -87,36 +100,42 @@ def main() -> int:
         work = Path(tmp)
         tree = copy_repo(work / "tree")
         plain = plain_package(tree, work / "plain")
-        env = clean_env(PYTHONPATH=str(tree))
+        env = clean_env(PYTHONPATH=str(tree), NETRA_CACHE_DIR=str(work / "cache"))
+        cached = {**env, "NETRA_COMPILE_CACHE": "1"}
         jobs = ["-j", str(args.jobs)] if args.jobs else []
-        runs: dict[str, list[float]] = {"release": [], "wheel": [], "netra": [], "plain": []}
-        # Round-robin so drift (thermal, page cache) spreads over all four; one warm-up round discarded.
+        netra = [sys.executable, "-m", "netra", "build"]
+        runs: dict[str, list[float]] = {k: [] for k in ROWS}
+        # Round-robin so drift (thermal, page cache) spreads over all rows; the warm-up round, discarded,
+        # also fills the cache the warm rows read.
         for i in range(args.repeat + 1):
             out = work / f"out{i}"
             t = {
                 "release": timed([*BUILD, "--outdir", str(out / "r"), str(tree)], tree, env),
                 "wheel": timed([*BUILD, "--wheel", "--outdir", str(out / "w"), str(tree)], tree, env),
-                "netra": timed(
-                    [
-                        sys.executable,
-                        "-m",
-                        "netra",
-                        "build",
-                        str(out / "n"),
-                        "--root",
-                        str(tree),
-                        "-q",
-                        *jobs,
-                    ],
-                    work,
-                    env,
+                "wheel-warm": timed(
+                    [*BUILD, "--wheel", "--outdir", str(out / "ww"), str(tree)], tree, cached
                 ),
+                "netra": timed(
+                    [*netra, str(out / "n"), "--root", str(tree), "-q", "--no-cache", *jobs], work, env
+                ),
+                "netra-warm": timed([*netra, str(out / "nw"), "--root", str(tree), "-q", *jobs], work, env),
                 "plain": timed([*BUILD, "--wheel", "--outdir", str(out / "p"), str(plain)], plain, env),
             }
             if i:
                 for k, v in t.items():
                     runs[k].append(v)
-        artifacts = len(list((work / "out0" / "n").rglob("*.hsaco")))
+        artifacts = len([p for p in (work / "out0" / "n").rglob("*") if p.is_file()])
+        same = all(
+            (work / f"out{i}" / "nw" / p.relative_to(work / "out0" / "n")).read_bytes() == p.read_bytes()
+            for i in range(args.repeat + 1)
+            for p in (work / "out0" / "n").rglob("*")
+            if p.is_file()
+        )
+        wheels = {
+            w.read_bytes() for i in range(1, args.repeat + 1) for w in (work / f"out{i}").glob("w*/*.whl")
+        }
+        if not same or len(wheels) != 1:
+            raise SystemExit("bench: a build through the cache differs from one without it")
         # The finalize step alone, in process: what checking a finished wheel against the lock costs.
         from netra.release import wheelgate
 
@@ -142,6 +161,8 @@ def main() -> int:
             "wheel/plain": med["wheel"] / med["plain"],
             "release/plain": med["release"] / med["plain"],
             "gate_overhead_s": med["wheel"] - med["netra"] - med["plain"],
+            "netra/netra-warm": med["netra"] / med["netra-warm"],
+            "wheel/wheel-warm": med["wheel"] / med["wheel-warm"],
         },
     }
     if args.json:
@@ -150,12 +171,17 @@ def main() -> int:
     print(f"{artifacts} artifacts, {result['machine']}, Python {result['python']}, median of {args.repeat}")
     print("| command | median s | min s | x plain | x netra build |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    for k in ("release", "wheel", "netra", "plain", "check"):
+    for k in (*ROWS, "check"):
         print(
             f"| {k} | {med[k]:.2f} | {result['min_s'][k]:.2f} | {med[k] / med['plain']:.2f} | "
             f"{med[k] / med['netra']:.2f} |"
         )
     print(f"gate overhead (wheel - netra - plain): {result['ratios']['gate_overhead_s']:+.2f} s")
+    r = result["ratios"]
+    print(
+        f"compile cache: netra build cold/warm {r['netra/netra-warm']:.1f}x, wheel cold/warm "
+        f"{r['wheel/wheel-warm']:.1f}x (the warm outputs are byte-identical to the cold ones)"
+    )
     return 0
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -46,6 +47,19 @@ BUILD_ENV_SWITCHES = (
     "NETRA_LLVM_BINDIR",
 )
 TIMEOUT = 600
+# The compile cache every build of the session shares (netra/release/compilecache.py); builds that prove
+# reproducibility pass NO_CACHE to compile everything afresh, as a release does.
+CACHE_SWITCH = "NETRA_COMPILE_CACHE"
+NO_CACHE = {CACHE_SWITCH: "0"}
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+def signals_default() -> None:
+    """preexec_fn of a child the test will signal: default dispositions, whatever this process inherited
+    (a suite started in the background, `tools/test &` or nohup, runs with SIGINT ignored, and a child
+    would inherit that and never see the Ctrl-C the test sends)."""
+    for sig in _SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def within(seconds: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -204,6 +218,27 @@ class Venv:
         )
 
 
+# -- the compile cache ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One compile cache for the whole session, under pytest's tmp, on for every build (the wheel hook
+    included) unless a test passes NO_CACHE: each code object is compiled about once per session."""
+    from netra.release import compilecache
+
+    folder = tmp_path_factory.mktemp("compile-cache")
+    saved = {k: os.environ.get(k) for k in (compilecache.ENV_DIR, CACHE_SWITCH, compilecache.ENV_MAX_MB)}
+    os.environ.update({compilecache.ENV_DIR: str(folder), CACHE_SWITCH: "1"})
+    os.environ.pop(compilecache.ENV_MAX_MB, None)
+    yield folder
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 # -- the repository -------------------------------------------------------------------------------------
 
 
@@ -232,9 +267,10 @@ def make_repo_copy(tmp_path_factory: pytest.TempPathFactory, repo_copy: Path) ->
 
 @pytest.fixture(scope="session")
 def session_build(repo_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Build:
-    """`python -m build` of repo_copy: the sdist, then the wheel built from that sdist. Built once."""
+    """`python -m build` of repo_copy: the sdist, then the wheel built from that sdist. Built once, as
+    a release builds it: every code object compiled now (no compile cache)."""
     outdir = tmp_path_factory.mktemp("dist")
-    r = run_build(repo_copy, outdir)
+    r = run_build(repo_copy, outdir, env=clean_env(**NO_CACHE))
     assert r.returncode == 0, f"the session build failed\n{log(r)}"
     return Build(outdir, r)
 
@@ -247,6 +283,19 @@ def built_sdist(session_build: Build) -> Path:
 @pytest.fixture(scope="session")
 def built_wheel(session_build: Build) -> Path:
     return session_build.wheel
+
+
+@pytest.fixture(scope="session")
+def warm_cache(compile_cache: Path, repo_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's compile cache holding every code object repo_copy locks (one `netra build` through
+    it): a test that interrupts a build at a late moment gets there in seconds, not a full compile."""
+    out = tmp_path_factory.mktemp("warm-cache-build")
+    r = subprocess.run(
+        [sys.executable, "-m", "netra", "build", str(out / "code"), "--root", str(repo_copy)],
+        env=clean_env(PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=TIMEOUT, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0 and "compile cache" in r.stderr, f"the cache-warming build failed\n{log(r)}"
+    return compile_cache
 
 
 # -- venvs ---------------------------------------------------------------------------------------------

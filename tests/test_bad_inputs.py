@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Venv, clean_env, copy_repo, log, run_build
+from conftest import Venv, clean_env, copy_repo, log, run_build, signals_default
 from elftools.elf.elffile import ELFFile  # the test's own ELF reader, independent of netra's
 from venvtools import package_dir
 from wheeltools import rewrite
 
 from netra.errors import LockError, NetraError
-from netra.release import build, manifests
+from netra.release import build, compilecache, manifests
 from netra.runtime import layout
 from netra.runtime import lockfile as lock_mod
 
@@ -106,7 +106,7 @@ def locked(make_repo_copy: Callable[[str], Path]) -> tuple[Path, build.Derived]:
     """A private copy of the repository with a lock made from its own sources now (the working tree's
     lock may be stale while kernels are edited), and that derivation, for in-process comparisons."""
     root = make_repo_copy("bad-inputs")
-    fresh = build.make_lock(root)
+    fresh = build.make_lock(root, cache=compilecache.open_cache(default=True))  # the session's cache
     build.write_lock(root, fresh)
     assert fresh.derived is not None
     return root, fresh.derived
@@ -1158,7 +1158,9 @@ def test_doctor_names_a_truncated_code_object_without_a_traceback(venv: Venv) ->
 # -- concurrency ------------------------------------------------------------------------------------
 
 
-def test_two_builds_into_one_folder_never_fail_or_corrupt_each_other(tree: Path, tmp_path: Path) -> None:
+def test_two_builds_into_one_folder_never_fail_or_corrupt_each_other(
+    tree: Path, tmp_path: Path, warm_cache: Path
+) -> None:
     root = sources(tree, tmp_path / "tree")
     locked = lock_mod.read(root / LOCK)
     want = {a.file: a.code_sha256 for a in locked.artifacts}
@@ -1228,7 +1230,7 @@ def _signal_when(cmd: list[str], marker: str, sig: int, *, env: dict[str, str], 
                  delay: float = 0.0) -> tuple[subprocess.CompletedProcess[str], bool]:  # fmt: skip
     """Run cmd, send `sig` (to its process group with `group`) once `marker` appears in its output."""
     p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)  # fmt: skip
+                         start_new_session=True, preexec_fn=signals_default)  # fmt: skip
     seen, sent = [], False
     assert p.stdout is not None
     for line in p.stdout:
@@ -1253,7 +1255,7 @@ def _signal_when(cmd: list[str], marker: str, sig: int, *, env: dict[str, str], 
      ("lock", "[50/", signal.SIGINT)],
 )  # fmt: skip
 def test_an_interrupted_netra_command_leaves_nothing(
-    tree: Path, tmp_path: Path, command: str, marker: str, sig: int
+    tree: Path, tmp_path: Path, command: str, marker: str, sig: int, warm_cache: Path
 ) -> None:
     root = sources(tree, tmp_path / "tree")
     (root / LOCK).write_text(_truncate_last_artifact((root / LOCK).read_text()))  # `lock` would rewrite it
@@ -1285,7 +1287,7 @@ def test_an_interrupted_netra_command_leaves_nothing(
      ("code objects built and gated", signal.SIGTERM, False)],
 )  # fmt: skip
 def test_an_interrupted_wheel_build_leaves_no_wheel_and_no_temporaries(
-    tree: Path, tmp_path: Path, marker: str, sig: int, group: bool
+    tree: Path, tmp_path: Path, marker: str, sig: int, group: bool, warm_cache: Path
 ) -> None:
     """`python -m build --no-isolation`, signalled like Ctrl-C (SIGINT to the process group) or a
     supervisor (SIGTERM to the frontend or its group), at several moments."""
@@ -1315,7 +1317,7 @@ def test_an_interrupted_wheel_build_leaves_no_wheel_and_no_temporaries(
      ("netra: checking ", signal.SIGTERM, False), ("netra: checking ", signal.SIGKILL, False)],
 )  # fmt: skip
 def test_hatchling_run_directly_and_interrupted_leaves_nothing(
-    tree: Path, tmp_path: Path, marker: str, sig: int, group: bool
+    tree: Path, tmp_path: Path, marker: str, sig: int, group: bool, warm_cache: Path
 ) -> None:
     """`python -m hatchling build -t wheel` on the tree, without netra_backend: the hook keeps the
     build's temporaries (the staged files, the tools' files, hatchling's half-written archive) in one

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, TIMEOUT, Venv, clean_env, log
+from conftest import REPO, TIMEOUT, Venv, clean_env, log, signals_default
 from wheeltools import rewrite
 
 from netra import targets
@@ -84,7 +84,7 @@ def test_every_schema_ships_in_the_wheel(built_wheel: Path) -> None:
         shipped = {Path(n).name for n in z.namelist() if n.startswith("netra/schemas/")}
     want = {
         f"{c}.schema.json"
-        for c in ("catalog", "explain", "lock", "build", "verify-wheel", "doctor", "certify", "env")
+        for c in ("catalog", "explain", "lock", "build", "verify-wheel", "doctor", "certify", "env", "cache")
     }
     assert want | {"table.schema.json", "evidence.schema.json"} == shipped
 
@@ -123,6 +123,11 @@ def test_author_reports_follow_their_schemas_with_progress_unless_quiet(tmp_path
     for a in doc["artifacts"]:
         blob = (tmp_path / "out" / a["file"]).read_bytes()
         assert hashlib.sha256(blob).hexdigest() == a["sha256"], a["artifact"]
+
+    r = netra("cache", "--json")
+    assert r.returncode == 0 and r.stderr == "", log(r)
+    doc = valid("cache", r.stdout)
+    assert doc["entries"] >= n and doc["used_by"] == {"build_and_lock": True, "wheel_hook": True}, doc
 
 
 # -- catalog and explain from the installed package alone -----------------------------------------------
@@ -306,7 +311,7 @@ def test_ctrl_c_during_a_build_says_so_in_one_line_and_leaves_nothing(tmp_path: 
     out = tmp_path / "out"
     p = subprocess.Popen([sys.executable, "-m", "netra", "build", str(out), "--root", str(REPO), "-j", "1"],
                          env=clean_env(PYTHONPATH=str(REPO)), stderr=subprocess.PIPE, stdout=subprocess.PIPE,
-                         text=True)  # fmt: skip
+                         text=True, preexec_fn=signals_default)  # fmt: skip
     assert p.stderr is not None
     seen = []
     for line in p.stderr:
@@ -332,7 +337,7 @@ def test_ctrl_c_while_the_command_starts_says_so_in_one_line(installed_venv: Ven
     argv = [python, "-X", "importtime", *([str(installed_venv.bin("netra"))] if entry == "console script"
                                           else ["-m", "netra"]), "doctor"]  # fmt: skip
     p = subprocess.Popen(argv, env=clean_env(), cwd=installed_venv.root, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)  # fmt: skip
+                         stderr=subprocess.PIPE, text=True, preexec_fn=signals_default)  # fmt: skip
     assert p.stderr is not None
     seen = []
     for line in p.stderr:
@@ -359,6 +364,7 @@ def test_usage_errors_and_help() -> None:
         "certify",
         "lock",
         "build",
+        "cache",
         "completion",
     ):
         assert command in r.stdout, command
@@ -397,6 +403,7 @@ def test_bash_completion_completes_commands_options_and_artifacts(tmp_path: Path
         "build",
         "completion",
         "env",
+        "cache",
     }
     assert "netra_rmsnorm_h4096_wo0_b256" in artifacts.split() and all(
         a.startswith("netra_rmsnorm_h4096_wo0_") for a in artifacts.split()

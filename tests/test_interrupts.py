@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import alive
+from conftest import alive, signals_default
 
 from netra.core import interrupts, proc
 from netra.errors import ToolInterruptedError
@@ -71,6 +71,7 @@ def start(mode: str, state: Path, child: str = CHILD) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=signals_default,
     )
 
 

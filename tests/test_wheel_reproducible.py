@@ -1,6 +1,7 @@
 """Reproducible releases: the same commit gives the same sdist and wheel, byte for byte.
 
-Compared with the session build: a second build from another directory with other mtimes, file
+Every build here compiles each code object afresh (NO_CACHE), as the release route does; the session
+build too. Compared with the session build: a second build from another directory with other mtimes, file
 modes, umask, TMPDIR and working directory; the wheel built straight from the tree (not via the
 sdist); and the wheel built the isolated way (`python -m build` installing [build-system].requires).
 """
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Build, clean_env, log, run_build
+from conftest import NO_CACHE, REPO, Build, clean_env, log, run_build
 
 from netra.runtime.layout import PACKAGE_DATA
 
@@ -72,7 +73,7 @@ def elsewhere(make_repo_copy: Callable[[str], Path], tmp_path_factory: pytest.Te
     tmpdir = tmp_path_factory.mktemp("other-tmpdir")
     outdir = tmp_path_factory.mktemp("dist-elsewhere")
     cwd = tmp_path_factory.mktemp("other-cwd")
-    r = run_build(root, outdir, env=clean_env(TMPDIR=str(tmpdir)), umask=0o077, cwd=cwd)
+    r = run_build(root, outdir, env=clean_env(TMPDIR=str(tmpdir), **NO_CACHE), umask=0o077, cwd=cwd)
     assert r.returncode == 0, log(r)
     return Build(outdir, r)
 
@@ -109,7 +110,7 @@ def tree_wheel(
     (target_dir / Path(code_object).name).write_bytes(blob + b"\0")  # an altered copy of a real member
     (stale / "manifest.lock").write_text("# not the lock\n")
     outdir = tmp_path_factory.mktemp("dist-tree")
-    r = run_build(root, outdir, "--wheel")
+    r = run_build(root, outdir, "--wheel", env=clean_env(**NO_CACHE))
     assert r.returncode == 0, log(r)
     return Build(outdir, r).wheel
 
@@ -128,6 +129,6 @@ def test_isolated_build_equals_the_no_isolation_build(
     repo_copy: Path, built_wheel: Path, tmp_path: Path
 ) -> None:
     """`python -m build` as pip would run it: a fresh env with [build-system].requires (hatchling pinned)."""
-    r = run_build(repo_copy, tmp_path, "--wheel", isolated=True)
+    r = run_build(repo_copy, tmp_path, "--wheel", isolated=True, env=clean_env(**NO_CACHE))
     assert r.returncode == 0, log(r)
     assert_same(built_wheel, Build(tmp_path, r).wheel)

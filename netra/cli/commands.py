@@ -147,7 +147,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
     root = _root(args.root)
     progress = _progress(args)
     if args.check:
-        diffs = build.check_lock(root, jobs=args.jobs, progress=progress)
+        diffs = build.check_lock(root, jobs=args.jobs, progress=progress, cache=_cache(args))
         _PROGRESS.end()
         if args.json:
             _json({"schema": 1, "command": "lock", "check": True, "root": str(root), "up_to_date": not diffs,
@@ -166,7 +166,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
     _need("tomli_w", "netra lock")  # before the work, not after it
     # One writer at a time: two `netra lock` end with one valid lock and its tables, never a mix.
     with writelock.exclusive(root / WRITER_LOCK, what="the release lock", notify=_say if progress else None):
-        fresh = build.make_lock(root, jobs=args.jobs, progress=progress)
+        fresh = build.make_lock(root, jobs=args.jobs, progress=progress, cache=_cache(args))
         _PROGRESS.end()
         for v in fresh.voided:
             _say(f"certification void: {v}; run `netra certify` on that GPU class again")
@@ -188,6 +188,42 @@ def cmd_lock(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache(args: argparse.Namespace) -> Any:
+    """The compile cache `netra build` and `netra lock` use: on unless --no-cache or NETRA_COMPILE_CACHE=0."""
+    from netra.release import compilecache
+
+    return None if args.no_cache else compilecache.open_cache(default=True)
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from netra.release import compilecache
+
+    cache = compilecache.Cache(compilecache.location(), compilecache.max_bytes())
+    where = cache.folder
+    if where.exists() and not where.is_dir():
+        raise NetraError(
+            f"{where}: the compile cache's folder is not a folder",
+            f"remove it, or point {compilecache.ENV_DIR} at a folder",
+        )
+    removed = cache.clear() if args.clear else (0, 0)
+    entries, size = cache.usage()
+    on = {"build": compilecache.enabled(True), "wheel": compilecache.enabled(False)}
+    if args.json:
+        _json({
+            "schema": 1, "command": "cache", "folder": str(where), "entries": entries, "bytes": size,
+            "max_bytes": cache.bound, "cleared": {"entries": removed[0], "bytes": removed[1]},
+            "used_by": {"build_and_lock": on["build"], "wheel_hook": on["wheel"]},
+        })  # fmt: skip
+        return 0
+    if args.clear:
+        print(f"removed {removed[0]} entries ({removed[1]} bytes) from {where}")
+    uses = "netra build and netra lock" if on["build"] else "nothing (NETRA_COMPILE_CACHE=0)"
+    if on["wheel"]:
+        uses += " and the wheel build hook (NETRA_COMPILE_CACHE=1)"
+    print(f"compile cache {where}: {entries} entries, {size} bytes of at most {cache.bound}; used by {uses}")
+    return 0
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     from netra.release import build
 
@@ -199,6 +235,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         reference=_path(args.reference, "--reference") if args.reference is not None else None,
         keep=_path(args.keep, "--keep") if args.keep is not None else None,
         progress=_progress(args),
+        cache=_cache(args),
     )
     _PROGRESS.end()
     if args.json:
@@ -612,6 +649,11 @@ def parser() -> argparse.ArgumentParser:
             default=None,
             help="parallel assemblies (default: all cores)",
         )
+        sp.add_argument(
+            "--no-cache",
+            action="store_true",
+            help="compile every code object now, without the compile cache (see `netra cache`)",
+        )
         quiet(sp)
 
     def quiet(sp: argparse.ArgumentParser) -> None:
@@ -729,6 +771,18 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--keep", help="copy the generated instantiation files here").complete = _DIR  # type: ignore[attr-defined]
     as_json(b, "build")
     b.set_defaults(func=cmd_build)
+
+    ca = sub.add_parser(
+        "cache",
+        help="the compile cache of netra build and netra lock: where it is, what it holds; --clear empties it",
+        description="The compile cache `netra build` and `netra lock` share: each code object compiled once "
+        "per exact set of inputs (sources and includes, toolchain, flags). Folder: $NETRA_CACHE_DIR, else "
+        "$XDG_CACHE_HOME/netra/compile; bound: $NETRA_CACHE_MAX_MB (default 512). docs/build.md says when "
+        "it is used.",
+    )
+    ca.add_argument("--clear", action="store_true", help="remove every entry")
+    as_json(ca, "cache")
+    ca.set_defaults(func=cmd_cache)
 
     co = sub.add_parser(
         "completion",

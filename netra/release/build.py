@@ -33,6 +33,7 @@ from netra.core.types import ArtifactSpec, Toolchain
 from netra.errors import LockError, NetraError, PathError, TableError, ValidationError
 from netra.release import lock as locking
 from netra.release import manifests, tablegen
+from netra.release.compilecache import Cache
 from netra.release.manifests import Manifests
 from netra.runtime import lockfile, tables
 from netra.runtime.layout import PACKAGE_DATA
@@ -54,6 +55,7 @@ class Derived:
     tree_tables: dict[str, bytes]  # tracked table and evidence path -> bytes as in the tree
     work: Path
     seconds: float = 0.0
+    cache: Cache | None = None  # the compile cache it used, with its counts (None: everything compiled)
 
 
 @dataclass
@@ -82,8 +84,12 @@ def derive(
     tools: dict[str, Tools] | None = None,
     jobs: int | None = None,
     progress: Progress | None = None,
+    cache: Cache | None = None,
 ) -> Derived:
     """Load, hash, compile and examine everything the tree declares. Refuses on any static problem.
+
+    With a `cache`, a code object whose inputs were compiled before is taken from it; either way the
+    file in `work` is what is examined and compared with the lock (netra.release.compilecache).
 
     `work` is scratch space (under TMPDIR). When it fills up, what fails first is whatever wrote next:
     a probe (then "no nvcc found"), a tool ("No space left on device" as its words), a copy with no
@@ -91,7 +97,7 @@ def derive(
     the error, naming the folder.
     """
     try:
-        return _derive(root, work, tools=tools, jobs=jobs, progress=progress)
+        return _derive(root, work, tools=tools, jobs=jobs, progress=progress, cache=cache)
     except (NetraError, OSError) as e:
         full = scratch_full(work)
         if full is not None:
@@ -125,6 +131,7 @@ def _derive(
     tools: dict[str, Tools] | None,
     jobs: int | None,
     progress: Progress | None,
+    cache: Cache | None,
 ) -> Derived:
     t0 = time.monotonic()
     root = Path(root).resolve()
@@ -166,7 +173,11 @@ def _derive(
     counting = threading.Lock()  # workers finish at once: one count each, one whole progress line each
 
     def one(spec: ArtifactSpec) -> Path:
-        path = targets.get(spec.target).compile(spec, found[spec.target], root, src, out)
+        tgt = targets.get(spec.target)
+        if cache is None:
+            path = tgt.compile(spec, found[spec.target], root, src, out)
+        else:
+            path = cache.compile(tgt, spec, found[spec.target], root, src, out)
         with counting:
             done[0] += 1
             if progress:
@@ -175,6 +186,10 @@ def _derive(
 
     with ThreadPoolExecutor(max_workers=n) as pool:
         paths = list(pool.map(one, specs))
+    if cache is not None:
+        cache.trim()
+        if progress:
+            progress(cache.summary())
     examined: list[Examined] = []
     for t in man.targets():
         built = [(sp, p) for sp, p in zip(specs, paths, strict=True) if sp.target == t]
@@ -186,7 +201,7 @@ def _derive(
             "fix the template or its manifest so the code object fits its contract and the GPU's limits",
             tuple(bad),
         )
-    return Derived(man, found, examined, file_hashes, tree_tables, work, time.monotonic() - t0)
+    return Derived(man, found, examined, file_hashes, tree_tables, work, time.monotonic() - t0, cache)
 
 
 def locked_artifact(e: Examined) -> LockedArtifact:
@@ -244,6 +259,7 @@ def make_lock(
     jobs: int | None = None,
     progress: Progress | None = None,
     tools: dict[str, Tools] | None = None,
+    cache: Cache | None = None,
 ) -> Fresh:
     """What `netra lock` writes: the lock and tables the sources make now."""
     root = Path(root)
@@ -254,7 +270,7 @@ def make_lock(
     for dest in [root / lockfile.LOCK_PATH, *made]:
         _replaceable(dest)  # refused before the work, not after it (write_lock checks again)
     with tempfile.TemporaryDirectory(prefix="netra-lock-") as tmp:
-        d = derive(root, Path(tmp), tools=tools, jobs=jobs, progress=progress)
+        d = derive(root, Path(tmp), tools=tools, jobs=jobs, progress=progress, cache=cache)
         return lock_of(d)
 
 
@@ -355,12 +371,13 @@ def check_lock(
     jobs: int | None = None,
     progress: Progress | None = None,
     tools: dict[str, Tools] | None = None,
+    cache: Cache | None = None,
 ) -> list[str]:
     """`netra lock --check`: the differences, empty when the lock is up to date."""
     root = Path(root).resolve()
     _, locked = lockfile.read_with_bytes(root / lockfile.LOCK_PATH)
     with tempfile.TemporaryDirectory(prefix="netra-check-") as tmp:
-        d = derive(root, Path(tmp), tools=tools, jobs=jobs, progress=progress)
+        d = derive(root, Path(tmp), tools=tools, jobs=jobs, progress=progress, cache=cache)
         return differences(root, d, locked)[1]
 
 
@@ -371,6 +388,7 @@ class Report:
     lock: Lock
     lock_bytes: bytes
     seconds: float
+    cache: Cache | None = None
 
 
 def build(
@@ -382,6 +400,7 @@ def build(
     reference: Path | None = None,
     keep: Path | None = None,
     progress: Progress | None = None,
+    cache: Cache | None = None,
 ) -> Report:
     """Prove the lock is exactly what the sources declare, then publish the code objects into out_dir."""
     t0 = time.monotonic()
@@ -396,7 +415,7 @@ def build(
     if keep is not None:
         _check_out_dir(Path(keep))
     with tempfile.TemporaryDirectory(prefix="netra-build-") as tmp:
-        d = derive(root, Path(tmp), tools=tools, jobs=jobs, progress=progress)
+        d = derive(root, Path(tmp), tools=tools, jobs=jobs, progress=progress, cache=cache)
         if keep is not None:
             _keep(Path(tmp) / "src", Path(keep))
         _, diffs = differences(root, d, locked)
@@ -415,7 +434,7 @@ def build(
             names = [e.spec.file for e in d.examined]
             with committing(f"the {len(names)} code objects in {out_dir}"):
                 publish(Path(tmp) / "out", Path(out_dir), names)
-        return Report(d.tools, d.examined, locked, lock_bytes, time.monotonic() - t0)
+        return Report(d.tools, d.examined, locked, lock_bytes, time.monotonic() - t0, d.cache)
 
 
 def _toolchain_hint(d: Derived, locked: Lock) -> str:

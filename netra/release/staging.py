@@ -30,9 +30,15 @@ class Staged:
 def stage(
     root: Path, work: Path, *, jobs: int | None = None, progress: build.Progress | None = None
 ) -> Staged:
-    """Prove the lock against the tree and build every artifact, then stage layout.members(lock)."""
+    """Prove the lock against the tree and build every artifact, then stage layout.members(lock).
+
+    Every code object is compiled now unless NETRA_COMPILE_CACHE=1 asks for the compile cache: the
+    release's promise is a wheel built from the locked sources by this build (docs/build.md)."""
+    from netra.release import compilecache
+
     root = Path(root).resolve()
-    report = build.build(root, work / "code", jobs=jobs, progress=progress)
+    cache = compilecache.open_cache(default=False)
+    report = build.build(root, work / "code", jobs=jobs, progress=progress, cache=cache)
     lock, lock_bytes = report.lock, report.lock_bytes
     wanted = layout.members(lock)
     code = {

@@ -11,7 +11,8 @@ against `Target`; a class supplies what only it knows, in netra/targets/<class>/
 - its template manifests' budget keys (`budget`), where its template sources live (`sources`), the
   rules a tactic must follow (`tactic_problem`), what a tactic defines (`tactic_defines`,
   `rows_per_block`);
-- how a template source becomes a code object (`instantiation`, `compile`) and its file suffix;
+- how a template source becomes a code object (`instantiation`, `compile`, and what decides it besides
+  the sources: `recipe`) and its file suffix;
 - where the machine code lives in a code object (`text_sha256`), what a kernel launches with
   (`launch_digest`), and the static facts and checks of its code objects (`examine`, `checks`).
 
@@ -49,6 +50,18 @@ class Tools:
 
     def __getitem__(self, tool: str) -> str:
         return self.paths[tool]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What decides a code object besides its sources (netra.release.compilecache keys on it): the exact
+    flags of every tool the compile runs, and the binaries whose bytes decide the output (name -> path);
+    and the name of the instantiation file the compile writes into its work folder (a cache hit writes
+    it too, so `netra build --keep` keeps the same files either way)."""
+
+    flags: tuple[str, ...]
+    binaries: dict[str, str]
+    source: str
 
 
 @dataclass(frozen=True)
@@ -132,6 +145,9 @@ class Target(Protocol):
     def instantiation(self, spec: ArtifactSpec) -> str: ...
 
     def compile(self, spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path) -> Path: ...
+
+    def recipe(self, spec: ArtifactSpec, tools: Tools) -> Recipe:
+        """The flags and binaries `compile` uses for `spec` (the compile cache's key holds them)."""
 
     def examine(self, built: list[tuple[ArtifactSpec, Path]], tools: Tools, jobs: int) -> list[Examined]: ...
 

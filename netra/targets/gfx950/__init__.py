@@ -17,7 +17,7 @@ from netra.targets.amd import AMD
 if TYPE_CHECKING:
     from netra.core.types import ArtifactSpec, Tactic, Template, Toolchain
     from netra.targets.host import DriverNeed
-    from netra.targets.target import Examined, Problem, Target, Tools
+    from netra.targets.target import Examined, Problem, Recipe, Target, Tools
 
 WAVE = 64
 MIN_ROCM = "7.0"  # the first ROCm release with gfx950 (its release notes and component changelogs)
@@ -101,6 +101,11 @@ class Gfx950:
         from netra.targets.gfx950 import assemble
 
         return assemble.assemble(spec, tools, root, work, out)
+
+    def recipe(self, spec: ArtifactSpec, tools: Tools) -> Recipe:
+        from netra.targets.gfx950 import assemble
+
+        return assemble.recipe(spec, tools)
 
     def examine(self, built: list[tuple[ArtifactSpec, Path]], tools: Tools, jobs: int) -> list[Examined]:
         """Inspect and check every code object; one llvm-objdump per worker (its start-up dominates)."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from netra.core import files
 from netra.errors import AssemblyError, NetraError
 from netra.targets.gfx950.toolchain import TRIPLE
-from netra.targets.target import Tools
+from netra.targets.target import Recipe, Tools
 
 if TYPE_CHECKING:
     import subprocess
@@ -24,6 +24,29 @@ if TYPE_CHECKING:
 
 CODE_OBJECT_VERSION = 5
 MCPU = {"gfx950": "gfx950"}
+LINK_FLAGS = ("-shared", "--no-undefined", "--build-id=none")
+
+
+def mc_flags(spec: ArtifactSpec) -> tuple[str, ...]:
+    return (f"-triple={TRIPLE}", f"-mcpu={MCPU[spec.target]}", "-filetype=obj")
+
+
+def source_name(spec: ArtifactSpec) -> str:
+    """The instantiation file's name in the work folder."""
+    return f"{spec.name}.s"
+
+
+def recipe(spec: ArtifactSpec, tools: Tools) -> Recipe:
+    """llvm-mc's and ld.lld's flags, and the binaries whose bytes decide a code object: the two tools
+    and the LLVM shared libraries next to them (Debian's llvm-mc is a thin binary over libLLVM)."""
+    binaries = {}
+    for tool in ("llvm-mc", "ld.lld"):
+        real = Path(tools[tool]).resolve()
+        binaries[tool] = str(real)
+        for lib in sorted(real.parent.parent.glob("lib/lib*.so*")):
+            if lib.name.startswith(("libLLVM", "liblld")) and lib.is_file():
+                binaries.setdefault(lib.resolve().name, str(lib.resolve()))
+    return Recipe(flags=(*mc_flags(spec), "|", *LINK_FLAGS), binaries=binaries, source=source_name(spec))
 
 
 def instantiation(spec: ArtifactSpec) -> str:
@@ -159,15 +182,12 @@ def assemble(spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path
         )
     from netra.core import proc  # imported by the build only: a serving host never runs a tool
 
-    src = work / f"{spec.name}.s"
+    src = work / source_name(spec)
     obj = work / f"{spec.name}.o"
     src.write_text(instantiation(spec))
     include = (root / spec.template.source).parent
     what = f"{spec.name} ({spec.template.source})"
-    argv = [
-        tools["llvm-mc"], f"-triple={TRIPLE}", f"-mcpu={MCPU[spec.target]}", "-filetype=obj",
-        "-I", str(include), "-o", str(obj), str(src),
-    ]  # fmt: skip
+    argv = [tools["llvm-mc"], *mc_flags(spec), "-I", str(include), "-o", str(obj), str(src)]
     r = proc.run(
         argv, tool="llvm-mc", what=what, timeout=proc.TOOL_TIMEOUT_S, memory_bytes=proc.TOOL_MEMORY_BYTES
     )
@@ -175,7 +195,7 @@ def assemble(spec: ArtifactSpec, tools: Tools, root: Path, work: Path, out: Path
         raise _fail(spec, "llvm-mc", r, work)
     dest = out / spec.file
     dest.parent.mkdir(parents=True, exist_ok=True)
-    argv = [tools["ld.lld"], "-shared", "--no-undefined", "--build-id=none", "-o", str(dest), str(obj)]
+    argv = [tools["ld.lld"], *LINK_FLAGS, "-o", str(dest), str(obj)]
     r = proc.run(
         argv, tool="ld.lld", what=what, timeout=proc.TOOL_TIMEOUT_S, memory_bytes=proc.TOOL_MEMORY_BYTES
     )

@@ -18,7 +18,7 @@ from netra.targets.nvidia import NVIDIA
 if TYPE_CHECKING:
     from netra.core.types import ArtifactSpec, Tactic, Template, Toolchain
     from netra.targets.host import DriverNeed
-    from netra.targets.target import Examined, Target, Tools
+    from netra.targets.target import Examined, Recipe, Target, Tools
 
 WARP = 32
 
@@ -97,6 +97,11 @@ class Sm90:
         from netra.targets.sm_90 import compile
 
         return compile.compile_cubin(spec, tools, root, work, out, self.arch)
+
+    def recipe(self, spec: ArtifactSpec, tools: Tools) -> Recipe:
+        from netra.targets.sm_90 import compile
+
+        return compile.recipe(spec, tools, self.arch)
 
     def examine(self, built: list[tuple[ArtifactSpec, Path]], tools: Tools, jobs: int) -> list[Examined]:
         return [_examined(spec, path, self.sm) for spec, path in built]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from netra.errors import AssemblyError
-from netra.targets.target import Tools
+from netra.targets.target import Recipe, Tools
 
 if TYPE_CHECKING:
     import subprocess
@@ -61,7 +61,7 @@ def compile_cubin(
     """Compile one artifact; `work` holds the instantiation file and nvcc's temporaries."""
     from netra.core import proc  # imported by the build only: a serving host never runs a tool
 
-    src = work / f"{spec.name}.cu"
+    src = work / source_name(spec)
     src.write_text(instantiation(spec))
     dest = out / spec.file
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -77,6 +77,30 @@ def compile_cubin(
     if r.returncode != 0:
         raise _fail(spec, r, work)
     return dest
+
+
+def source_name(spec: ArtifactSpec) -> str:
+    """The instantiation file's name in the work folder."""
+    return f"{spec.name}.cu"
+
+
+def recipe(spec: ArtifactSpec, tools: Tools, arch: str = ARCH) -> Recipe:
+    """nvcc's flags and the binaries whose bytes decide a cubin: nvcc, what it runs from its own folder
+    (ptxas, cicc, nvcc.profile) and the host compiler it preprocesses with (gcc on the build's PATH).
+    A wrapper script hides what it wraps: then nvcc's version (in the toolchain identity) is the guard."""
+    import shutil
+
+    nvcc = Path(tools["nvcc"]).resolve()
+    binaries = {"nvcc": str(nvcc)}
+    for name, rel in (("ptxas", "ptxas"), ("cicc", "../nvvm/bin/cicc"), ("nvcc.profile", "nvcc.profile")):
+        if (nvcc.parent / rel).is_file():
+            binaries[name] = str(nvcc.parent / rel)
+    path = _base_env().get("PATH")
+    for host in ("gcc", "g++"):
+        found = shutil.which(host, path=path)
+        if found:
+            binaries[host] = found
+    return Recipe(flags=flags(arch), binaries=binaries, source=source_name(spec))
 
 
 def _base_env() -> dict[str, str]:
