@@ -1,4 +1,4 @@
-"""Loading and launching sm_90 cubins through the CUDA driver API (ctypes on libcuda.so.1).
+"""Loading and launching cubins (every NVIDIA GPU class) through the CUDA driver API (ctypes on libcuda.so.1).
 
     from netra.loaders.cuda import Cuda
     cu = Cuda()                                    # RuntimeUnavailableError without a CUDA driver
