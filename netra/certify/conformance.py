@@ -42,6 +42,7 @@ except ModuleNotFoundError as _e:  # numpy is the certify extra's, not a depende
     ) from None
 
 from netra.certify import reference as ref
+from netra.core.ops import FAMILIES
 
 __all__ = [
     "MIDPOINT_WINDOW",
@@ -56,15 +57,7 @@ __all__ = [
     "outputs",
 ]
 
-OPS = (
-    "rmsnorm",
-    "fp8_group_quant",
-    "silu_mul_fp8_quant",
-    "moe_topk_softmax",
-    "fused_add_rmsnorm",
-    "rmsnorm_fp8_group_quant",
-    "fused_add_rmsnorm_fp8_group_quant",
-)
+OPS = tuple(FAMILIES)
 FUSED_QUANT = ("rmsnorm_fp8_group_quant", "fused_add_rmsnorm_fp8_group_quant")
 WITH_RESIDUAL = ("fused_add_rmsnorm", "fused_add_rmsnorm_fp8_group_quant")
 FUSED = ("fused_add_rmsnorm", *FUSED_QUANT)
@@ -113,15 +106,8 @@ MIDPOINT_WINDOW: dict[str, float] = {
 }
 GATE_TERM = 2.0**-22
 
-_PARAM_NAMES: dict[str, tuple[str, ...]] = {
-    "rmsnorm": ("hidden", "weight_offset"),
-    "fp8_group_quant": ("hidden", "group"),
-    "silu_mul_fp8_quant": ("inter", "group"),
-    "moe_topk_softmax": ("experts", "topk"),
-    "fused_add_rmsnorm": ("hidden", "weight_offset"),
-    "rmsnorm_fp8_group_quant": ("hidden", "weight_offset", "group"),
-    "fused_add_rmsnorm_fp8_group_quant": ("hidden", "weight_offset", "group"),
-}
+# How a harness holds each tensor dtype of a family's record: bf16 as uint16 bits, FP8 as uint8 codes.
+_HOLD = {"bf16": np.uint16, "fp8_e4m3fn": np.uint8, "f32": np.float32, "i32": np.int32}
 
 U16 = npt.NDArray[np.uint16]
 F64 = npt.NDArray[np.float64]
@@ -150,9 +136,9 @@ class Verdict:
 
 
 def _check(op: str, params: dict[str, int]) -> None:
-    if op not in _PARAM_NAMES:
+    if op not in FAMILIES:
         raise ValueError(f"unknown op {op!r}; one of {', '.join(OPS)}")
-    missing = [p for p in _PARAM_NAMES[op] if p not in params]
+    missing = [p for p in FAMILIES[op].params if p not in params]
     if missing:
         raise ValueError(f"{op}: missing parameters {missing}")
     if op in ("fp8_group_quant", "silu_mul_fp8_quant", *FUSED_QUANT) and params["group"] != ref.FP8_GROUP:
@@ -165,50 +151,18 @@ def _check(op: str, params: dict[str, int]) -> None:
 
 
 def outputs(op: str, params: dict[str, int], rows: int) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
-    """What a harness allocates for a kernel's outputs, by argument name (bf16 as uint16, FP8 as uint8)."""
+    """What a harness allocates for a kernel's outputs, by argument name in ABI order (bf16 as uint16,
+    FP8 as uint8): the family's record (netra/core/families/) at these parameters and rows."""
     _check(op, params)
-    if op == "rmsnorm":
-        return {"y": (np.dtype(np.uint16), (rows, params["hidden"]))}
-    if op in FUSED:
-        h = params["hidden"]
-        out: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
-        if op in WITH_RESIDUAL:
-            out["residual_out"] = (np.dtype(np.uint16), (rows, h))
-        if op in FUSED_QUANT:
-            out["q"] = (np.dtype(np.uint8), (rows, h))
-            out["scales"] = (np.dtype(np.float32), (rows, h // ref.FP8_GROUP))
-        else:
-            out["y"] = (np.dtype(np.uint16), (rows, h))
-        return out
-    if op in ("fp8_group_quant", "silu_mul_fp8_quant"):
-        n = params["hidden"] if op == "fp8_group_quant" else params["inter"]
-        return {
-            "q": (np.dtype(np.uint8), (rows, n)),
-            "scales": (np.dtype(np.float32), (rows, n // ref.FP8_GROUP)),
-        }
-    k = params["topk"]
-    return {"ids": (np.dtype(np.int32), (rows, k)), "weights": (np.dtype(np.float32), (rows, k))}
+    fam = FAMILIES[op]
+    env = fam.env(params, rows)
+    return {o.name: (np.dtype(_HOLD[o.dtype]), o.dims(env)) for o in fam.kernel_outputs}
 
 
 def bytes_moved(op: str, params: dict[str, int], rows: int) -> int:
-    """The fewest bytes the op must move: each input read once, each output written once."""
+    """The fewest bytes the op must move: each input read once, each output written once (the record's)."""
     _check(op, params)
-    if op == "rmsnorm":
-        h = params["hidden"]
-        return 4 * h * rows + 2 * h  # x read, y written, w read once
-    if op == "fp8_group_quant":
-        h = params["hidden"]
-        return rows * (2 * h + h + 4 * (h // ref.FP8_GROUP))
-    if op == "silu_mul_fp8_quant":
-        i = params["inter"]
-        return rows * (4 * i + i + 4 * (i // ref.FP8_GROUP))
-    if op in FUSED:
-        h = params["hidden"]
-        reads = 4 * h if op in WITH_RESIDUAL else 2 * h  # x (and residual)
-        writes = 2 * h if op in WITH_RESIDUAL else 0  # residual_out
-        writes += h + 4 * (h // ref.FP8_GROUP) if op in FUSED_QUANT else 2 * h  # q and scales, or y
-        return rows * (reads + writes) + 2 * h  # w read once
-    return rows * (2 * params["experts"] + 8 * params["topk"])
+    return FAMILIES[op].bytes_moved(params, rows)
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,7 +187,7 @@ def _bits_exact(v: npt.ArrayLike) -> U16:
 
 def _rng(op: str, params: dict[str, int], name: str, seed: int) -> np.random.Generator:
     key = [seed, zlib.crc32(op.encode()), zlib.crc32(name.encode())]
-    key += [int(params[p]) for p in _PARAM_NAMES[op]]
+    key += [int(params[p]) for p in FAMILIES[op].params]
     return np.random.default_rng(key)
 
 
