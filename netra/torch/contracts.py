@@ -263,16 +263,56 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
     return lo, lo + reach * t.element_size()
 
 
-def in_place(op: str, x: torch.Tensor, residual: torch.Tensor) -> None:
-    """An in-place call writes residual while it reads x: they must not overlap."""
-    xlo, xhi = _span(x)
-    rlo, rhi = _span(residual)
-    if xlo < rhi and rlo < xhi:
+def _overlaps_itself(t: torch.Tensor) -> bool:
+    """Whether two of the tensor's elements are one memory location (an expanded view: a stride 0 over
+    more than one element, or strides that fold back onto each other). Contiguous tensors never do;
+    strides that may fold are settled by listing the offsets (rare, and only on a slow path)."""
+    if t.numel() < 2 or t.is_contiguous():
+        return False
+    dims = sorted((st, n) for n, st in zip(t.shape, t.stride(), strict=True) if n > 1)
+    reach, clear = 0, True
+    for st, n in dims:
+        if st == 0:
+            return True
+        clear = clear and st > reach
+        reach += (n - 1) * st
+    if clear:
+        return False
+    offsets = torch.zeros(1, dtype=torch.int64)
+    for st, n in dims:
+        offsets = (offsets[:, None] + torch.arange(n, dtype=torch.int64) * st).flatten()
+    return bool(offsets.unique().numel() != offsets.numel())
+
+
+def _written(op: str, what: str, t: torch.Tensor) -> None:
+    """A tensor the call writes must not overlap itself: the kernel and the composite's copy would
+    write one location twice (torch's copy_ refuses it with a traceback)."""
+    if _overlaps_itself(t):
         raise _fail(
             op,
-            f"x shares memory with residual, which {op}_ writes",
-            "pass an x that overlaps no part of residual",
+            f"{what} has elements that share one memory location (an expanded or self-overlapping view), "
+            "and the call writes it",
+            f"pass {what.removeprefix('out ')} with distinct elements (.clone() or .contiguous() of it)",
         )
+
+
+def in_place(op: str, ins: tuple[tuple[str, torch.Tensor], ...]) -> None:
+    """An in-place call writes the input its record lets an output alias (residual) while it reads the
+    others: that input must not overlap itself nor any other input."""
+    written = FAMILIES[op].aliases[0][1]
+    target = dict(ins)[written]
+    _written(op, written, target)
+    wlo, whi = _span(target)
+    for name, t in ins:
+        if name == written:
+            continue
+        lo, hi = _span(t)
+        if lo < whi and wlo < hi:
+            raise _fail(
+                op,
+                f"{name} shares memory with {written}, which {op}_ writes",
+                f"pass {'an' if name[0] in 'aeiou' else 'a'} {name} that overlaps no part of {written}",
+            )
 
 
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -287,6 +327,8 @@ def disjoint(op: str, outs: tuple[torch.Tensor, ...], ins: tuple[tuple[str, torc
     names = OUT_NAMES[op]
     tensors = dict(zip(names, outs, strict=True)) | dict(ins)
     allowed = {frozenset(p) for p in ALIASES.get(op, ())}
+    for n, t in zip(names, outs, strict=True):
+        _written(op, f"out {n}", t)
     spans = [(n, f"out {n}", _span(t)) for n, t in zip(names, outs, strict=True)]
     others = spans[1:] + [(n, n, _span(t)) for n, t in ins]
     for i, (ka, na, (alo, ahi)) in enumerate(spans):

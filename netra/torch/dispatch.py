@@ -750,7 +750,7 @@ def fused(
     )
     outs = None if out is None else contracts.as_outs(op, out)
     if inplace:
-        contracts.in_place(op, x, residual)
+        contracts.in_place(op, ins)
     launch = p.launch
     if launch is not None and all(t.is_contiguous() and not t.data_ptr() & 15 for _, t in ins):
         made = _fused_outs(op, p, x, residual, outs, inplace, ins)
