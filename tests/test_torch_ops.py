@@ -115,8 +115,8 @@ def test_leading_dimensions_flatten_into_rows() -> None:
 def test_rmsnorm_receives_eps_as_the_kernels_do(eps: float) -> None:
     """eps is given as a Python float; the composite uses its fp32 value, like the kernel argument."""
     rng = np.random.default_rng(2)
-    x = cf._bits_f32(rng.standard_normal((33, 512), dtype=np.float32) * np.float32(1e-2))
-    w = cf._bits_f32(rng.standard_normal(512, dtype=np.float32))
+    x = cf.bits_f32(rng.standard_normal((33, 512), dtype=np.float32) * np.float32(1e-2))
+    w = cf.bits_f32(rng.standard_normal(512, dtype=np.float32))
     case = cf.Case("eps", 33, {"x": x, "w": w}, {"eps": composite.f32(eps)})
     params = {"hidden": 512, "weight_offset": 0}
     got = {"y": bits16(nt.rmsnorm(bf16(x), bf16(w), eps))}
@@ -126,8 +126,8 @@ def test_rmsnorm_receives_eps_as_the_kernels_do(eps: float) -> None:
 
 def test_weight_offset_1_is_gemmas_x_times_1_plus_w() -> None:
     rng = np.random.default_rng(3)
-    x = bf16(cf._bits_f32(rng.standard_normal((4, 3584), dtype=np.float32)))
-    w = bf16(cf._bits_f32(rng.standard_normal(3584, dtype=np.float32) * np.float32(0.3)))
+    x = bf16(cf.bits_f32(rng.standard_normal((4, 3584), dtype=np.float32)))
+    w = bf16(cf.bits_f32(rng.standard_normal(3584, dtype=np.float32) * np.float32(0.3)))
     y1 = nt.rmsnorm(x, w, 1e-6, 1)
     exact = ref.rmsnorm_bf16(bits16(x), bits16(w), composite.f32(1e-6), 1.0)
     assert np.mean(bits16(y1) == exact) > 0.999
