@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from netra import targets
 from netra.core.ops import FAMILIES
 from netra.errors import (
     ContractError,
@@ -42,7 +43,6 @@ from netra.errors import (
     UncertifiedGPUClassError,
 )
 from netra.torch import composite, contracts
-from netra.torch.launcher import launcher
 
 log = logging.getLogger("netra.torch")
 
@@ -220,19 +220,20 @@ def policy() -> str:
 
 
 def gpu_class(index: int) -> str:
-    """The GPU class of cuda:`index`, as the registry names its compute capability."""
+    """The GPU class of cuda:`index`, as the registry names its device identity (compute capability)."""
     cls = _classes.get(index)
     if cls is None:
-        from netra.loaders.cuda import gpu_class_of
-
-        cls = _classes[index] = gpu_class_of(torch.cuda.get_device_capability(index))
+        ident = tuple(torch.cuda.get_device_capability(index))
+        named = (v.gpu_class(ident) for v in targets.vendors())
+        cls = _classes[index] = next((c for c in named if c), None) or "compute capability {}.{}".format(
+            *ident
+        )
     return cls
 
 
-def _cuda() -> Any:
-    from netra.loaders.cuda import shared
-
-    return shared()
+def _loader(gpu_class: str) -> Any:
+    """The process's loader of the class's vendor (Vendor.open_loader): netra.torch names no loader."""
+    return targets.get(gpu_class).vendor.open_loader(shared=True)
 
 
 def _stream_of(index: int) -> Callable[[], int]:
@@ -315,7 +316,7 @@ def _make_kernels(index: int, key: str, op: str, pol: str) -> Served | Route:
             "module cannot be loaded",
             "run each op once before capturing (warm-up), or call netra.torch.prepare() at startup",
         )
-    cu = _cuda()
+    cu = _loader(cls)
     stream = _stream_of(index)
     rebind = functools.partial(cu.context, index)  # a thread with no current context: bind the device's
     made: dict[str, Callable[..., None]] = {}
@@ -329,7 +330,7 @@ def _make_kernels(index: int, key: str, op: str, pol: str) -> Served | Route:
             )
         for _, k in chosen:
             if k.artifact not in made:
-                made[k.artifact] = _guarded(index, launcher(cu, k, NAMES[op], stream, rebind))
+                made[k.artifact] = _guarded(index, cu.prepare(k, NAMES[op], stream, rebind))
     return Served(tuple(chosen), tuple(made[k.artifact] for _, k in chosen))
 
 
