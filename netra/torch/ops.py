@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 from netra.core.ops import FAMILIES, OpFamily
-from netra.torch import contracts, dispatch, signatures
+from netra.torch import contracts, dispatch, fused, signatures
 
 _Pair = tuple[torch.Tensor, torch.Tensor]
 _lib = torch.library.Library("netra", "DEF")
@@ -58,9 +58,15 @@ def _complete(fam: OpFamily, args: tuple[Any, ...]) -> tuple[Any, ...]:
     return args + tuple(s.default for s in fam.scalars[len(args) - n :]) if len(args) < n else args
 
 
+def _implementation(name: str) -> Callable[..., Any]:
+    """The eager implementation of an operator: netra.torch.fused's for the fused families, else dispatch's."""
+    impl: Callable[..., Any] = getattr(fused if name in fused.OPS else dispatch, name)
+    return impl
+
+
 def _out_impl(fam: OpFamily) -> Callable[..., None]:
     """`<op>_out(outs..., inputs..., scalars...)`: the eager implementation writing the caller's outputs."""
-    impl, n = getattr(dispatch, fam.name), len(fam.outputs)
+    impl, n = _implementation(fam.name), len(fam.outputs)
 
     def run(*args: Any) -> None:
         impl(*args[n:], out=args[0] if n == 1 else tuple(args[:n]))
@@ -103,11 +109,11 @@ def _fakes(fam: OpFamily) -> dict[str, Callable[..., Any]]:
 def _define(fam: OpFamily) -> None:
     """Define a family's operators from its record: schema, eager implementation, fake."""
     impls: dict[str, Callable[..., Any]] = {
-        fam.name: getattr(dispatch, fam.name),
+        fam.name: _implementation(fam.name),
         f"{fam.name}_out": _out_impl(fam),
     }
     if fam.aliases:
-        impls[f"{fam.name}_"] = getattr(dispatch, f"{fam.name}_")
+        impls[f"{fam.name}_"] = _implementation(f"{fam.name}_")
     fakes = _fakes(fam)
     for name, schema in signatures.all_schemas(fam).items():
         _lib.define(schema, tags=_TAGS)
@@ -292,7 +298,7 @@ def fused_add_rmsnorm(
     eps, weight_offset) as nt.rmsnorm. out=(y, residual_out) writes those; residual_out may be residual
     itself (vLLM's in-place form; nt.fused_add_rmsnorm_ is that operator). docs/ops/fused_add_rmsnorm.md."""
     if _eager() and _plain_all(x, residual, w) and _plain_outs(out, 2):
-        return dispatch.fused_add_rmsnorm(x, residual, w, eps, weight_offset, out)
+        return fused.fused_add_rmsnorm(x, residual, w, eps, weight_offset, out)
     contracts.fused_add_rmsnorm(x, residual, w, eps, weight_offset)
     if out is None:
         y, r = _fused_add_rmsnorm_op(x, residual, w, eps, weight_offset)
@@ -312,7 +318,7 @@ def fused_add_rmsnorm_(
     engine calls between layers). The operator's schema declares residual mutated (Tensor(a!)), so
     torch.compile and CUDA graphs see the write. docs/ops/fused_add_rmsnorm.md."""
     if _eager() and _plain_all(x, residual, w):
-        return dispatch.fused_add_rmsnorm_(x, residual, w, eps, weight_offset)
+        return fused.fused_add_rmsnorm_(x, residual, w, eps, weight_offset)
     contracts.fused_add_rmsnorm(x, residual, w, eps, weight_offset)
     return _fused_add_rmsnorm_inplace_op(x, residual, w, eps, weight_offset)
 
@@ -329,7 +335,7 @@ def rmsnorm_fp8_group_quant(
     """(q, scales) = nt.fp8_group_quant(nt.rmsnorm(x, w, eps, weight_offset), group) in one pass: the norm
     rounded to bf16 once, then quantized exactly as fp8_group_quant. docs/ops/rmsnorm_fp8_group_quant.md."""
     if _eager() and _plain_all(x, w) and _plain_outs(out, 2):
-        return dispatch.rmsnorm_fp8_group_quant(x, w, eps, weight_offset, group, out)
+        return fused.rmsnorm_fp8_group_quant(x, w, eps, weight_offset, group, out)
     contracts.rmsnorm_fp8_group_quant(x, w, eps, weight_offset, group)
     if out is None:
         q, s = _rmsnorm_fp8_group_quant_op(x, w, eps, weight_offset, group)
@@ -354,7 +360,7 @@ def fused_add_rmsnorm_fp8_group_quant(
     be residual itself (nt.fused_add_rmsnorm_fp8_group_quant_ is that operator).
     docs/ops/fused_add_rmsnorm_fp8_group_quant.md."""
     if _eager() and _plain_all(x, residual, w) and _plain_outs(out, 3):
-        return dispatch.fused_add_rmsnorm_fp8_group_quant(x, residual, w, eps, weight_offset, group, out)
+        return fused.fused_add_rmsnorm_fp8_group_quant(x, residual, w, eps, weight_offset, group, out)
     contracts.fused_add_rmsnorm_fp8_group_quant(x, residual, w, eps, weight_offset, group)
     if out is None:
         q, s, r = _fused_add_rmsnorm_fp8_group_quant_op(x, residual, w, eps, weight_offset, group)
@@ -380,7 +386,7 @@ def fused_add_rmsnorm_fp8_group_quant_(
     """In place: residual becomes bf16(x + residual); (q, scales) of its norm are returned. The schema
     declares residual mutated. docs/ops/fused_add_rmsnorm_fp8_group_quant.md."""
     if _eager() and _plain_all(x, residual, w):
-        return dispatch.fused_add_rmsnorm_fp8_group_quant_(x, residual, w, eps, weight_offset, group)
+        return fused.fused_add_rmsnorm_fp8_group_quant_(x, residual, w, eps, weight_offset, group)
     contracts.fused_add_rmsnorm_fp8_group_quant(x, residual, w, eps, weight_offset, group)
     q, s = _fused_add_rmsnorm_fp8_group_quant_inplace_op(x, residual, w, eps, weight_offset, group)
     return q, s
