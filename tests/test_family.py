@@ -332,3 +332,37 @@ def test_a_model_is_checked_when_declared() -> None:
         )
     with pytest.raises(LaunchError, match="type 'f16'"):
         LaunchModel(values=(Value("rows", "f16"),), steps=(Step("t", ("rows",)),))
+
+
+@pytest.mark.parametrize("table", sorted(p.name for p in (REPO / "release/tables").glob("*.json")))
+def test_every_certified_launch_is_the_familys_launch_model(table: str) -> None:
+    """The committed tables keep their JSON; read into the launch model, every candidate's grid is the
+    one its family's record declares, at every row count (the existing launches, exactly)."""
+    import json
+
+    from netra.runtime import tables
+
+    t = tables.parse(json.loads((REPO / "release/tables" / table).read_text()), table, table[: -len(".json")])
+    n = 0
+    for entry in t.entries.values():
+        model = FAMILIES[entry.op].launch
+        for c in entry.candidates:
+            assert c.launch.expressions[0] == f"cdiv(rows, {c.launch.rows_per_block})"
+            env = {"rows_per_block": c.launch.rows_per_block, "grid_y": c.launch.grid_axes[1]}
+            for rows in (0, 1, 3, 64, 1000, 8192, 2**20 + 7):
+                want = c.launch.grid(rows)
+                assert c.launch.grid_for({"rows": rows}) == want
+                assert model.plan({**env, "rows": rows}).grids == (want,)
+                n += 1
+    assert n
+
+
+@pytest.mark.parametrize("op", sorted(FAMILIES))
+def test_every_family_has_its_numerics_module(op: str) -> None:
+    pytest.importorskip("numpy")
+    from netra.certify import conformance
+
+    mod = conformance.numerics(op)
+    assert mod.__name__ == f"netra.certify.numerics.{op}"
+    assert set(mod.TOLERANCES) and callable(mod.cases) and callable(mod.expected) and callable(mod.judge)
+    assert (REPO / "netra/core/families" / f"{op}.py").is_file()
