@@ -253,26 +253,32 @@ def test_the_existing_families_launch_one_step_over_rows() -> None:
 
 
 def moe_like() -> LaunchModel:
-    """A routed MoE at decode as issue 28 will declare it: three launches, two workspaces, tokens."""
+    """A routed MoE at decode as issue 28's prototype needs it (docs/gpu-runs/moe-explore-2026-12-04):
+    tokens as the runtime value and the dispatch key; gate/up over (n-tiles of 2I, hit experts) into FP8
+    codes and scales, then down over (n-tiles of H, hit experts) into an f32 per-slot workspace, overlapping
+    the first; a reducer over tokens; self-resetting counters that start zeroed; dynamic shared memory."""
     return LaunchModel(
         values=(Value("tokens", "u32"),),
         steps=(
             Step(
                 "moe_gate_up",
-                ("xq", "xs", "ids", "w13", "s13", "hq", "hs", "tokens"),
+                ("xq", "xs", "ids", "w13", "s13", "hq", "hs", "counters", "tokens"),
                 ("cdiv(2 * inter, 128)", "min(experts, tokens * topk)", "1"),
+                shared="4 * 16384",
             ),
             Step(
                 "moe_down",
                 ("hq", "hs", "ids", "w2", "s2", "acc", "tokens"),
                 ("cdiv(hidden, 128)", "min(experts, tokens * topk)", "1"),
+                overlaps_previous=True,
             ),
-            Step("moe_reduce", ("y", "acc", "weights", "tokens"), ("cdiv(tokens, 4)", "1", "1")),
+            Step("moe_reduce", ("y", "acc", "weights", "tokens"), ("min(sms, cdiv(tokens, 4))", "1", "1")),
         ),
         workspaces=(
             Workspace("hq", "tokens * topk * inter"),
             Workspace("hs", "tokens * topk * (inter / 128) * 4"),
             Workspace("acc", "tokens * topk * hidden * 4"),
+            Workspace("counters", "experts * cdiv(2 * inter, 128) * 4", zeroed=True),
         ),
         dispatch="tokens",
     )
@@ -283,15 +289,17 @@ def test_a_chain_over_two_axes_with_workspaces_sized_by_runtime_values(tokens: i
     m = moe_like()
     params = {"experts": 128, "topk": 8, "hidden": 4096, "inter": 1536}
     rt = m.runtime({"tokens": tokens})
-    plan = m.plan({**params, **rt})
+    plan = m.plan({**params, **rt, "sms": 132})
     hit = min(128, tokens * 8)
-    assert plan.grids == ((24, hit, 1), (32, hit, 1), (-(-tokens // 4), 1, 1))
+    assert plan.grids == ((24, hit, 1), (32, hit, 1), (min(132, -(-tokens // 4)), 1, 1))
+    assert plan.shared == (65536, 0, 0) and plan.zeroed == ("counters",)
     hq, hs, acc = tokens * 8 * 1536, tokens * 8 * 12 * 4, tokens * 8 * 4096 * 4
-    assert plan.sizes == {"hq": hq, "hs": hs, "acc": acc}
+    assert plan.sizes == {"hq": hq, "hs": hs, "acc": acc, "counters": 128 * 24 * 4}
     assert plan.offsets["hq"] == 0
     assert plan.offsets["hs"] == -(-hq // 256) * 256
     assert plan.offsets["acc"] == -(-(plan.offsets["hs"] + hs) // 256) * 256
-    assert plan.workspace_bytes == plan.offsets["acc"] + acc
+    assert plan.offsets["counters"] == -(-(plan.offsets["acc"] + acc) // 256) * 256
+    assert plan.workspace_bytes == plan.offsets["counters"] + 128 * 24 * 4
     assert all(o % 256 == 0 for o in plan.offsets.values())
     args = m.step_args(1, plan, {"ids": 1, "w2": 2, "s2": 3}, rt, base=1 << 20)
     assert args == {
@@ -320,7 +328,7 @@ def test_runtime_values_are_checked_by_name() -> None:
 def test_a_grid_axis_out_of_range_is_refused() -> None:
     m = moe_like()
     with pytest.raises(LaunchError, match=r"moe_gate_up: grid axis 1 .* is outside \[0, 65535\]"):
-        m.plan({"experts": 1 << 20, "topk": 8, "hidden": 4096, "inter": 1536, "tokens": 1 << 20})
+        m.plan({"experts": 1 << 20, "topk": 8, "hidden": 4096, "inter": 1536, "tokens": 1 << 20, "sms": 132})
 
 
 def test_a_model_is_checked_when_declared() -> None:
@@ -330,6 +338,8 @@ def test_a_model_is_checked_when_declared() -> None:
         LaunchModel(
             values=(Value("rows", "u32"),), steps=(Step("t", ("rows",)),), workspaces=(Workspace("w", "1"),)
         )
+    with pytest.raises(LaunchError, match="the first step has no previous one to overlap"):
+        LaunchModel(values=(Value("rows", "u32"),), steps=(Step("t", ("rows",), overlaps_previous=True),))
     with pytest.raises(LaunchError, match="type 'f16'"):
         LaunchModel(values=(Value("rows", "f16"),), steps=(Step("t", ("rows",)),))
 

@@ -10,7 +10,6 @@ record costs nothing at import and one parse per expression afterwards.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,13 +18,15 @@ from netra.errors import LaunchError
 # A parsed expression: an int, a name, or (operator or function, operands...).
 Node = int | str | tuple[str, tuple["Node", ...]]
 
-_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(.))")
+_TOKEN = r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(.))"  # compiled at the first parse, not at import
 FUNCTIONS = ("cdiv", "min", "max")
 
 
 def _tokens(text: str) -> list[str]:
+    import re
+
     out: list[str] = []
-    for m in _TOKEN.finditer(text):
+    for m in re.finditer(_TOKEN, text):
         tok = m.group(1) or m.group(2) or m.group(3)
         if tok is None:
             continue

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from netra.core import expr
 from netra.core.launch import LaunchModel
@@ -26,8 +27,7 @@ DTYPES: dict[str, tuple[int, str]] = {
 }
 
 
-@dataclass(frozen=True)
-class Operand:
+class Operand(NamedTuple):
     """A tensor the family reads or writes. `shape` holds one expression per dimension; a leading "rows"
     is the flattened leading dimensions of a torch call. `follows`: at the torch API the dtype is the
     named input's (a norm's output keeps x's dtype; the contract certifies `dtype`)."""
@@ -48,8 +48,7 @@ class Operand:
         return math.prod(self.dims(env)) * DTYPES[self.dtype][0]
 
 
-@dataclass(frozen=True)
-class Scalar:
+class Scalar(NamedTuple):
     """A non-tensor argument of a call: a contract parameter (with its default) or a runtime value (eps)."""
 
     name: str

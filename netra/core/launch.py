@@ -10,7 +10,13 @@ own template's artifact. What a launch needs at call time is declared, not assum
   "min(experts, tokens * topk)", "1";
 - workspaces: scratch a chain's launches share (one step writes, a later one reads), each sized by an
   expression, carved in order from one buffer that the caller or the runtime allocates;
-- the dispatch key: the runtime value whose size picks a tactic (rows today, tokens for a routed MoE).
+- the dispatch key: the runtime value whose size picks a tactic (rows today, tokens for a routed MoE);
+- per step, its dynamic shared memory (an expression) and whether it may overlap the previous step
+  (programmatic dependent launch); per workspace, whether it must start zeroed (self-resetting counters).
+
+Names an expression may read besides the contract's parameters and the runtime values are the tactic's
+launch constants and the device's properties the runtime supplies (e.g. `sms`, for a persistent grid of
+"min(sms, tiles)"): whatever the caller puts in the mapping a plan is made from.
 
 The existing families are one launch over rows, a grid of (cdiv(rows, rows_per_block), grid_y, 1),
 with no workspace; the certified tables keep their JSON and are read into this model.
@@ -19,19 +25,20 @@ with no workspace; the certified tables keep their JSON and are read into this m
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from netra.core import expr
 from netra.errors import LaunchError
+
+# The small records are NamedTuples, not dataclasses: a family's record is made when netra.core.ops is
+# imported (on every first lookup), and a NamedTuple class costs a tenth of a dataclass to create.
 
 GRID_AXIS_MAX = (2**31 - 1, 65535, 65535)  # the smaller of the CUDA and HIP limits per axis
 WORKSPACE_ALIGN = 256  # every workspace starts at a multiple of this many bytes
 VALUE_TYPES = ("u32", "i32", "u64", "i64", "f32")
 
 
-@dataclass(frozen=True)
-class Value:
+class Value(NamedTuple):
     """A runtime value: a scalar given per call and packed into the kernargs under its name."""
 
     name: str
@@ -43,62 +50,79 @@ class Value:
         return self.type != "f32"
 
 
-@dataclass(frozen=True)
-class Workspace:
-    """Scratch a chain's launches share, `bytes` an expression of parameters and runtime values."""
+class Workspace(NamedTuple):
+    """Scratch a chain's launches share, `bytes` an expression of parameters and runtime values.
+    `zeroed`: must hold zeros when the chain first runs (counters that the kernels reset themselves
+    after use): the caller or the runtime clears it once, when it is allocated, not per call."""
 
     name: str
     bytes: str
+    zeroed: bool = False
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
     """One launch of a chain: which template runs, over which grid, with which arguments (ABI order:
     the family's tensors, its workspaces and its runtime values, by name)."""
 
     template: str
     args: tuple[str, ...]
     grid: tuple[str, str, str] = ("cdiv(rows, rows_per_block)", "grid_y", "1")
+    shared: str = "0"  # dynamic shared memory bytes (an expression); above the default, the loader sets
+    # the function's maximum dynamic shared memory attribute before the first launch
+    overlaps_previous: bool = False  # may start before the previous step ends and wait for its data in
+    # the kernel (CUDA's programmatic stream serialization, griddepcontrol.wait); never the first step
 
 
-@dataclass(frozen=True)
-class Plan:
-    """A chain made concrete for one call: each step's grid, each workspace's offset and size, the total
-    workspace bytes to allocate."""
+class Plan(NamedTuple):
+    """A chain made concrete for one call: each step's grid and dynamic shared memory, each workspace's
+    offset and size, the total workspace bytes to allocate, and the workspaces to zero at allocation."""
 
     grids: tuple[tuple[int, int, int], ...]
     offsets: dict[str, int]
     sizes: dict[str, int]
     workspace_bytes: int
+    shared: tuple[int, ...] = ()
+    zeroed: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
 class LaunchModel:
-    """How a family is launched: its runtime values, its chain of steps, its workspaces, its dispatch key."""
+    """How a family is launched: its runtime values, its chain of steps, its workspaces, its dispatch key.
 
-    values: tuple[Value, ...]
-    steps: tuple[Step, ...]
-    workspaces: tuple[Workspace, ...] = ()
-    dispatch: str = "rows"
-    value_names: frozenset[str] = field(init=False, repr=False, compare=False)
+    A plain class with __slots__ (made once per family when netra.core.ops is imported), checked when
+    made: the dispatch key is a runtime value, every value's type a kernarg type, every workspace some
+    step's argument."""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "value_names", frozenset(v.name for v in self.values))
-        if self.dispatch not in self.value_names:
+    __slots__ = ("dispatch", "steps", "value_names", "values", "workspaces")
+
+    def __init__(
+        self,
+        values: tuple[Value, ...],
+        steps: tuple[Step, ...],
+        workspaces: tuple[Workspace, ...] = (),
+        dispatch: str = "rows",
+    ) -> None:
+        self.values, self.steps, self.workspaces, self.dispatch = values, steps, workspaces, dispatch
+        self.value_names = frozenset(v.name for v in values)
+        if dispatch not in self.value_names:
             raise LaunchError(
-                f"launch model: dispatch key {self.dispatch!r} is not a runtime value",
+                f"launch model: dispatch key {dispatch!r} is not a runtime value",
                 f"dispatch on one of {', '.join(sorted(self.value_names))}",
             )
-        for v in self.values:
+        for v in values:
             if v.type not in VALUE_TYPES:
                 raise LaunchError(f"runtime value {v.name}: type {v.type!r}", f"use one of {VALUE_TYPES}")
-        if not self.steps:
+        if not steps:
             raise LaunchError("launch model: no steps", "declare at least one launch")
-        known = {w.name for w in self.workspaces}
-        used = {a for s in self.steps for a in s.args}
-        unused = sorted(known - used)
+        if steps[0].overlaps_previous:
+            raise LaunchError(
+                f"{steps[0].template}: the first step has no previous one to overlap", "set it False"
+            )
+        unused = sorted({w.name for w in workspaces} - {a for s in steps for a in s.args})
         if unused:
             raise LaunchError(f"launch model: workspace {unused[0]} is no step's argument", "remove it")
+
+    def __repr__(self) -> str:
+        return f"LaunchModel({self.values!r}, {self.steps!r}, {self.workspaces!r}, {self.dispatch!r})"
 
     def names(self) -> frozenset[str]:
         """Every name the model's expressions read."""
@@ -144,6 +168,7 @@ class LaunchModel:
                         "split the work or pick a tactic with more work per block",
                     )
             grids.append((axes[0], axes[1], axes[2]))
+        shared = tuple(expr.evaluate(s.shared, ints) for s in self.steps)
         offsets: dict[str, int] = {}
         sizes: dict[str, int] = {}
         at = 0
@@ -156,7 +181,8 @@ class LaunchModel:
             at = -(-at // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
             offsets[w.name], sizes[w.name] = at, n
             at += n
-        return Plan(tuple(grids), offsets, sizes, at)
+        zeroed = tuple(w.name for w in self.workspaces if w.zeroed)
+        return Plan(tuple(grids), offsets, sizes, at, shared, zeroed)
 
     def step_args(
         self, step: int, plan: Plan, tensors: Mapping[str, Any], runtime: Mapping[str, Any], base: int = 0
