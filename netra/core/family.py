@@ -15,7 +15,6 @@ import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from netra.core import expr
 from netra.core.launch import LaunchModel
 
 # A tensor dtype -> (bytes per element, the kernel argument's pointer type in a template manifest).
@@ -42,6 +41,8 @@ class Operand(NamedTuple):
         return bool(self.shape) and self.shape[0] == "rows"
 
     def dims(self, env: dict[str, int]) -> tuple[int, ...]:
+        from netra.core import expr  # at first use: the record is made at import, read later
+
         return tuple(expr.evaluate(d, env) for d in self.shape)
 
     def nbytes(self, env: dict[str, int]) -> int:

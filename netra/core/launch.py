@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from netra.core import expr
 from netra.errors import LaunchError
 
 # The small records are NamedTuples, not dataclasses: a family's record is made when netra.core.ops is
@@ -126,6 +125,8 @@ class LaunchModel:
 
     def names(self) -> frozenset[str]:
         """Every name the model's expressions read."""
+        from netra.core import expr  # at first use: the record is made at import, read later
+
         out: set[str] = set()
         for s in self.steps:
             for a in s.grid:
@@ -157,6 +158,8 @@ class LaunchModel:
     def plan(self, env: Mapping[str, Any]) -> Plan:
         """Grids and workspace layout for `env`: contract parameters, tactic launch constants and this
         call's runtime values (floats such as eps are not read by any size)."""
+        from netra.core import expr  # at first use: the record is made at import, read later
+
         ints = {k: v for k, v in env.items() if isinstance(v, int) and not isinstance(v, bool)}
         grids = []
         for s in self.steps:
