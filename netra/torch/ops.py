@@ -1,20 +1,10 @@
 """The op families as PyTorch custom operators (torch.library), and the Python functions that call them.
 
-    torch.ops.netra.rmsnorm(Tensor x, Tensor w, float eps, int weight_offset=0) -> Tensor y
-    torch.ops.netra.fp8_group_quant(Tensor x, int group=128) -> (Tensor q, Tensor scales)
-    torch.ops.netra.silu_mul_fp8_quant(Tensor x, int group=128) -> (Tensor q, Tensor scales)
-    torch.ops.netra.moe_topk_softmax(Tensor logits, int topk) -> (Tensor ids, Tensor weights)
-    torch.ops.netra.fused_add_rmsnorm(Tensor x, Tensor residual, Tensor w, float eps, int weight_offset=0)
-        -> (Tensor y, Tensor residual_out)
-    torch.ops.netra.rmsnorm_fp8_group_quant(Tensor x, Tensor w, float eps, int weight_offset=0,
-        int group=128) -> (Tensor q, Tensor scales)
-    torch.ops.netra.fused_add_rmsnorm_fp8_group_quant(Tensor x, Tensor residual, Tensor w, float eps,
-        int weight_offset=0, int group=128) -> (Tensor q, Tensor scales, Tensor residual_out)
-    torch.ops.netra.<op>_out(<outputs>(a!), <the same arguments>) -> ()   (out= writes caller-owned tensors)
-    torch.ops.netra.fused_add_rmsnorm_(Tensor x, Tensor(a!) residual, ...) -> Tensor y, and
-    torch.ops.netra.fused_add_rmsnorm_fp8_group_quant_(Tensor x, Tensor(a!) residual, ...) -> (q, scales):
-        in place, residual_out written over residual; the only operators that mutate an input, and
-        their schemas say so
+    torch.ops.netra.<op>(<inputs>, <scalars>) -> <outputs>            e.g. rmsnorm(Tensor x, Tensor w,
+                                                                      float eps, int weight_offset=0) -> Tensor
+    torch.ops.netra.<op>_out(Tensor(a!) <out>, ..., <inputs>, <scalars>) -> ()   (caller-owned outputs)
+    torch.ops.netra.<op>_(..., Tensor(a!) residual, ...) -> <the other outputs>  (in place, where the
+        family's record lets an output be its input: the two fused adds; their schemas say so)
 
 Every schema, fake and out= implementation is derived from the family's record (netra/core/families/,
 netra.torch.signatures); only the Python entry points below are written per family. Each is defined in
