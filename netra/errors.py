@@ -37,7 +37,8 @@ class LockError(NetraError):
 
 
 class ToolchainError(NetraError):
-    """No usable AMDGPU toolchain (llvm-mc + ld.lld with gfx950) was found or it failed to run."""
+    """A GPU class's toolchain (its assembler and linker, or its CUDA compiler) is missing, cannot
+    target the class, or failed to run; the message names the class and the tool."""
 
 
 class AssemblyError(NetraError):
@@ -90,6 +91,11 @@ class CertificationError(NetraError):
 
 class KernargError(NetraError, ValueError):
     """Kernel arguments that do not fit the kernel's kernarg layout (missing, extra, or out of range)."""
+
+
+class LaunchError(NetraError, ValueError):
+    """A launch an op family's record describes cannot be computed: a malformed size expression, a value
+    it names that was not given, a division that is not exact, or a grid or workspace out of range."""
 
 
 class ContractError(NetraError, ValueError):

@@ -141,6 +141,23 @@ def test_every_import_follows_the_layers() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def test_torch_reaches_the_loader_only_through_its_vendor() -> None:
+    """netra.torch opens the vendor's loader (Vendor.open_loader) and calls its prepared launch: it
+    imports no loader module and no ctypes, so a loader's internals stay the loader's."""
+    wrong = [
+        f"{e.source}:{e.line} imports {e.target}"
+        for e in EDGES
+        if layer(e.source) == "torch" and layer(e.target) == "loaders"
+    ]
+    for m, path in MODULES.items():
+        if layer(m) == "torch":
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                wrong += [f"{m}:{node.lineno} imports ctypes" for n in names if n.split(".")[0] == "ctypes"]
+    assert not wrong, wrong
+
+
 def _cycle(kinds: set[str]) -> list[str] | None:
     graph: dict[str, set[str]] = {m: set() for m in MODULES}
     for e in EDGES:

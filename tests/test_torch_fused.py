@@ -16,6 +16,7 @@ pytestmark = pytest.mark.usefixtures("torch_state")
 
 import netra.torch as nt  # noqa: E402
 from netra.certify import conformance as cf  # noqa: E402
+from netra.core.ops import FAMILIES  # noqa: E402
 from netra.errors import ContractError, StrictModeError  # noqa: E402
 from netra.torch import dispatch  # noqa: E402
 
@@ -171,6 +172,60 @@ BAD = [
         "in place over x",
         lambda x, r, w: nt.fused_add_rmsnorm_(x, x, w, 1e-6),
         r"x shares memory with residual, which fused_add_rmsnorm_ writes",
+    ),
+    # issue 29: a written-to argument that aliases itself (an expanded view: stride 0) or another one
+    (
+        "in place over an expanded residual",
+        lambda x, r, w: nt.fused_add_rmsnorm_(x, r[:1].expand_as(x), w, 1e-6),
+        r"residual has elements that share one memory location .*\.clone\(\)",
+    ),
+    (
+        "in place (fp8) over an expanded residual",
+        lambda x, r, w: nt.fused_add_rmsnorm_fp8_group_quant_(x, r[:1].expand_as(x), w, 1e-6),
+        r"fused_add_rmsnorm_fp8_group_quant: residual has elements that share one memory location",
+    ),
+    (
+        "the in-place operator over an expanded residual",
+        lambda x, r, w: torch.ops.netra.fused_add_rmsnorm_(x, r[:1].expand_as(x), w, 1e-6),
+        r"residual has elements that share one memory location",
+    ),
+    (
+        "out= residual_out is residual, expanded",
+        lambda x, r, w: (lambda e: nt.fused_add_rmsnorm(x, e, w, 1e-6, out=(torch.empty_like(x), e)))(
+            r[:1].expand_as(x)
+        ),
+        r"residual_out has elements that share one memory location",
+    ),
+    (
+        "out= residual_out expanded",
+        lambda x, r, w: nt.fused_add_rmsnorm_fp8_group_quant(
+            x,
+            r,
+            w,
+            1e-6,
+            out=(torch.empty(6, 512, dtype=torch.float8_e4m3fn), torch.empty(6, 4), r[:1].expand_as(x)),
+        ),
+        r"out residual_out has elements that share one memory location",
+    ),
+    (
+        "out= q folded onto itself",
+        lambda x, r, w: nt.rmsnorm_fp8_group_quant(
+            x,
+            w,
+            1e-6,
+            out=(
+                torch.empty(512 + 5, dtype=torch.float8_e4m3fn).as_strided((6, 512), (1, 1)),
+                torch.empty(6, 4),
+            ),
+        ),
+        r"out q has elements that share one memory location",
+    ),
+    (
+        "in place with w inside residual",
+        lambda x, r, w: (
+            lambda buf: nt.fused_add_rmsnorm_(x, buf[: 6 * 512].view(6, 512), buf[5 * 512 : 6 * 512], 1e-6)
+        )(torch.randn(6 * 512).to(BF)),
+        r"w shares memory with residual, which fused_add_rmsnorm_ writes",
     ),
 ]
 
@@ -362,3 +417,79 @@ def test_the_hot_path_falls_back_for_strided_or_misaligned_tensors(recorded: lis
     }
     reasons = nt.fallback_reasons()["fused_add_rmsnorm_fp8_group_quant(hidden=256,weight_offset=0,group=128)"]
     assert "residual does not start on a 16-byte boundary" in reasons["alignment"][0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Property: any strided view as a written-to argument is refused with one line exactly when two of its
+# elements are one memory location, and otherwise written correctly (issue 29)
+
+
+def _views() -> Any:
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    return st.tuples(
+        st.integers(1, 4), st.sampled_from([128, 256]), st.integers(0, 300), st.integers(0, 300)
+    ).map(lambda t: (t[0], t[1], t[2], t[3]))
+
+
+def test_written_views_that_alias_themselves_are_refused_and_others_served() -> None:
+    hypothesis = pytest.importorskip("hypothesis")
+
+    @hypothesis.settings(max_examples=60, deadline=None, database=None)
+    @hypothesis.given(_views(), hypothesis.strategies.sampled_from(["inplace", "out"]))
+    def prop(view: tuple[int, int, int, int], how: str) -> None:
+        rows, h, row_stride, col_stride = view
+        x, _, w = _inputs(h=h, rows=rows)
+        reach = (rows - 1) * row_stride + (h - 1) * col_stride + 1
+        buf = torch.randn(reach).to(BF)
+        target = buf.as_strided((rows, h), (row_stride, col_stride))
+        offsets = {i * row_stride + j * col_stride for i in range(rows) for j in range(h)}
+        aliased = len(offsets) < rows * h
+        before = target.clone()
+        try:
+            if how == "inplace":
+                y = nt.fused_add_rmsnorm_(x, target, w, 1e-6)
+                want_y, want_r = nt.fused_add_rmsnorm(x, before, w, 1e-6)
+                assert torch.equal(y, want_y)
+                assert torch.equal(target, want_r)
+            else:
+                nt.rmsnorm(x, w, 1e-6, out=target)
+                assert torch.equal(target, nt.rmsnorm(x, w, 1e-6))
+        except ContractError as e:
+            assert aliased, str(e)
+            assert "\n" not in str(e) and "share one memory location" in str(e)
+            assert torch.equal(target, before)  # nothing half-written
+        else:
+            assert not aliased
+
+    prop()
+
+
+def _call(op: str, out: Any) -> Any:
+    x, r, w = _inputs()
+    if op == "moe_topk_softmax":
+        return nt.moe_topk_softmax(torch.randn(6, 16).to(BF), 4, out=out)
+    if op == "silu_mul_fp8_quant":
+        return nt.silu_mul_fp8_quant(torch.randn(6, 1024).to(BF), out=out)
+    if op == "fp8_group_quant":
+        return nt.fp8_group_quant(x, out=out)
+    if op in ("rmsnorm", "rmsnorm_fp8_group_quant"):
+        return getattr(nt, op)(x, w, 1e-6, out=out)
+    return getattr(nt, op)(x, r, w, 1e-6, out=out)
+
+
+@pytest.mark.parametrize("op", sorted(cf.OPS))
+@pytest.mark.parametrize("which", [0, -1])
+def test_every_out_form_refuses_an_expanded_output(op: str, which: int) -> None:
+    """Each operator's out= with one output an expanded view (its outputs' shapes and dtypes from the
+    family's record): one line naming that output, nothing written."""
+    fam = FAMILIES[op]
+    made = _call(op, None)
+    made = made if isinstance(made, tuple) else (made,)
+    outs = [torch.empty_like(t) for t in made]
+    name = fam.out_names[which]
+    outs[which] = torch.zeros_like(made[which][:1]).expand_as(made[which])
+    with pytest.raises(ContractError, match=rf"out {name} has elements that share one memory location") as e:
+        _call(op, outs[0] if len(outs) == 1 else tuple(outs))
+    assert "\n" not in str(e.value)
+    assert not outs[which].any()

@@ -24,8 +24,10 @@ import netra.torch as nt  # noqa: E402
 from netra.certify import conformance as cf  # noqa: E402
 from netra.certify import reference as ref  # noqa: E402
 from netra.errors import AlteredFileError, ContractError, CudaError, KernargError, StrictModeError  # noqa: E402
+from netra.loaders import cuda as cuda_loader  # noqa: E402  (the loader netra.torch reaches through Vendor.open_loader)
+from netra.loaders import launch as loader_launch  # noqa: E402
 from netra.runtime.tables import Dispatch  # noqa: E402
-from netra.torch import composite, dispatch, launcher, ops  # noqa: E402
+from netra.torch import composite, dispatch, ops  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 LOG = "netra.torch"
@@ -115,8 +117,8 @@ def test_leading_dimensions_flatten_into_rows() -> None:
 def test_rmsnorm_receives_eps_as_the_kernels_do(eps: float) -> None:
     """eps is given as a Python float; the composite uses its fp32 value, like the kernel argument."""
     rng = np.random.default_rng(2)
-    x = cf._bits_f32(rng.standard_normal((33, 512), dtype=np.float32) * np.float32(1e-2))
-    w = cf._bits_f32(rng.standard_normal(512, dtype=np.float32))
+    x = cf.bits_f32(rng.standard_normal((33, 512), dtype=np.float32) * np.float32(1e-2))
+    w = cf.bits_f32(rng.standard_normal(512, dtype=np.float32))
     case = cf.Case("eps", 33, {"x": x, "w": w}, {"eps": composite.f32(eps)})
     params = {"hidden": 512, "weight_offset": 0}
     got = {"y": bits16(nt.rmsnorm(bf16(x), bf16(w), eps))}
@@ -126,8 +128,8 @@ def test_rmsnorm_receives_eps_as_the_kernels_do(eps: float) -> None:
 
 def test_weight_offset_1_is_gemmas_x_times_1_plus_w() -> None:
     rng = np.random.default_rng(3)
-    x = bf16(cf._bits_f32(rng.standard_normal((4, 3584), dtype=np.float32)))
-    w = bf16(cf._bits_f32(rng.standard_normal(3584, dtype=np.float32) * np.float32(0.3)))
+    x = bf16(cf.bits_f32(rng.standard_normal((4, 3584), dtype=np.float32)))
+    w = bf16(cf.bits_f32(rng.standard_normal(3584, dtype=np.float32) * np.float32(0.3)))
     y1 = nt.rmsnorm(x, w, 1e-6, 1)
     exact = ref.rmsnorm_bf16(bits16(x), bits16(w), composite.f32(1e-6), 1.0)
     assert np.mean(bits16(y1) == exact) > 0.999
@@ -512,7 +514,7 @@ def test_the_compiled_kernarg_packer_writes_kernel_pack_bytes_for_every_table_ca
     assert len(cands) > 20
     for op, c in cands:
         names = dispatch.NAMES[op]
-        st = launcher.packer(c.kernarg, names)
+        st = loader_launch.packer(c.kernarg, names)
         assert st is not None, f"{c.artifact}: layout {c.kernarg}"
         for _ in range(4):
             vals = _values(op, rng)
@@ -557,6 +559,9 @@ class FakeCuda:
     def current_device(self) -> int:
         return 0
 
+    def prepare(self, kernel: Any, names: Any, stream: Any, rebind: Any) -> Any:
+        return cuda_loader.prepare(self, kernel, names, stream, rebind)
+
 
 def fake_kernel(c: Any, contract: str = "k") -> Any:
     return types.SimpleNamespace(
@@ -576,7 +581,7 @@ def test_the_launcher_packs_in_place_and_launches_with_the_tables_geometry() -> 
     entry = _sm90("fp8_group_quant(hidden=2048,group=128)")
     for c in entry.candidates:
         cu = FakeCuda()
-        launch = launcher.launcher(
+        launch = cuda_loader.prepare(
             cu, fake_kernel(c), dispatch.NAMES["fp8_group_quant"], lambda: 77, lambda: None
         )
         for rows in (1, 9, 8192):
@@ -593,13 +598,13 @@ def test_the_launcher_packs_in_place_and_launches_with_the_tables_geometry() -> 
 def test_the_launcher_rebinds_a_thread_without_a_context_and_reports_errors() -> None:
     c = _sm90("rmsnorm(hidden=4096,weight_offset=0)").candidates[0]
     names = dispatch.NAMES["rmsnorm"]
-    cu = FakeCuda(results=[launcher.CUDA_ERROR_INVALID_CONTEXT, 0])
+    cu = FakeCuda(results=[cuda_loader.CUDA_ERROR_INVALID_CONTEXT, 0])
     rebinds: list[int] = []
-    launch = launcher.launcher(cu, fake_kernel(c), names, lambda: 0, lambda: rebinds.append(1))
+    launch = cuda_loader.prepare(cu, fake_kernel(c), names, lambda: 0, lambda: rebinds.append(1))
     launch(3, 16, 32, 48, 3, 1e-6)
     assert rebinds == [1] and len(cu.lib.calls) == 2
     cu = FakeCuda(results=[700])
-    launch = launcher.launcher(cu, fake_kernel(c), names, lambda: 0, lambda: None)
+    launch = cuda_loader.prepare(cu, fake_kernel(c), names, lambda: 0, lambda: None)
     with pytest.raises(CudaError, match="cuLaunchKernel"):
         launch(3, 16, 32, 48, 3, 1e-6)
     with pytest.raises(KernargError, match="rows"):
@@ -619,16 +624,16 @@ def test_a_layout_in_another_order_is_packed_by_kernel_pack() -> None:
             KernargArg("rows", 24, 4, "by_value", "u32"),
         ),
     )
-    assert launcher.packer(swapped, dispatch.NAMES["moe_topk_softmax"]) is None
+    assert loader_launch.packer(swapped, dispatch.NAMES["moe_topk_softmax"]) is None
     k = fake_kernel(c)
     k.kernarg, k.pack = swapped, swapped.pack
     cu = FakeCuda()
-    launcher.launcher(cu, k, dispatch.NAMES["moe_topk_softmax"], lambda: 0, lambda: None)(5, 1, 2, 3, 5)
+    cuda_loader.prepare(cu, k, dispatch.NAMES["moe_topk_softmax"], lambda: 0, lambda: None)(5, 1, 2, 3, 5)
     assert cu.lib.calls[0][-1] == swapped.pack(ids=1, weights=2, logits=3, rows=5)
     wrong = KernargLayout(8, (KernargArg("y", 0, 8, "global_buffer", "bf16*"),))
     k.kernarg = wrong
     with pytest.raises(KernargError, match="takes the arguments y"):
-        launcher.launcher(cu, k, dispatch.NAMES["moe_topk_softmax"], lambda: 0, lambda: None)
+        cuda_loader.prepare(cu, k, dispatch.NAMES["moe_topk_softmax"], lambda: 0, lambda: None)
 
 
 # -- the dispatch hot path, with CPU tensors standing in for CUDA ones ----------------------------------------
@@ -754,7 +759,7 @@ class FakeCatalog:
 @pytest.fixture
 def fake_gpu(monkeypatch: pytest.MonkeyPatch, as_cuda: Any) -> FakeCuda:
     cu = FakeCuda()
-    monkeypatch.setattr(dispatch, "_cuda", lambda: cu)
+    monkeypatch.setattr(dispatch, "_loader", lambda gpu_class: cu)
     monkeypatch.setattr(dispatch, "_classes", {0: "sm_90"})
     monkeypatch.setattr(dispatch, "_kernels", {})
     monkeypatch.setattr(dispatch, "_stream_of", lambda index: lambda: 99)
@@ -1065,3 +1070,13 @@ def test_out_operators_fake_and_compile_and_opcheck() -> None:
         mutated = [a.name for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
         assert mutated == [a.name for a in op._schema.arguments][: 1 if name == "rmsnorm_out" else 2]
         assert not op._schema.returns
+
+
+@pytest.mark.parametrize("capability", [(9, 0), (10, 0), (8, 0), (12, 1)])
+def test_a_devices_class_is_named_by_the_registrys_vendors(
+    capability: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """netra.torch names a device's class through the registry's vendors, as the CUDA loader does."""
+    monkeypatch.setattr(dispatch, "_classes", {})
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: capability)
+    assert dispatch.gpu_class(3) == cuda_loader.gpu_class_of(capability)

@@ -1,4 +1,4 @@
-"""Float64 reference implementations that gfx950 kernels are certified against.
+"""Float64 reference implementations that every GPU class's kernels are certified against.
 
 The contract for each operation is in docs/ops/. Inputs in bf16 are passed as uint16 bit
 patterns so that no framework dtype (and no implicit float32 detour) sits between the test

@@ -1,4 +1,4 @@
-"""Loading and launching sm_90 cubins through the CUDA driver API (ctypes on libcuda.so.1).
+"""Loading and launching cubins (every NVIDIA GPU class) through the CUDA driver API (ctypes on libcuda.so.1).
 
     from netra.loaders.cuda import Cuda
     cu = Cuda()                                    # RuntimeUnavailableError without a CUDA driver
@@ -18,6 +18,10 @@ that can run these kernels, and cuda-bindings would add a dependency tied to a C
 the twenty functions used here. Every call's CUresult is checked and decoded with cuGetErrorName /
 cuGetErrorString.
 
+A kernel served many times (netra.torch) is prepared once (Cuda.prepare): the function loaded, the
+`extra` array built over a kernarg buffer, the layout compiled to one struct; each call then packs in
+place and enqueues.
+
 Memory, copies, events and graphs (netra.loaders.devops) serve `netra certify` and the GPU tests without a
 framework.
 """
@@ -25,9 +29,10 @@ framework.
 from __future__ import annotations
 
 import ctypes
+import struct
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,7 +40,7 @@ from netra.core import text
 from netra.errors import CudaError, RuntimeUnavailableError
 from netra.loaders.devops import DeviceOps
 from netra.loaders.launch import Extra as _Extra
-from netra.loaders.launch import launch_args, load_library
+from netra.loaders.launch import check_names, launch_args, load_library, packer
 from netra.targets.nvidia import NVIDIA
 
 CU_LAUNCH_PARAM_BUFFER_POINTER = 0x01
@@ -275,6 +280,88 @@ class Cuda(DeviceOps):
             )
         if rc:
             self.check(rc, f"cuLaunchKernel({kernel.symbol}, grid {la.grid}, block {la.block})")
+
+    def prepare(
+        self, kernel: Any, names: Sequence[str], stream: Callable[[], int], rebind: Callable[[], None]
+    ) -> Callable[..., None]:
+        """The kernel ready to launch many times (module-level `prepare`, on this loader)."""
+        return prepare(self, kernel, names, stream, rebind)
+
+
+CUDA_ERROR_INVALID_CONTEXT = 201  # a thread on which no CUDA context was ever made current
+
+
+def prepare(
+    cu: Any,
+    kernel: Any,
+    names: Sequence[str],
+    stream: Callable[[], int],
+    rebind: Callable[[], None],
+) -> Callable[..., None]:
+    """A certified kernel made ready to launch many times: launch(rows, *values) enqueues `kernel` for
+    rows >= 1 on stream(), values in `names` order (what Cuda.launch does per call, done once).
+
+    Here all of Cuda.launch's per-call work is done when the kernel is first served: the CUfunction
+    is loaded (cu.function, in the device's context), one Extra array is built over a kernarg buffer of
+    the table's size, and the table's kernarg layout is compiled to one struct.Struct (launch.packer).
+    A call packs its values into that buffer in place (one pack_into), computes the grid from the
+    table's launch geometry and calls cuLaunchKernel. The driver copies the kernarg buffer when the
+    launch is enqueued (or captured into a CUDA graph), so the buffer is free again when the call
+    returns; a lock keeps two threads from packing into it at once. A layout whose arguments are not in
+    `names` order is packed by Kernel.pack per call, and out-of-range values are reported by its
+    KernargError.
+
+    Must be called with the kernel's device current (its module is loaded into that context).
+    `rebind` makes the device's context current on a thread that has none (then the launch is retried
+    once)."""
+    check_names(kernel, names)
+    fn = cu.function(kernel)
+    size = kernel.kernarg.size
+    extra = Extra(bytes(size))
+    buf, arr = extra.buffer, extra.array
+    st = packer(kernel.kernarg, names)
+    axes = kernel.candidate.launch.grid_axes
+    rpb, gy, gz = axes[0][1], axes[1], axes[2]  # (cdiv(rows, rows_per_block), grid_y, 1)
+    bx, by, bz = kernel.block
+    shared = kernel.dynamic_lds_bytes
+    call = cu.lib.cuLaunchKernel
+    check = cu.check
+    lock = threading.Lock()
+    names = tuple(names)
+
+    def _pack_slow(vals: tuple[Any, ...]) -> None:
+        data = kernel.pack(**dict(zip(names, vals, strict=True)))  # KernargError names a bad value
+        ctypes.memmove(buf, data, size)
+
+    if st is not None:
+        pack_into = st.pack_into
+
+        def pack(vals: tuple[Any, ...]) -> None:
+            try:
+                pack_into(buf, 0, *vals)
+            except struct.error:
+                _pack_slow(vals)  # raises KernargError for the value struct refused
+                raise
+    else:
+        pack = _pack_slow
+
+    def launch(rows: int, *vals: Any) -> None:
+        s = stream()
+        with lock:
+            pack(vals)
+            rc = call(fn, -(-rows // rpb), gy, gz, bx, by, bz, shared, s, None, arr)
+        if rc:
+            if rc == CUDA_ERROR_INVALID_CONTEXT:
+                rebind()
+                with lock:
+                    pack(vals)
+                    rc = call(fn, -(-rows // rpb), gy, gz, bx, by, bz, shared, s, None, arr)
+            if rc:
+                check(rc, f"cuLaunchKernel({kernel.symbol}, rows {rows}, block {kernel.block})")
+
+    launch.kernel = kernel  # type: ignore[attr-defined]  # what it launches, for netra.torch.kernel_for
+    launch.extra = extra  # type: ignore[attr-defined]  # keeps the buffer the array points to alive
+    return launch
 
 
 _shared: list[Cuda] = []

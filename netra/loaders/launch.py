@@ -9,11 +9,13 @@ table's; nothing here differs between them except the array's marker values, whi
 from __future__ import annotations
 
 import ctypes
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from netra.errors import KernargError, RuntimeUnavailableError
+from netra.runtime.kernarg import BY_VALUE_TYPES, KernargLayout
 
 if TYPE_CHECKING:
     from netra.runtime.catalog import Kernel
@@ -69,3 +71,35 @@ def load_library(candidates: Sequence[str], what: str, hint: str) -> tuple[ctype
         except OSError as e:
             tried.append(f"{c}: {e}")
     raise RuntimeUnavailableError(f"{what} could not be loaded ({'; '.join(tried) or 'not found'})", hint)
+
+
+def packer(layout: KernargLayout, names: Sequence[str]) -> struct.Struct | None:
+    """One struct.Struct writing `names` (in that order) at the layout's offsets, zero padding between
+    and after them; None when the layout does not list exactly these arguments in this order."""
+    args = sorted(layout.args, key=lambda a: a.offset)
+    if tuple(a.name for a in args) != tuple(names):
+        return None
+    fmt, pos = "<", 0
+    for a in args:
+        code = "Q" if a.kind == "global_buffer" else BY_VALUE_TYPES.get(a.type, ("", 0))[0]
+        if not code or a.offset < pos or struct.calcsize("<" + code) != a.size:
+            return None
+        fmt += f"{a.offset - pos}x{code}" if a.offset > pos else code
+        pos = a.offset + a.size
+    if pos > layout.size:
+        return None
+    if layout.size > pos:
+        fmt += f"{layout.size - pos}x"
+    st = struct.Struct(fmt)
+    return st if st.size == layout.size else None
+
+
+def check_names(kernel: Any, names: Sequence[str]) -> None:
+    """The table's kernel must take exactly the arguments its family's record names (netra/core/families/)."""
+    have = kernel.kernarg.names
+    if set(have) != set(names):
+        raise KernargError(
+            f"{kernel.artifact} ({kernel.contract}, {kernel.gpu_class}) takes the arguments {', '.join(have)}, "
+            f"but its op family passes {', '.join(names)}",
+            "the release's table disagrees with the family's record; reinstall netra-kernel or report the release",
+        )

@@ -23,7 +23,7 @@ from netra import targets
 from netra.core import files, models
 from netra.core import schema as s
 from netra.core import toml as _toml
-from netra.core.ops import FAMILIES, contract_key
+from netra.core.ops import FAMILIES, OpFamily, contract_key
 from netra.core.types import (
     CERTIFICATIONS,
     MATURITIES,
@@ -201,11 +201,34 @@ def _template(root: Path, rel: str, target: str, present: set[str]) -> Template:
         offset = (offset + size - 1) // size * size  # natural alignment, as the HIP and CUDA ABIs lay them
         args.append(Arg(a["name"], offset, size, kind, a["type"], a["address_space"], a["access"]))
         offset += size
+    _check_args(rel, FAMILIES[op], args)
     tactic_constants = {
         k: _range(v, f"{rel}: tactic_constants.{k}") for k, v in raw["tactic_constants"].items()
     }
     budget = {k: raw[k] for k in tgt.budget}
     return Template(raw["template"], target, op, source, constants, tuple(args), budget, tactic_constants)
+
+
+def _check_args(rel: str, fam: OpFamily, args: list[Arg]) -> None:
+    """A template's [[args]] are the family's kernel arguments, as its record declares them: same names
+    in ABI order, each of the record's type and access (the lock hashes the manifest; the record says
+    what it must hold)."""
+    names = tuple(a.name for a in args)
+    if names != fam.args:
+        raise ManifestError(
+            f"{rel}: [[args]] are {', '.join(names)}, but the {fam.name} family's kernel takes "
+            f"{', '.join(fam.args)}",
+            f"declare exactly those, in that order (the family's record: netra/core/families/{fam.name}.py)",
+        )
+    for a in args:
+        want_type, want_access = fam.kernel_arg(a.name)
+        if a.type != want_type or (want_access is not None and a.access != want_access):
+            got = a.type + (f", {a.access}" if a.access else "")
+            want = want_type + (f", {want_access}" if want_access else "")
+            raise ManifestError(
+                f"{rel}: argument {a.name} is {got}, but the {fam.name} family's record declares {want}",
+                f"make the [[args]] entry {want} (netra/core/families/{fam.name}.py)",
+            )
 
 
 def _tactics(

@@ -105,6 +105,19 @@ class Launch:
         return (out[0], out[1], out[2])
 
     @property
+    def expressions(self) -> tuple[str, ...]:
+        """The grid in the terms of the family's launch model (netra.core.launch): each axis a constant
+        or cdiv(<runtime value>, <per block>). The table's JSON keeps its format; this is its reading."""
+        return tuple(str(a) if isinstance(a, int) else f"cdiv({a[0]}, {a[1]})" for a in self.grid_axes)
+
+    def grid_for(self, values: Mapping[str, int]) -> tuple[int, int, int]:
+        """Blocks per axis for the named runtime values (what grid(rows) is for {"rows": rows})."""
+        from netra.core import expr
+
+        x, y, z = (expr.evaluate(e, values) for e in self.expressions)
+        return (x, y, z)
+
+    @property
     def threads_per_block(self) -> int:
         return math.prod(self.block)
 

@@ -38,6 +38,7 @@ class Vendor(ABC):
     libraries: tuple[str, ...]
     sources: tuple[str, ...]
     install_hint: str
+    _shared: Any = None  # open_loader(shared=True) of a loader module without its own shared()
 
     def library_dirs(self) -> list[str]:
         """The vendor's own folders for its driver library, searched after LD_LIBRARY_PATH."""
@@ -94,6 +95,16 @@ class Vendor(ABC):
         """The profiler certification reads each candidate's DRAM throughput with (none by default)."""
         return None
 
-    def open_loader(self) -> Any:
-        """A new instance of the vendor's loader (RuntimeUnavailableError without its driver library)."""
-        return getattr(importlib.import_module(self.loader_module), self.loader_class)()
+    def open_loader(self, *, shared: bool = False) -> Any:
+        """A new instance of the vendor's loader (RuntimeUnavailableError without its driver library);
+        `shared`: the process's one instance instead, so that modules load once per process whoever
+        launches (the loader module's `shared()` where it has one)."""
+        module = importlib.import_module(self.loader_module)
+        if shared:
+            one = getattr(module, "shared", None)
+            if one is not None:
+                return one()
+            if self._shared is None:
+                self._shared = getattr(module, self.loader_class)()
+            return self._shared
+        return getattr(module, self.loader_class)()

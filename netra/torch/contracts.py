@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from netra.core.expr import evaluate_tree, parse
 from netra.core.ops import FAMILIES, contract_key
 from netra.errors import ContractError
 
@@ -30,6 +31,11 @@ class Shape(NamedTuple):
     @property
     def key(self) -> str:
         return contract_key(self.op, self.params)
+
+
+def _shape(op: str, params: dict[str, Any], width: int, first: torch.Tensor) -> Shape:
+    """A checked call's Shape: the outputs' shapes come from the family's record."""
+    return Shape(op, params, width, _out_shapes(op, params, tuple(first.shape[:-1])))
 
 
 def _fail(op: str, what: str, fix: str) -> ContractError:
@@ -65,7 +71,7 @@ def _same_device(op: str, a: torch.Tensor, b: torch.Tensor, na: str, nb: str) ->
 
 def rmsnorm(x: Any, w: Any, eps: Any, weight_offset: Any) -> Shape:
     h, wo = _norm("rmsnorm", x, w, eps, weight_offset)
-    return Shape("rmsnorm", {"hidden": h, "weight_offset": wo}, h, (tuple(x.shape),))
+    return _shape("rmsnorm", {"hidden": h, "weight_offset": wo}, h, x)
 
 
 def _norm(op: str, x: Any, w: Any, eps: Any, weight_offset: Any) -> tuple[int, int]:
@@ -103,15 +109,14 @@ def fused_add_rmsnorm(x: Any, residual: Any, w: Any, eps: Any, weight_offset: An
     op = "fused_add_rmsnorm"
     h, wo = _norm(op, x, w, eps, weight_offset)
     _residual(op, x, residual)
-    return Shape(op, {"hidden": h, "weight_offset": wo}, h, (tuple(x.shape), tuple(x.shape)))
+    return _shape(op, {"hidden": h, "weight_offset": wo}, h, x)
 
 
 def rmsnorm_fp8_group_quant(x: Any, w: Any, eps: Any, weight_offset: Any, group: Any) -> Shape:
     op = "rmsnorm_fp8_group_quant"
     h, wo = _norm(op, x, w, eps, weight_offset)
     g = _group(op, h, group, "hidden")
-    lead = tuple(x.shape[:-1])
-    return Shape(op, {"hidden": h, "weight_offset": wo, "group": g}, h, ((*lead, h), (*lead, h // g)))
+    return _shape(op, {"hidden": h, "weight_offset": wo, "group": g}, h, x)
 
 
 def fused_add_rmsnorm_fp8_group_quant(
@@ -121,9 +126,7 @@ def fused_add_rmsnorm_fp8_group_quant(
     h, wo = _norm(op, x, w, eps, weight_offset)
     _residual(op, x, residual)
     g = _group(op, h, group, "hidden")
-    lead = tuple(x.shape[:-1])
-    out = ((*lead, h), (*lead, h // g), tuple(x.shape))
-    return Shape(op, {"hidden": h, "weight_offset": wo, "group": g}, h, out)
+    return _shape(op, {"hidden": h, "weight_offset": wo, "group": g}, h, x)
 
 
 def _group(op: str, n: int, group: Any, what: str) -> int:
@@ -142,8 +145,7 @@ def fp8_group_quant(x: Any, group: Any) -> Shape:
     if h < 1:
         raise _fail(op, "x has rows of length 0", "pass x as [..., hidden] with hidden >= 1")
     g = _group(op, h, group, "hidden")
-    lead = tuple(x.shape[:-1])
-    return Shape(op, {"hidden": h, "group": g}, h, ((*lead, h), (*lead, h // g)))
+    return _shape(op, {"hidden": h, "group": g}, h, x)
 
 
 def silu_mul_fp8_quant(x: Any, group: Any) -> Shape:
@@ -156,8 +158,7 @@ def silu_mul_fp8_quant(x: Any, group: Any) -> Shape:
         )
     i = n // 2
     g = _group(op, i, group, "inter")
-    lead = tuple(x.shape[:-1])
-    return Shape(op, {"inter": i, "group": g}, n, ((*lead, i), (*lead, i // g)))
+    return _shape(op, {"inter": i, "group": g}, n, x)
 
 
 def moe_topk_softmax(logits: Any, topk: Any) -> Shape:
@@ -167,46 +168,51 @@ def moe_topk_softmax(logits: Any, topk: Any) -> Shape:
     k = _int(op, "topk", topk, 1, "pass topk between 1 and the number of experts")
     if k > e:
         raise _fail(op, f"topk = {k} exceeds the {e} experts", "pass topk between 1 and logits.shape[-1]")
-    lead = tuple(logits.shape[:-1])
-    return Shape(op, {"experts": e, "topk": k}, e, ((*lead, k), (*lead, k)))
+    return _shape(op, {"experts": e, "topk": k}, e, logits)
 
 
 # ---------------------------------------------------------------------------------------------------
 # Caller-owned outputs (out=)
 
-OUT_NAMES = {
-    "rmsnorm": ("y",),
-    "fp8_group_quant": ("q", "scales"),
-    "silu_mul_fp8_quant": ("q", "scales"),
-    "moe_topk_softmax": ("ids", "weights"),
-    "fused_add_rmsnorm": ("y", "residual_out"),
-    "rmsnorm_fp8_group_quant": ("q", "scales"),
-    "fused_add_rmsnorm_fp8_group_quant": ("q", "scales", "residual_out"),
+# Derived from each family's record (netra/core/families/): the outputs' names in return order, the
+# (output, input) pairs that may be the same tensor (the fused adds write residual_out over residual).
+OUT_NAMES = {op: fam.out_names for op, fam in FAMILIES.items()}
+ALIASES = {op: fam.aliases for op, fam in FAMILIES.items() if fam.aliases}
+TORCH_DTYPES = {
+    "bf16": torch.bfloat16,
+    "fp8_e4m3fn": torch.float8_e4m3fn,
+    "f32": torch.float32,
+    "i32": torch.int32,
 }
-# (output, input) pairs that may be the same tensor: the fused adds write residual_out over residual
-ALIASES = {
-    "fused_add_rmsnorm": (("residual_out", "residual"),),
-    "fused_add_rmsnorm_fp8_group_quant": (("residual_out", "residual"),),
+# The outputs' dtypes where none follows an input (all families but the norms' bf16 outputs).
+FIXED_DTYPES = {
+    op: tuple(TORCH_DTYPES[o.dtype] for o in fam.outputs)
+    for op, fam in FAMILIES.items()
+    if not any(o.follows for o in fam.outputs)
 }
-
-
-PAIR_DTYPES = {  # the two outputs' dtypes of the families that return a pair
-    "fp8_group_quant": (torch.float8_e4m3fn, torch.float32),
-    "silu_mul_fp8_quant": (torch.float8_e4m3fn, torch.float32),
-    "moe_topk_softmax": (torch.int32, torch.float32),
-    "rmsnorm_fp8_group_quant": (torch.float8_e4m3fn, torch.float32),
-}
+PAIR_DTYPES = {op: d for op, d in FIXED_DTYPES.items() if len(d) == 2}  # the families returning a pair
 
 
 def out_dtypes(op: str, first: torch.Tensor) -> tuple[torch.dtype, ...]:
-    """The dtypes a call's outputs have (a norm's y and residual_out follow its input, the rest are fixed)."""
-    if op == "rmsnorm":
-        return (first.dtype,)
-    if op == "fused_add_rmsnorm":
-        return (first.dtype, first.dtype)
-    if op == "fused_add_rmsnorm_fp8_group_quant":
-        return (torch.float8_e4m3fn, torch.float32, first.dtype)
-    return PAIR_DTYPES[op]
+    """The dtypes a call's outputs have: the record's, except an output that follows its input (a
+    norm's y and residual_out keep x's dtype)."""
+    fixed = FIXED_DTYPES.get(op)
+    if fixed is not None:
+        return fixed
+    return tuple(first.dtype if o.follows else TORCH_DTYPES[o.dtype] for o in FAMILIES[op].outputs)
+
+
+# Each output's dimensions after "rows", parsed once here (torch.compile traces the evaluation, not the
+# parser): (expression, its tree) per dimension.
+_OUT_DIMS = {
+    op: tuple(tuple((d, parse(d)) for d in o.shape[1:]) for o in fam.outputs) for op, fam in FAMILIES.items()
+}
+
+
+def _out_shapes(op: str, params: dict[str, Any], lead: tuple[Any, ...]) -> tuple[tuple[Any, ...], ...]:
+    """The outputs' shapes from the record: the input's leading dimensions, then each output's own
+    (its shape's expressions after "rows", at the call's parameters)."""
+    return tuple((*lead, *(evaluate_tree(t, params, d) for d, t in dims)) for dims in _OUT_DIMS[op])
 
 
 def as_outs(op: str, out: Any) -> tuple[Any, ...]:
@@ -257,16 +263,56 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
     return lo, lo + reach * t.element_size()
 
 
-def in_place(op: str, x: torch.Tensor, residual: torch.Tensor) -> None:
-    """An in-place call writes residual while it reads x: they must not overlap."""
-    xlo, xhi = _span(x)
-    rlo, rhi = _span(residual)
-    if xlo < rhi and rlo < xhi:
+def _overlaps_itself(t: torch.Tensor) -> bool:
+    """Whether two of the tensor's elements are one memory location (an expanded view: a stride 0 over
+    more than one element, or strides that fold back onto each other). Contiguous tensors never do;
+    strides that may fold are settled by listing the offsets (rare, and only on a slow path)."""
+    if t.numel() < 2 or t.is_contiguous():
+        return False
+    dims = sorted((st, n) for n, st in zip(t.shape, t.stride(), strict=True) if n > 1)
+    reach, clear = 0, True
+    for st, n in dims:
+        if st == 0:
+            return True
+        clear = clear and st > reach
+        reach += (n - 1) * st
+    if clear:
+        return False
+    offsets = torch.zeros(1, dtype=torch.int64)
+    for st, n in dims:
+        offsets = (offsets[:, None] + torch.arange(n, dtype=torch.int64) * st).flatten()
+    return bool(offsets.unique().numel() != offsets.numel())
+
+
+def _written(op: str, what: str, t: torch.Tensor) -> None:
+    """A tensor the call writes must not overlap itself: the kernel and the composite's copy would
+    write one location twice (torch's copy_ refuses it with a traceback)."""
+    if _overlaps_itself(t):
         raise _fail(
             op,
-            f"x shares memory with residual, which {op}_ writes",
-            "pass an x that overlaps no part of residual",
+            f"{what} has elements that share one memory location (an expanded or self-overlapping view), "
+            "and the call writes it",
+            f"pass {what.removeprefix('out ')} with distinct elements (.clone() or .contiguous() of it)",
         )
+
+
+def in_place(op: str, ins: tuple[tuple[str, torch.Tensor], ...]) -> None:
+    """An in-place call writes the input its record lets an output alias (residual) while it reads the
+    others: that input must not overlap itself nor any other input."""
+    written = FAMILIES[op].aliases[0][1]
+    target = dict(ins)[written]
+    _written(op, written, target)
+    wlo, whi = _span(target)
+    for name, t in ins:
+        if name == written:
+            continue
+        lo, hi = _span(t)
+        if lo < whi and wlo < hi:
+            raise _fail(
+                op,
+                f"{name} shares memory with {written}, which {op}_ writes",
+                f"pass {'an' if name[0] in 'aeiou' else 'a'} {name} that overlaps no part of {written}",
+            )
 
 
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -281,6 +327,8 @@ def disjoint(op: str, outs: tuple[torch.Tensor, ...], ins: tuple[tuple[str, torc
     names = OUT_NAMES[op]
     tensors = dict(zip(names, outs, strict=True)) | dict(ins)
     allowed = {frozenset(p) for p in ALIASES.get(op, ())}
+    for n, t in zip(names, outs, strict=True):
+        _written(op, f"out {n}", t)
     spans = [(n, f"out {n}", _span(t)) for n, t in zip(names, outs, strict=True)]
     others = spans[1:] + [(n, n, _span(t)) for n, t in ins]
     for i, (ka, na, (alo, ahi)) in enumerate(spans):

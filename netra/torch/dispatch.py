@@ -15,7 +15,7 @@ does the catalog serve the contract at the policy (else the runtime's Fallback c
 `below_policy`, `rejected`, ...). Integrity errors (IntegrityError and its subclasses, TableError)
 propagate from the catalog: they are never a fallback. For a served contract, the catalog is asked once
 per row-count rule of the table's certified dispatch (`select(key, rows=...)`) and each kernel is made
-launchable once (netra.torch.launcher).
+launchable once (the vendor's loader: Vendor.open_loader, its prepare()).
 
 Every call that runs the composite is counted per (contract, code), logged once per (contract, reason)
 on the "netra.torch" logger, and raises StrictModeError instead while strict mode is on.
@@ -23,176 +23,57 @@ on the "netra.torch" logger, and raises StrictModeError instead while strict mod
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import logging
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from netra import targets
 from netra.core.ops import FAMILIES
 from netra.errors import (
     ContractError,
     CudaError,
     RuntimeUnavailableError,
-    StrictModeError,
     UncertifiedGPUClassError,
 )
 from netra.torch import composite, contracts
-from netra.torch.launcher import launcher
+from netra.torch.routes import (
+    MUTEX,
+    POLICY,
+    Plan,
+    Route,
+    fallback_reasons,
+    is_strict,
+    new_plan,
+    policy,
+    reset_stats,
+    route,
+    set_strict,
+    stats,
+    strict,
+)
 
-log = logging.getLogger("netra.torch")
+__all__ = [  # the public functions of netra.torch that live in netra.torch.routes are named from here too
+    "fallback_reasons",
+    "is_strict",
+    "kernel_for",
+    "policy",
+    "prepare",
+    "reset_stats",
+    "set_policy",
+    "set_strict",
+    "stats",
+    "strict",
+]
 
 BF16 = torch.bfloat16
 ALIGN = 16  # the kernels read their inputs with 16-byte vector loads
 NAMES = {op: f.args for op, f in FAMILIES.items()}  # each family's kernel arguments, in the order passed
-CERTIFIED = "certified"  # the stats key of calls that ran a certified kernel
 _ALL_ROWS = sys.maxsize
-
-_mutex = threading.RLock()
-_policy = ["accepted"]
-_strict = [False]
-
-
-# ---------------------------------------------------------------------------------------------------
-# Routes: a fallback record per (contract, code, reason), a plan per call signature
-
-
-class Route:
-    """A fallback route: the composite runs, for `code` and `reason`. Falsy, like runtime.Fallback."""
-
-    __slots__ = ("code", "contract", "count", "logged", "reason")
-
-    def __init__(self, contract: str, code: str, reason: str) -> None:
-        self.contract = contract
-        self.code = code
-        self.reason = reason
-        self.count = 0
-        self.logged = False
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __repr__(self) -> str:
-        return f"Route({self.contract!r}, {self.code!r}, {self.reason!r})"
-
-    def take(self) -> None:
-        """The composite is about to run for this route: strict check, count, log once."""
-        if _strict[0]:
-            raise StrictModeError(
-                f"strict mode: {self.contract} would run the PyTorch composite ({self.code}: {self.reason})",
-                "serve a certified contract on a certified GPU (netra.torch.prepare() lists them), or call "
-                "outside strict mode",
-                contract=self.contract,
-                code=self.code,
-                reason=self.reason,
-            )
-        self.count += 1
-        if not self.logged:
-            self.logged = True
-            log.warning("%s runs the PyTorch composite: %s (%s)", self.contract, self.reason, self.code)
-
-
-class Plan:
-    """What one call signature runs: `launch` (kernels by row count) or `route` (the composite)."""
-
-    __slots__ = ("contract", "count", "extra", "launch", "route", "width")
-
-    def __init__(
-        self, contract: str, width: int, launch: Callable[..., None] | None, route: Route | None
-    ) -> None:
-        self.contract = contract
-        self.width = width
-        self.launch = launch
-        self.route = route
-        self.count = 0  # calls that ran the kernel
-        self.extra: Any = None  # per-op constant (groups per row, k)
-
-
-_routes: dict[tuple[str, str, str], Route] = {}
-_plans: list[Plan] = []  # every plan ever made (stats survive set_policy)
-_kernels: dict[tuple[int, str, str], Any] = {}  # (device, contract, policy) -> Served | Route
 _classes: dict[int, str] = {}
-
-
-def route(contract: str, code: str, reason: str) -> Route:
-    key = (contract, code, reason)
-    r = _routes.get(key)
-    if r is None:
-        with _mutex:
-            r = _routes.setdefault(key, Route(contract, code, reason))
-    return r
-
-
-def _new_plan(contract: str, width: int, launch: Callable[..., None] | None, rt: Route | None) -> Plan:
-    p = Plan(contract, width, launch, rt)
-    _plans.append(p)
-    return p
-
-
-# ---------------------------------------------------------------------------------------------------
-# Stats, strict mode, policy
-
-
-def stats() -> dict[str, dict[str, int]]:
-    """Calls per contract and path since the last reset: {"certified": n} for the kernel, and one entry
-    per fallback code ("device", "dtype", "layout", "alignment", "no_table", "no_entry", "below_policy",
-    ...) for the composite. Contracts with no calls are left out."""
-    out: dict[str, dict[str, int]] = {}
-    with _mutex:
-        for p in _plans:
-            if p.count:
-                d = out.setdefault(p.contract, {})
-                d[CERTIFIED] = d.get(CERTIFIED, 0) + p.count
-        for r in _routes.values():
-            if r.count:
-                d = out.setdefault(r.contract, {})
-                d[r.code] = d.get(r.code, 0) + r.count
-    return out
-
-
-def fallback_reasons() -> dict[str, dict[str, list[str]]]:
-    """Each contract's fallback codes and the reasons given, for every composite run since the last reset."""
-    out: dict[str, dict[str, list[str]]] = {}
-    with _mutex:
-        for r in _routes.values():
-            if r.count:
-                out.setdefault(r.contract, {}).setdefault(r.code, []).append(r.reason)
-    return out
-
-
-def reset_stats() -> None:
-    """Zero every counter (the one-time log lines are not repeated)."""
-    with _mutex:
-        for p in _plans:
-            p.count = 0
-        for r in _routes.values():
-            r.count = 0
-
-
-def set_strict(on: bool = True) -> bool:
-    """Process-wide: while on, a call that would run the composite raises StrictModeError. Returns the
-    previous setting."""
-    prev = _strict[0]
-    _strict[0] = bool(on)
-    return prev
-
-
-def is_strict() -> bool:
-    return _strict[0]
-
-
-@contextlib.contextmanager
-def strict(on: bool = True) -> Iterator[None]:
-    """`with netra.torch.strict():` strict mode for the block (process-wide), restored afterwards."""
-    prev = set_strict(on)
-    try:
-        yield
-    finally:
-        set_strict(prev)
+_kernels: dict[tuple[int, str, str], Any] = {}  # (device, contract, policy) -> Served | Route
 
 
 def set_policy(policy: str) -> str:
@@ -203,16 +84,12 @@ def set_policy(policy: str) -> str:
         raise ContractError(
             f"policy {policy!r} is not one of {', '.join(POLICIES)}", "the default is 'accepted'"
         )
-    with _mutex:
-        prev = _policy[0]
-        _policy[0] = policy
+    with MUTEX:
+        prev = POLICY[0]
+        POLICY[0] = policy
         for table in _TABLES:
             table.clear()
     return prev
-
-
-def policy() -> str:
-    return _policy[0]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -220,19 +97,20 @@ def policy() -> str:
 
 
 def gpu_class(index: int) -> str:
-    """The GPU class of cuda:`index`, as the registry names its compute capability."""
+    """The GPU class of cuda:`index`, as the registry names its device identity (compute capability)."""
     cls = _classes.get(index)
     if cls is None:
-        from netra.loaders.cuda import gpu_class_of
-
-        cls = _classes[index] = gpu_class_of(torch.cuda.get_device_capability(index))
+        ident = tuple(torch.cuda.get_device_capability(index))
+        named = (v.gpu_class(ident) for v in targets.vendors())
+        cls = _classes[index] = next((c for c in named if c), None) or "compute capability {}.{}".format(
+            *ident
+        )
     return cls
 
 
-def _cuda() -> Any:
-    from netra.loaders.cuda import shared
-
-    return shared()
+def _loader(gpu_class: str) -> Any:
+    """The process's loader of the class's vendor (Vendor.open_loader): netra.torch names no loader."""
+    return targets.get(gpu_class).vendor.open_loader(shared=True)
 
 
 def _stream_of(index: int) -> Callable[[], int]:
@@ -285,12 +163,12 @@ class Served:
 def kernels(index: int, key: str, op: str) -> Served | Route:
     """The certified kernels of `key` on cuda:`index`, or the Route saying why there are none. Made
     once per (device, contract, policy)."""
-    pol = _policy[0]
+    pol = POLICY[0]
     memo = (index, key, pol)
     hit = _kernels.get(memo)
     if hit is not None:
         return hit
-    with _mutex:
+    with MUTEX:
         hit = _kernels.get(memo)
         if hit is None:
             hit = _kernels[memo] = _make_kernels(index, key, op, pol)
@@ -315,7 +193,7 @@ def _make_kernels(index: int, key: str, op: str, pol: str) -> Served | Route:
             "module cannot be loaded",
             "run each op once before capturing (warm-up), or call netra.torch.prepare() at startup",
         )
-    cu = _cuda()
+    cu = _loader(cls)
     stream = _stream_of(index)
     rebind = functools.partial(cu.context, index)  # a thread with no current context: bind the device's
     made: dict[str, Callable[..., None]] = {}
@@ -329,7 +207,7 @@ def _make_kernels(index: int, key: str, op: str, pol: str) -> Served | Route:
             )
         for _, k in chosen:
             if k.artifact not in made:
-                made[k.artifact] = _guarded(index, launcher(cu, k, NAMES[op], stream, rebind))
+                made[k.artifact] = _guarded(index, cu.prepare(k, NAMES[op], stream, rebind))
     return Served(tuple(chosen), tuple(made[k.artifact] for _, k in chosen))
 
 
@@ -360,8 +238,8 @@ def _plan(op: str, shape: contracts.Shape, tensors: tuple[tuple[str, torch.Tenso
         if isinstance(k, Route):
             rt = k
         else:
-            return _new_plan(key, shape.width, k.launch, None)
-    return _new_plan(key, shape.width, None, rt)
+            return new_plan(key, shape.width, k.launch, None)
+    return new_plan(key, shape.width, None, rt)
 
 
 _LAYOUT = "{} is not row-major contiguous; the kernel reads contiguous rows (call .contiguous() to use it)"
@@ -454,7 +332,7 @@ _Tensor = torch.Tensor
 
 
 def _remember(table: dict[Any, Plan], key: Any, make: Callable[[], Plan]) -> Plan:
-    with _mutex:
+    with MUTEX:
         p = table.get(key)
         if p is None:
             p = table[key] = make()
@@ -685,185 +563,3 @@ def prepare(device: Any = None, keys: list[str] | None = None) -> dict[str, str]
                 kern.tactic if top == _ALL_ROWS else f"{kern.tactic} (rows <= {top})" for top, kern in k.rules
             )
     return out
-
-
-# ---------------------------------------------------------------------------------------------------
-# The fused families: residual add, rmsnorm, FP8 group quantization in one kernel
-
-FUSED_ADD = ("fused_add_rmsnorm", "fused_add_rmsnorm_fp8_group_quant")
-
-
-def _fused_shape(op: str, x: Any, residual: Any, w: Any, eps: Any, wo: Any, group: Any) -> contracts.Shape:
-    if op == "fused_add_rmsnorm":
-        return contracts.fused_add_rmsnorm(x, residual, w, eps, wo)
-    if op == "rmsnorm_fp8_group_quant":
-        return contracts.rmsnorm_fp8_group_quant(x, w, eps, wo, group)
-    return contracts.fused_add_rmsnorm_fp8_group_quant(x, residual, w, eps, wo, group)
-
-
-def _fused_chain(
-    op: str, x: torch.Tensor, residual: Any, w: torch.Tensor, eps: float, wo: int, group: int
-) -> tuple[torch.Tensor, ...]:
-    """The fallback: the unfused netra.torch implementations chained, each one served or counted on
-    its own, which is what the fused contract is defined as (docs/ops/). Outputs in OUT_NAMES order."""
-    r = composite.add(x, residual) if op in FUSED_ADD else None
-    y = rmsnorm(r if r is not None else x, w, eps, wo)
-    if op == "fused_add_rmsnorm":
-        assert r is not None
-        return y, r
-    q, sc = fp8_group_quant(y, group)
-    return (q, sc) if r is None else (q, sc, r)
-
-
-def fused(
-    op: str,
-    x: torch.Tensor,
-    residual: torch.Tensor | None,
-    w: torch.Tensor,
-    eps: float,
-    weight_offset: int = 0,
-    group: int = 128,
-    out: Any = None,
-    inplace: bool = False,
-) -> tuple[torch.Tensor, ...]:
-    """The eager implementation of the three fused families: outputs in contracts.OUT_NAMES order. With
-    out= the caller's tensors are written (residual_out may be residual itself); with inplace,
-    residual_out is written over residual."""
-    add = op in FUSED_ADD
-    try:
-        if type(weight_offset) is not int or type(group) is not int:
-            raise TypeError
-        if add and residual.shape != x.shape:  # type: ignore[union-attr]
-            raise TypeError
-        rd = (residual.dtype, residual.device) if add else None  # type: ignore[union-attr]
-        p = _fused[(op, x.dtype, rd, w.dtype, x.device, w.device, x.shape[-1], w.shape, weight_offset, group)]
-    except _MISS:
-        s = _fused_shape(op, x, residual, w, eps, weight_offset, group)
-        ins0 = (("x", x), ("residual", residual), ("w", w)) if add else (("x", x), ("w", w))
-        rd = (residual.dtype, residual.device) if add else None  # type: ignore[union-attr]
-        key = (op, x.dtype, rd, w.dtype, x.device, w.device, x.shape[-1], w.shape, weight_offset, group)
-        p = _remember(_fused, key, lambda: _fused_make(op, s, ins0))
-    if type(eps) is not float:
-        eps = _eps(eps)
-    ins: tuple[tuple[str, Any], ...] = (
-        (("x", x), ("residual", residual), ("w", w)) if add else (("x", x), ("w", w))
-    )
-    outs = None if out is None else contracts.as_outs(op, out)
-    if inplace:
-        contracts.in_place(op, x, residual)
-    launch = p.launch
-    if launch is not None and all(t.is_contiguous() and not t.data_ptr() & 15 for _, t in ins):
-        made = _fused_outs(op, p, x, residual, outs, inplace, ins)
-        if made is not None:
-            ptr = {n: t.data_ptr() for n, t in zip(contracts.OUT_NAMES[op], made, strict=True)}
-            ptr.update((n, t.data_ptr()) for n, t in ins)
-            rows = x.numel() // p.width
-            if rows:
-                launch(rows, *[rows if n == "rows" else eps if n == "eps" else ptr[n] for n in NAMES[op]])
-            p.count += 1
-            return made
-        rt = None
-    else:
-        rt = p.route
-    if outs is not None:
-        _check_outs(op, _fused_shape(op, x, residual, w, eps, weight_offset, group), x, outs, ins)
-    (_layout_route(p, ins, outs) if rt is None else rt).take()  # (Route is falsy)
-    got = _fused_chain(op, x, residual, w, eps, weight_offset, group)
-    if inplace:
-        assert residual is not None
-        residual.copy_(got[-1])
-        return (*got[:-1], residual)
-    if outs is None:
-        return got
-    return tuple(o.copy_(g) for o, g in zip(outs, got, strict=True))
-
-
-def _fused_make(op: str, s: contracts.Shape, ins: tuple[tuple[str, torch.Tensor], ...]) -> Plan:
-    p = _plan(op, s, ins)
-    p.extra = tuple(sh[-1] for sh in s.out)  # each output's row length (leading dims are the call's)
-    return p
-
-
-def _fused_outs(
-    op: str,
-    p: Plan,
-    x: torch.Tensor,
-    residual: Any,
-    outs: tuple[Any, ...] | None,
-    inplace: bool,
-    ins: tuple[tuple[str, Any], ...],
-) -> tuple[torch.Tensor, ...] | None:
-    """The outputs a planned kernel writes: new ones, residual itself as residual_out (in place), or
-    the caller's when the kernel can write them as they are (else None: the fallback says why)."""
-    dtypes = contracts.out_dtypes(op, x)
-    lead = tuple(x.shape[:-1])
-    shapes = tuple((*lead, n) for n in p.extra)
-    if outs is None:
-        made = [x.new_empty(sh, dtype=dt) for sh, dt in zip(shapes, dtypes, strict=True)]
-        if inplace:
-            made[-1] = residual
-        return tuple(made)
-    for t, sh, dt in zip(outs, shapes, dtypes, strict=True):
-        if not (
-            isinstance(t, _Tensor)
-            and t.dtype is dt
-            and tuple(t.shape) == tuple(sh)
-            and t.get_device() == x.get_device()
-        ):
-            contracts.outputs(op, contracts.Shape(op, {}, p.width, shapes), x, outs)  # the ContractError
-        if not t.is_contiguous() or t.data_ptr() & 15:
-            return None
-    contracts.disjoint(op, outs, ins)
-    return tuple(outs)
-
-
-def fused_add_rmsnorm(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    w: torch.Tensor,
-    eps: float,
-    weight_offset: int = 0,
-    out: Any = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    y, r = fused("fused_add_rmsnorm", x, residual, w, eps, weight_offset, 128, out)
-    return y, r
-
-
-def fused_add_rmsnorm_(
-    x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0
-) -> torch.Tensor:
-    return fused("fused_add_rmsnorm", x, residual, w, eps, weight_offset, 128, None, True)[0]
-
-
-def rmsnorm_fp8_group_quant(
-    x: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0, group: int = 128, out: Any = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    q, sc = fused("rmsnorm_fp8_group_quant", x, None, w, eps, weight_offset, group, out)
-    return q, sc
-
-
-def fused_add_rmsnorm_fp8_group_quant(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    w: torch.Tensor,
-    eps: float,
-    weight_offset: int = 0,
-    group: int = 128,
-    out: Any = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    q, sc, r = fused("fused_add_rmsnorm_fp8_group_quant", x, residual, w, eps, weight_offset, group, out)
-    return q, sc, r
-
-
-def fused_add_rmsnorm_fp8_group_quant_(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    w: torch.Tensor,
-    eps: float,
-    weight_offset: int = 0,
-    group: int = 128,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    q, sc, _ = fused(
-        "fused_add_rmsnorm_fp8_group_quant", x, residual, w, eps, weight_offset, group, None, True
-    )
-    return q, sc

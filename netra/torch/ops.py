@@ -1,22 +1,14 @@
 """The op families as PyTorch custom operators (torch.library), and the Python functions that call them.
 
-    torch.ops.netra.rmsnorm(Tensor x, Tensor w, float eps, int weight_offset=0) -> Tensor y
-    torch.ops.netra.fp8_group_quant(Tensor x, int group=128) -> (Tensor q, Tensor scales)
-    torch.ops.netra.silu_mul_fp8_quant(Tensor x, int group=128) -> (Tensor q, Tensor scales)
-    torch.ops.netra.moe_topk_softmax(Tensor logits, int topk) -> (Tensor ids, Tensor weights)
-    torch.ops.netra.fused_add_rmsnorm(Tensor x, Tensor residual, Tensor w, float eps, int weight_offset=0)
-        -> (Tensor y, Tensor residual_out)
-    torch.ops.netra.rmsnorm_fp8_group_quant(Tensor x, Tensor w, float eps, int weight_offset=0,
-        int group=128) -> (Tensor q, Tensor scales)
-    torch.ops.netra.fused_add_rmsnorm_fp8_group_quant(Tensor x, Tensor residual, Tensor w, float eps,
-        int weight_offset=0, int group=128) -> (Tensor q, Tensor scales, Tensor residual_out)
-    torch.ops.netra.<op>_out(<outputs>(a!), <the same arguments>) -> ()   (out= writes caller-owned tensors)
-    torch.ops.netra.fused_add_rmsnorm_(Tensor x, Tensor(a!) residual, ...) -> Tensor y, and
-    torch.ops.netra.fused_add_rmsnorm_fp8_group_quant_(Tensor x, Tensor(a!) residual, ...) -> (q, scales):
-        in place, residual_out written over residual; the only operators that mutate an input, and
-        their schemas say so
+    torch.ops.netra.<op>(<inputs>, <scalars>) -> <outputs>            e.g. rmsnorm(Tensor x, Tensor w,
+                                                                      float eps, int weight_offset=0) -> Tensor
+    torch.ops.netra.<op>_out(Tensor(a!) <out>, ..., <inputs>, <scalars>) -> ()   (caller-owned outputs)
+    torch.ops.netra.<op>_(..., Tensor(a!) residual, ...) -> <the other outputs>  (in place, where the
+        family's record lets an output be its input: the two fused adds; their schemas say so)
 
-Each is defined in the `netra` namespace with one CompositeExplicitAutograd kernel (netra.torch.dispatch:
+Every schema, fake and out= implementation is derived from the family's record (netra/core/families/,
+netra.torch.signatures); only the Python entry points below are written per family. Each is defined in
+the `netra` namespace with one CompositeExplicitAutograd kernel (netra.torch.dispatch:
 the certified kernel or the composite, on any device) and a fake implementation that checks the call
 and gives the outputs' shapes and dtypes without running anything, so FakeTensorMode, torch.compile and
 torch.export trace them as single opaque nodes. They are functional (no input is mutated, outputs are
@@ -36,287 +28,91 @@ development machine, which compiled graphs (inductor calls the operator) would p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from netra.torch import contracts, dispatch
+from netra.core.ops import FAMILIES, OpFamily
+from netra.torch import contracts, dispatch, fused, signatures
 
 _Pair = tuple[torch.Tensor, torch.Tensor]
 _lib = torch.library.Library("netra", "DEF")
 _TAGS = (torch.Tag.pt2_compliant_tag,)
-_SCHEMAS = {
-    "rmsnorm": "rmsnorm(Tensor x, Tensor w, float eps, int weight_offset=0) -> Tensor",
-    "fp8_group_quant": "fp8_group_quant(Tensor x, int group=128) -> (Tensor, Tensor)",
-    "silu_mul_fp8_quant": "silu_mul_fp8_quant(Tensor x, int group=128) -> (Tensor, Tensor)",
-    "moe_topk_softmax": "moe_topk_softmax(Tensor logits, int topk) -> (Tensor, Tensor)",
-    "fused_add_rmsnorm": (
-        "fused_add_rmsnorm(Tensor x, Tensor residual, Tensor w, float eps, int weight_offset=0) -> (Tensor, Tensor)"
-    ),
-    "rmsnorm_fp8_group_quant": (
-        "rmsnorm_fp8_group_quant(Tensor x, Tensor w, float eps, int weight_offset=0, int group=128)"
-        " -> (Tensor, Tensor)"
-    ),
-    "fused_add_rmsnorm_fp8_group_quant": (
-        "fused_add_rmsnorm_fp8_group_quant(Tensor x, Tensor residual, Tensor w, float eps,"
-        " int weight_offset=0, int group=128) -> (Tensor, Tensor, Tensor)"
-    ),
-    # in place: residual_out is written over residual, declared mutated (a!); y (q, scales) returned new
-    "fused_add_rmsnorm_": (
-        "fused_add_rmsnorm_(Tensor x, Tensor(a!) residual, Tensor w, float eps, int weight_offset=0) -> Tensor"
-    ),
-    "fused_add_rmsnorm_fp8_group_quant_": (
-        "fused_add_rmsnorm_fp8_group_quant_(Tensor x, Tensor(a!) residual, Tensor w, float eps,"
-        " int weight_offset=0, int group=128) -> (Tensor, Tensor)"
-    ),
-}
-_OUT_SCHEMAS = {  # the caller owns the outputs (first, like vLLM's ops); they return nothing, so that
-    # torch.compile functionalizes them (auto_functionalized) and inductor writes the buffers in place
-    "rmsnorm_out": "rmsnorm_out(Tensor(a!) y, Tensor x, Tensor w, float eps, int weight_offset=0) -> ()",
-    "fp8_group_quant_out": "fp8_group_quant_out(Tensor(a!) q, Tensor(b!) scales, Tensor x, int group=128) -> ()",
-    "silu_mul_fp8_quant_out": (
-        "silu_mul_fp8_quant_out(Tensor(a!) q, Tensor(b!) scales, Tensor x, int group=128) -> ()"
-    ),
-    "moe_topk_softmax_out": (
-        "moe_topk_softmax_out(Tensor(a!) ids, Tensor(b!) weights, Tensor logits, int topk) -> ()"
-    ),
-    "fused_add_rmsnorm_out": (
-        "fused_add_rmsnorm_out(Tensor(a!) y, Tensor(b!) residual_out, Tensor x, Tensor residual, Tensor w,"
-        " float eps, int weight_offset=0) -> ()"
-    ),
-    "rmsnorm_fp8_group_quant_out": (
-        "rmsnorm_fp8_group_quant_out(Tensor(a!) q, Tensor(b!) scales, Tensor x, Tensor w, float eps,"
-        " int weight_offset=0, int group=128) -> ()"
-    ),
-    "fused_add_rmsnorm_fp8_group_quant_out": (
-        "fused_add_rmsnorm_fp8_group_quant_out(Tensor(a!) q, Tensor(b!) scales, Tensor(c!) residual_out,"
-        " Tensor x, Tensor residual, Tensor w, float eps, int weight_offset=0, int group=128) -> ()"
-    ),
-}
+_register_fake = getattr(torch.library, "register_fake", None) or torch.library.impl_abstract
 
 
-def _rmsnorm_out_impl(
-    y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0
-) -> None:
-    dispatch.rmsnorm(x, w, eps, weight_offset, y)
+def _complete(fam: OpFamily, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A call's arguments with the scalars the dispatcher left out given their schema defaults."""
+    n = len(fam.inputs) + len(fam.scalars)
+    return args + tuple(s.default for s in fam.scalars[len(args) - n :]) if len(args) < n else args
 
 
-def _pair_out_impl(name: str) -> Any:
-    impl = getattr(dispatch, name)
+def _implementation(name: str) -> Callable[..., Any]:
+    """The eager implementation of an operator: netra.torch.fused's for the fused families, else dispatch's."""
+    impl: Callable[..., Any] = getattr(fused if name in fused.OPS else dispatch, name)
+    return impl
 
-    def run(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, *n: int) -> None:
-        impl(x, *n, out=(a, b))  # the family's own default when the dispatcher leaves n out
+
+def _out_impl(fam: OpFamily) -> Callable[..., None]:
+    """`<op>_out(outs..., inputs..., scalars...)`: the eager implementation writing the caller's outputs."""
+    impl, n = _implementation(fam.name), len(fam.outputs)
+
+    def run(*args: Any) -> None:
+        impl(*args[n:], out=args[0] if n == 1 else tuple(args[:n]))
 
     return run
 
 
-def _fused_add_rmsnorm_out_impl(
-    y: torch.Tensor,
-    r: torch.Tensor,
-    x: torch.Tensor,
-    res: torch.Tensor,
-    w: torch.Tensor,
-    eps: float,
-    wo: int = 0,
-) -> None:
-    dispatch.fused_add_rmsnorm(x, res, w, eps, wo, (y, r))
+def _fakes(fam: OpFamily) -> dict[str, Callable[..., Any]]:
+    """The fake (meta) implementations of a family's operators: the same checks as the eager path and
+    empty outputs of the record's shapes and dtypes; nothing runs."""
+    op, check, n = fam.name, getattr(contracts, fam.name), len(fam.outputs)
+
+    def new(*args: Any) -> tuple[torch.Tensor, ...]:
+        s = check(*_complete(fam, args))
+        x = args[0]
+        return tuple(
+            x.new_empty(sh, dtype=dt) for sh, dt in zip(s.out, contracts.out_dtypes(op, x), strict=True)
+        )
+
+    def functional(*args: Any) -> Any:
+        outs = new(*args)
+        return outs[0] if n == 1 else outs
+
+    def out(*args: Any) -> None:
+        outs, rest = args[:n], _complete(fam, args[n:])
+        contracts.outputs(op, check(*rest), rest[0], outs)  # (overlap needs data pointers: checked when run)
+
+    fakes = {op: functional, f"{op}_out": out}
+    if fam.aliases:
+        written = fam.out_names.index(fam.aliases[0][0])
+
+        def in_place(*args: Any) -> Any:
+            outs = [t for i, t in enumerate(new(*args)) if i != written]
+            return outs[0] if len(outs) == 1 else tuple(outs)
+
+        fakes[f"{op}_"] = in_place
+    return fakes
 
 
-def _rmsnorm_fp8_group_quant_out_impl(
-    q: torch.Tensor,
-    s: torch.Tensor,
-    x: torch.Tensor,
-    w: torch.Tensor,
-    eps: float,
-    wo: int = 0,
-    group: int = 128,
-) -> None:
-    dispatch.rmsnorm_fp8_group_quant(x, w, eps, wo, group, (q, s))
+def _define(fam: OpFamily) -> None:
+    """Define a family's operators from its record: schema, eager implementation, fake."""
+    impls: dict[str, Callable[..., Any]] = {
+        fam.name: _implementation(fam.name),
+        f"{fam.name}_out": _out_impl(fam),
+    }
+    if fam.aliases:
+        impls[f"{fam.name}_"] = _implementation(f"{fam.name}_")
+    fakes = _fakes(fam)
+    for name, schema in signatures.all_schemas(fam).items():
+        _lib.define(schema, tags=_TAGS)
+        _lib.impl(name, impls[name], "CompositeExplicitAutograd")
+        _register_fake(f"netra::{name}", fakes[name], lib=_lib)
 
 
-def _fused_add_rmsnorm_fp8_group_quant_out_impl(
-    q: torch.Tensor,
-    s: torch.Tensor,
-    r: torch.Tensor,
-    x: torch.Tensor,
-    res: torch.Tensor,
-    w: torch.Tensor,
-    eps: float,
-    wo: int = 0,
-    group: int = 128,
-) -> None:
-    dispatch.fused_add_rmsnorm_fp8_group_quant(x, res, w, eps, wo, group, (q, s, r))
-
-
-_OUT_IMPLS = {
-    "fused_add_rmsnorm_out": _fused_add_rmsnorm_out_impl,
-    "rmsnorm_fp8_group_quant_out": _rmsnorm_fp8_group_quant_out_impl,
-    "fused_add_rmsnorm_fp8_group_quant_out": _fused_add_rmsnorm_fp8_group_quant_out_impl,
-    "rmsnorm_out": _rmsnorm_out_impl,
-    "fp8_group_quant_out": _pair_out_impl("fp8_group_quant"),
-    "silu_mul_fp8_quant_out": _pair_out_impl("silu_mul_fp8_quant"),
-    "moe_topk_softmax_out": _pair_out_impl("moe_topk_softmax"),
-}
-for _name, _schema in _SCHEMAS.items():
-    _lib.define(_schema, tags=_TAGS)
-    _lib.impl(_name, getattr(dispatch, _name), "CompositeExplicitAutograd")
-for _name, _schema in _OUT_SCHEMAS.items():
-    _lib.define(_schema, tags=_TAGS)
-    _lib.impl(_name, _OUT_IMPLS[_name], "CompositeExplicitAutograd")
-
-_register_fake = getattr(torch.library, "register_fake", None) or torch.library.impl_abstract
-
-
-@_register_fake("netra::rmsnorm", lib=_lib)
-def _rmsnorm_fake(x: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0) -> torch.Tensor:
-    s = contracts.rmsnorm(x, w, eps, weight_offset)
-    return x.new_empty(s.out[0])
-
-
-def _quant_fake(s: contracts.Shape, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return x.new_empty(s.out[0], dtype=torch.float8_e4m3fn), x.new_empty(s.out[1], dtype=torch.float32)
-
-
-@_register_fake("netra::fp8_group_quant", lib=_lib)
-def _fp8_group_quant_fake(x: torch.Tensor, group: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
-    return _quant_fake(contracts.fp8_group_quant(x, group), x)
-
-
-@_register_fake("netra::silu_mul_fp8_quant", lib=_lib)
-def _silu_mul_fp8_quant_fake(x: torch.Tensor, group: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
-    return _quant_fake(contracts.silu_mul_fp8_quant(x, group), x)
-
-
-@_register_fake("netra::moe_topk_softmax", lib=_lib)
-def _moe_topk_softmax_fake(logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
-    s = contracts.moe_topk_softmax(logits, topk)
-    return logits.new_empty(s.out[0], dtype=torch.int32), logits.new_empty(s.out[1], dtype=torch.float32)
-
-
-def _outs_fake(op: str, s: contracts.Shape, first: torch.Tensor, outs: tuple[torch.Tensor, ...]) -> None:
-    contracts.outputs(op, s, first, outs)  # (overlap needs data pointers: checked when it runs)
-
-
-@_register_fake("netra::rmsnorm_out", lib=_lib)
-def _rmsnorm_out_fake(
-    y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0
-) -> None:
-    _outs_fake("rmsnorm", contracts.rmsnorm(x, w, eps, weight_offset), x, (y,))
-
-
-@_register_fake("netra::fp8_group_quant_out", lib=_lib)
-def _fp8_group_quant_out_fake(q: torch.Tensor, s: torch.Tensor, x: torch.Tensor, group: int = 128) -> None:
-    _outs_fake("fp8_group_quant", contracts.fp8_group_quant(x, group), x, (q, s))
-
-
-@_register_fake("netra::silu_mul_fp8_quant_out", lib=_lib)
-def _silu_mul_fp8_quant_out_fake(q: torch.Tensor, s: torch.Tensor, x: torch.Tensor, group: int = 128) -> None:
-    _outs_fake("silu_mul_fp8_quant", contracts.silu_mul_fp8_quant(x, group), x, (q, s))
-
-
-@_register_fake("netra::moe_topk_softmax_out", lib=_lib)
-def _moe_topk_softmax_out_fake(ids: torch.Tensor, w: torch.Tensor, logits: torch.Tensor, topk: int) -> None:
-    _outs_fake("moe_topk_softmax", contracts.moe_topk_softmax(logits, topk), logits, (ids, w))
-
-
-def _fused_fake(op: str, s: contracts.Shape, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    return tuple(x.new_empty(sh, dtype=dt) for sh, dt in zip(s.out, contracts.out_dtypes(op, x), strict=True))
-
-
-@_register_fake("netra::fused_add_rmsnorm", lib=_lib)
-def _fused_add_rmsnorm_fake(
-    x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0
-) -> tuple[torch.Tensor, ...]:
-    op = "fused_add_rmsnorm"
-    return _fused_fake(op, contracts.fused_add_rmsnorm(x, residual, w, eps, weight_offset), x)
-
-
-@_register_fake("netra::rmsnorm_fp8_group_quant", lib=_lib)
-def _rmsnorm_fp8_group_quant_fake(
-    x: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0, group: int = 128
-) -> tuple[torch.Tensor, ...]:
-    op = "rmsnorm_fp8_group_quant"
-    return _fused_fake(op, contracts.rmsnorm_fp8_group_quant(x, w, eps, weight_offset, group), x)
-
-
-@_register_fake("netra::fused_add_rmsnorm_fp8_group_quant", lib=_lib)
-def _fused_add_rmsnorm_fp8_group_quant_fake(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    w: torch.Tensor,
-    eps: float,
-    weight_offset: int = 0,
-    group: int = 128,
-) -> tuple[torch.Tensor, ...]:
-    op = "fused_add_rmsnorm_fp8_group_quant"
-    s = contracts.fused_add_rmsnorm_fp8_group_quant(x, residual, w, eps, weight_offset, group)
-    return _fused_fake(op, s, x)
-
-
-@_register_fake("netra::fused_add_rmsnorm_", lib=_lib)
-def _fused_add_rmsnorm_inplace_fake(
-    x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int = 0
-) -> torch.Tensor:
-    op = "fused_add_rmsnorm"
-    return _fused_fake(op, contracts.fused_add_rmsnorm(x, residual, w, eps, weight_offset), x)[0]
-
-
-@_register_fake("netra::fused_add_rmsnorm_fp8_group_quant_", lib=_lib)
-def _fused_add_rmsnorm_fp8_group_quant_inplace_fake(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    w: torch.Tensor,
-    eps: float,
-    weight_offset: int = 0,
-    group: int = 128,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    op = "fused_add_rmsnorm_fp8_group_quant"
-    s = contracts.fused_add_rmsnorm_fp8_group_quant(x, residual, w, eps, weight_offset, group)
-    q, sc, _ = _fused_fake(op, s, x)
-    return q, sc
-
-
-@_register_fake("netra::fused_add_rmsnorm_out", lib=_lib)
-def _fused_add_rmsnorm_out_fake(
-    y: torch.Tensor,
-    r: torch.Tensor,
-    x: torch.Tensor,
-    res: torch.Tensor,
-    w: torch.Tensor,
-    eps: float,
-    wo: int = 0,
-) -> None:
-    _outs_fake("fused_add_rmsnorm", contracts.fused_add_rmsnorm(x, res, w, eps, wo), x, (y, r))
-
-
-@_register_fake("netra::rmsnorm_fp8_group_quant_out", lib=_lib)
-def _rmsnorm_fp8_group_quant_out_fake(
-    q: torch.Tensor,
-    s: torch.Tensor,
-    x: torch.Tensor,
-    w: torch.Tensor,
-    eps: float,
-    wo: int = 0,
-    group: int = 128,
-) -> None:
-    op = "rmsnorm_fp8_group_quant"
-    _outs_fake(op, contracts.rmsnorm_fp8_group_quant(x, w, eps, wo, group), x, (q, s))
-
-
-@_register_fake("netra::fused_add_rmsnorm_fp8_group_quant_out", lib=_lib)
-def _fused_add_rmsnorm_fp8_group_quant_out_fake(
-    q: torch.Tensor,
-    s: torch.Tensor,
-    r: torch.Tensor,
-    x: torch.Tensor,
-    res: torch.Tensor,
-    w: torch.Tensor,
-    eps: float,
-    wo: int = 0,
-    group: int = 128,
-) -> None:
-    op = "fused_add_rmsnorm_fp8_group_quant"
-    _outs_fake(op, contracts.fused_add_rmsnorm_fp8_group_quant(x, res, w, eps, wo, group), x, (q, s, r))
+for _fam in FAMILIES.values():
+    _define(_fam)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -492,7 +288,7 @@ def fused_add_rmsnorm(
     eps, weight_offset) as nt.rmsnorm. out=(y, residual_out) writes those; residual_out may be residual
     itself (vLLM's in-place form; nt.fused_add_rmsnorm_ is that operator). docs/ops/fused_add_rmsnorm.md."""
     if _eager() and _plain_all(x, residual, w) and _plain_outs(out, 2):
-        return dispatch.fused_add_rmsnorm(x, residual, w, eps, weight_offset, out)
+        return fused.fused_add_rmsnorm(x, residual, w, eps, weight_offset, out)
     contracts.fused_add_rmsnorm(x, residual, w, eps, weight_offset)
     if out is None:
         y, r = _fused_add_rmsnorm_op(x, residual, w, eps, weight_offset)
@@ -512,7 +308,7 @@ def fused_add_rmsnorm_(
     engine calls between layers). The operator's schema declares residual mutated (Tensor(a!)), so
     torch.compile and CUDA graphs see the write. docs/ops/fused_add_rmsnorm.md."""
     if _eager() and _plain_all(x, residual, w):
-        return dispatch.fused_add_rmsnorm_(x, residual, w, eps, weight_offset)
+        return fused.fused_add_rmsnorm_(x, residual, w, eps, weight_offset)
     contracts.fused_add_rmsnorm(x, residual, w, eps, weight_offset)
     return _fused_add_rmsnorm_inplace_op(x, residual, w, eps, weight_offset)
 
@@ -529,7 +325,7 @@ def rmsnorm_fp8_group_quant(
     """(q, scales) = nt.fp8_group_quant(nt.rmsnorm(x, w, eps, weight_offset), group) in one pass: the norm
     rounded to bf16 once, then quantized exactly as fp8_group_quant. docs/ops/rmsnorm_fp8_group_quant.md."""
     if _eager() and _plain_all(x, w) and _plain_outs(out, 2):
-        return dispatch.rmsnorm_fp8_group_quant(x, w, eps, weight_offset, group, out)
+        return fused.rmsnorm_fp8_group_quant(x, w, eps, weight_offset, group, out)
     contracts.rmsnorm_fp8_group_quant(x, w, eps, weight_offset, group)
     if out is None:
         q, s = _rmsnorm_fp8_group_quant_op(x, w, eps, weight_offset, group)
@@ -554,7 +350,7 @@ def fused_add_rmsnorm_fp8_group_quant(
     be residual itself (nt.fused_add_rmsnorm_fp8_group_quant_ is that operator).
     docs/ops/fused_add_rmsnorm_fp8_group_quant.md."""
     if _eager() and _plain_all(x, residual, w) and _plain_outs(out, 3):
-        return dispatch.fused_add_rmsnorm_fp8_group_quant(x, residual, w, eps, weight_offset, group, out)
+        return fused.fused_add_rmsnorm_fp8_group_quant(x, residual, w, eps, weight_offset, group, out)
     contracts.fused_add_rmsnorm_fp8_group_quant(x, residual, w, eps, weight_offset, group)
     if out is None:
         q, s, r = _fused_add_rmsnorm_fp8_group_quant_op(x, residual, w, eps, weight_offset, group)
@@ -580,7 +376,7 @@ def fused_add_rmsnorm_fp8_group_quant_(
     """In place: residual becomes bf16(x + residual); (q, scales) of its norm are returned. The schema
     declares residual mutated. docs/ops/fused_add_rmsnorm_fp8_group_quant.md."""
     if _eager() and _plain_all(x, residual, w):
-        return dispatch.fused_add_rmsnorm_fp8_group_quant_(x, residual, w, eps, weight_offset, group)
+        return fused.fused_add_rmsnorm_fp8_group_quant_(x, residual, w, eps, weight_offset, group)
     contracts.fused_add_rmsnorm_fp8_group_quant(x, residual, w, eps, weight_offset, group)
     q, s = _fused_add_rmsnorm_fp8_group_quant_inplace_op(x, residual, w, eps, weight_offset, group)
     return q, s

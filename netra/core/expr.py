@@ -1,0 +1,169 @@
+"""The integer expressions an op family's record is written in: shapes, bytes, grid axes, workspace sizes.
+
+A record is data, so its sizes are strings such as "hidden / group" or "cdiv(tokens * topk, 8)" read by
+this small interpreter: integers, names, + - *, exact division /, and the functions cdiv (ceiling
+division), min and max. Nothing is passed to eval(); a name is looked up in the mapping the caller
+gives (contract parameters, runtime values, tactic constants). Parsing is cached per string, so a
+record costs nothing at import and one parse per expression afterwards.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from netra.errors import LaunchError
+
+# A parsed expression: an int, a name, or (operator or function, operands...).
+Node = int | str | tuple[str, tuple["Node", ...]]
+
+_TOKEN = r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(.))"  # compiled at the first parse, not at import
+FUNCTIONS = ("cdiv", "min", "max")
+
+
+def _tokens(text: str) -> list[str]:
+    import re
+
+    out: list[str] = []
+    for m in re.finditer(_TOKEN, text):
+        tok = m.group(1) or m.group(2) or m.group(3)
+        if tok is None:
+            continue
+        if m.group(3) is not None and tok not in "+-*/(),":
+            raise LaunchError(
+                f"expression {text!r}: unexpected {tok!r}", "use integers, names, + - * / ( ) ,"
+            )
+        out.append(tok)
+    return out
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.toks = _tokens(text)
+        self.i = 0
+
+    def fail(self, what: str) -> LaunchError:
+        return LaunchError(
+            f"expression {self.text!r}: {what}",
+            f"write integers, names, + - * /, and {', '.join(FUNCTIONS)}(...) (netra/core/expr.py)",
+        )
+
+    def peek(self) -> str | None:
+        return self.toks[self.i] if self.i < len(self.toks) else None
+
+    def take(self, want: str | None = None) -> str:
+        tok = self.peek()
+        if tok is None or (want is not None and tok != want):
+            raise self.fail(f"expected {want or 'more'} at token {self.i + 1}")
+        self.i += 1
+        return tok
+
+    def expr(self) -> Node:
+        node = self.term()
+        while self.peek() in ("+", "-"):
+            op = self.take()
+            node = (op, (node, self.term()))
+        return node
+
+    def term(self) -> Node:
+        node = self.atom()
+        while self.peek() in ("*", "/"):
+            op = self.take()
+            node = (op, (node, self.atom()))
+        return node
+
+    def atom(self) -> Node:
+        tok = self.take()
+        if tok == "(":
+            node = self.expr()
+            self.take(")")
+            return node
+        if tok.isdigit():
+            return int(tok)
+        if tok[0].isalpha() or tok[0] == "_":
+            if self.peek() != "(":
+                return tok
+            if tok not in FUNCTIONS:
+                raise self.fail(f"unknown function {tok!r}")
+            self.take("(")
+            args = [self.expr()]
+            while self.peek() == ",":
+                self.take(",")
+                args.append(self.expr())
+            self.take(")")
+            if tok == "cdiv" and len(args) != 2:
+                raise self.fail("cdiv takes two operands")
+            return (tok, tuple(args))
+        raise self.fail(f"unexpected {tok!r}")
+
+
+@functools.lru_cache(maxsize=1024)
+def parse(text: str) -> Node:
+    """The expression's tree; a malformed one is a LaunchError naming it."""
+    p = _Parser(text)
+    node = p.expr()
+    if p.peek() is not None:
+        raise p.fail(f"unexpected {p.peek()!r} after a complete expression")
+    return node
+
+
+def names(text: str) -> frozenset[str]:
+    """Every name an expression reads."""
+
+    def walk(n: Node) -> set[str]:
+        if isinstance(n, int):
+            return set()
+        if isinstance(n, str):
+            return {n}
+        return set().union(*(walk(a) for a in n[1]))
+
+    return frozenset(walk(parse(text)))
+
+
+def evaluate(text: str | int, env: Mapping[str, int]) -> int:
+    """The expression's integer value with the names in `env`; an unknown name, a division that is not
+    exact, or a division by zero is a LaunchError naming the expression."""
+    if isinstance(text, int):
+        return text
+    return evaluate_tree(parse(text), env, text)
+
+
+def evaluate_tree(tree: Node, env: Mapping[str, Any], text: str) -> Any:
+    """evaluate() of a tree parsed beforehand: plain recursion over ints, names and tuples, which
+    torch.compile can trace (a fake run's sizes may be symbolic integers)."""
+
+    def ev(n: Node) -> Any:
+        if isinstance(n, int):
+            return n
+        if isinstance(n, str):
+            if n not in env:
+                raise LaunchError(
+                    f"expression {text!r}: no value for {n!r}",
+                    f"the record's expressions may name {', '.join(sorted(env)) or 'nothing here'}",
+                )
+            return env[n]
+        op, args = n
+        v = [ev(a) for a in args]
+        if op == "+":
+            return v[0] + v[1]
+        if op == "-":
+            return v[0] - v[1]
+        if op == "*":
+            return v[0] * v[1]
+        if op == "min":
+            return min(v)
+        if op == "max":
+            return max(v)
+        if v[1] == 0:
+            raise LaunchError(f"expression {text!r}: division by zero", "check the values it was given")
+        if op == "cdiv":
+            return -(-v[0] // v[1])
+        if v[0] % v[1]:
+            raise LaunchError(
+                f"expression {text!r}: {v[0]} / {v[1]} is not exact", "use cdiv() where a ceiling is meant"
+            )
+        return v[0] // v[1]
+
+    return ev(tree)
