@@ -246,7 +246,8 @@ def _unknown(inv: Inventory, query: str, gpu_class: str | None) -> NetraError:
             f"contract {key} is served on GPU class {', '.join(elsewhere)}, not on {gpu_class}",
             f"drop --gpu-class {gpu_class}, or pass --gpu-class {elsewhere[0]}",
         )
-    if not documented and op in FAMILIES and "(" not in query:
+    # A name typed wrong is a usage error whatever the manifests document for its op (exit 2, one line).
+    if op in FAMILIES and "(" not in query:
         keys = sorted({k for cls, keys in served.items() if gpu_class in (None, cls) for k in keys
                        if k.startswith(op + "(")})  # fmt: skip
         return UsageError(
@@ -255,9 +256,9 @@ def _unknown(inv: Inventory, query: str, gpu_class: str | None) -> NetraError:
             if keys
             else "this install serves none of its contracts",
         )
-    if not documented and parsed is not None and parsed.op not in FAMILIES:
+    if parsed is not None and parsed.op not in FAMILIES:
         return choices.unknown("op family", parsed.op, FAMILIES, where=f" in {query!r}")
-    if not documented and parsed is not None and set(parsed.params) != set(FAMILIES[parsed.op].params):
+    if parsed is not None and set(parsed.params) != set(FAMILIES[parsed.op].params):
         got = ", ".join(sorted(parsed.params)) or "none"
         return UsageError(
             f"{query!r}: op {parsed.op} takes parameters {', '.join(FAMILIES[parsed.op].params)}, got {got}",
