@@ -1431,6 +1431,35 @@ def test_a_tracked_input_that_is_not_a_regular_file_or_is_duplicated_is_refused_
         assert f in msg, f"{f!r} not in {msg!r}"
 
 
+def test_two_fallbacks_for_two_contracts_of_one_family_with_one_use_are_two_fallbacks(tmp_path: Path) -> None:
+    """A valid manifest was refused (issue 29): fallbacks were told apart by op and `use` text, so a
+    second gfx950 contract of fused_add_rmsnorm noted like the first was "a duplicate". A fallback
+    is its contract on its class; the same contract twice on one class is still one slip."""
+    root = sources(REPO, tmp_path / "tree")
+    gemma = "manifests/models/gemma-2-9b.toml"
+    op = 'op = "fused_add_rmsnorm"\nhidden = 4096\nweight_offset = 1\n'
+    gap = 'gpu_class = "gfx950"\nreason = "no gfx950 template for fused_add_rmsnorm"\n'
+    _append(gemma, f'\n[[ops]]\n{op}use = "the final residual add + norm"\n')(root)
+    _append(gemma, f'\n[[fallbacks]]\n{op}{gap}use = "the final residual add + norm"\n')(root)
+    m = manifests.load(root)
+    gaps = {
+        (f.contract, f.gpu_class)
+        for f in m.fallbacks
+        if f.model == "Gemma-2-9B" and f.op == "fused_add_rmsnorm"
+    }
+    assert gaps == {
+        ("fused_add_rmsnorm(hidden=3584,weight_offset=1)", "gfx950"),
+        ("fused_add_rmsnorm(hidden=4096,weight_offset=1)", "gfx950"),
+    }
+    _append(gemma, f'\n[[fallbacks]]\n{op}{gap}use = "noted otherwise"\n')(root)  # that contract again
+    with pytest.raises(NetraError) as e:
+        manifests.load(root)
+    msg = str(e.value)
+    assert (
+        "duplicate of entry" in msg and "(fused_add_rmsnorm(hidden=4096,weight_offset=1) on gfx950)" in msg
+    ), msg
+
+
 def test_netra_lock_refuses_a_manifest_replaced_by_a_folder_and_leaves_the_lock(tmp_path: Path) -> None:
     root = sources(REPO, tmp_path / "tree")
     before = _release(root)
