@@ -1696,11 +1696,6 @@ API_MISUSE: dict[str, tuple[str, type, list[str]]] = {
         TypeError,
         ["Catalog.kernel", "Candidate"],
     ),
-    "kernel_for on a torch without CUDA": (
-        "__import__('netra.torch').torch.kernel_for('rmsnorm(hidden=4096,weight_offset=0)')",
-        NetraError,
-        ["kernel_for", "no usable CUDA device"],
-    ),
     "kernel_for with rows as a string": (
         "__import__('netra.torch').torch.kernel_for('rmsnorm(hidden=4096,weight_offset=0)', '1')",
         TypeError,
@@ -1726,6 +1721,23 @@ def test_the_python_api_given_wrong_types_raises_the_projects_error_naming_the_a
     assert "\n" not in msg
     for f in fragments:
         assert f in msg, f"{f!r} not in {msg!r}"
+
+
+def test_kernel_for_on_a_torch_without_cuda_answers_the_falsy_device_route_not_an_exception() -> None:
+    """One behaviour, as docs/torch.md says (issue 29): the composite serves the call, so kernel_for
+    says so with the route a call on CPU tensors takes; it raised RuntimeUnavailableError before."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this torch has CUDA")
+    import netra.torch as nt
+
+    for device in (None, "cuda", "cuda:1"):
+        r = nt.kernel_for("rmsnorm(hidden=4096,weight_offset=0)", 1, device)
+        assert not r and r.code == "device", r
+        assert r.reason.startswith(f"this torch {torch.__version__} has no usable CUDA device"), r.reason
+        assert r.contract == "rmsnorm(hidden=4096,weight_offset=0)"
+    with pytest.raises(NetraError, match="not a CUDA device"):  # a wrong argument still raises
+        nt.kernel_for("rmsnorm(hidden=4096,weight_offset=0)", 1, "cpu")
 
 
 # -- issue 14: where `netra build` writes: '' paths, full and read-only filesystems, --reference ------
