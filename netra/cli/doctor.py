@@ -589,17 +589,7 @@ def run(
     problems = list(v["problems"])
     intact = not problems
     if require_gpu and not any(g["serves_by_default"] for g in gpu_list):
-        seen = ", ".join(f"{g['class']} ({g['name']})" for g in gpu_list) or "none"
-        listed = (
-            ", ".join(
-                f"{cls} ({(c.get('maturity') or {}).get('accepted', 0)} accepted)"
-                for cls, c in sorted(certified.items())
-            )
-            or "none"
-        )
-        problems.append(
-            f"no GPU on this host has accepted kernels in this install: found {seen}; classes: {listed}"
-        )
+        problems.append(_no_gpu_served(gpu_list, certified, needs))
         v["causes"].append({"fix": None, "note": "", "problems": [problems[-1]]})
     return {
         "schema": SCHEMA,
@@ -626,6 +616,33 @@ def run(
         "problems": problems,
         "seconds": {"verify": round(verify_s, 6), "total": round(time.perf_counter() - t0, 6)},
     }
+
+
+def _no_gpu_served(gpu_list: list[dict[str, Any]], certified: dict[str, Any], needs: dict[str, Any]) -> str:
+    """Why --require-gpu fails, in one line. A GPU whose class has accepted kernels but whose driver is
+    older than they need is named with its driver, the minimum and the upgrade (as `netra env` says
+    it), not as a class with nothing accepted."""
+    old = [g for g in gpu_list if g["driver_met"] is False and (g["maturity"] or {}).get("accepted")]
+    if old:
+        said = []
+        for cls in sorted({g["class"] for g in old}):
+            n = needs[cls]
+            names = ", ".join(sorted({g["name"] for g in old if g["class"] == cls}))
+            said.append(
+                f"{cls} ({names}): this host's {n['needs']} {n['found']} is older than the {n['minimum']} its "
+                f"code objects need ({n['why']}), so none of its {certified[cls]['maturity']['accepted']} "
+                f"accepted kernels is served; fix: upgrade the {n['needs']} to {n['minimum']} or newer"
+            )
+        return "no GPU on this host is served by this install: " + "; ".join(said)
+    seen = ", ".join(f"{g['class']} ({g['name']})" for g in gpu_list) or "none"
+    listed = (
+        ", ".join(
+            f"{cls} ({(c.get('maturity') or {}).get('accepted', 0)} accepted)"
+            for cls, c in sorted(certified.items())
+        )
+        or "none"
+    )
+    return f"no GPU on this host has accepted kernels in this install: found {seen}; classes: {listed}"
 
 
 def _distribution(d: installed.Distribution | None) -> dict[str, Any] | None:
@@ -759,8 +776,11 @@ def render(r: dict[str, Any]) -> str:
             lines.append(f"certified: {cls}: table {c['table']} is not intact")
     if r["gpus"]:
         for g in r["gpus"]:
+            accepted = (g["maturity"] or {}).get("accepted")
             if g["serves_by_default"]:
-                state = f"certified by this install ({g['maturity']['accepted']} accepted kernels served by default)"
+                state = f"certified by this install ({accepted} accepted kernels served by default)"
+            elif accepted and g.get("driver_met") is False:
+                state = f"certified by this install ({accepted} accepted kernels)"
             elif g["certified"]:
                 state = (
                     "its class is in this install but nothing is accepted: the default policy serves nothing"
