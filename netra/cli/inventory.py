@@ -263,7 +263,8 @@ def _unknown(inv: Inventory, query: str, gpu_class: str | None) -> NetraError:
             f"contract {key} is served on GPU class {', '.join(elsewhere)}, not on {gpu_class}",
             f"drop --gpu-class {gpu_class}, or pass --gpu-class {elsewhere[0]}",
         )
-    # A name typed wrong is a usage error whatever the manifests document for its op (exit 2, one line).
+    # A family's contract typed wrong is a usage error whatever the manifests document for the op (exit 2,
+    # one line).
     if op in FAMILIES and "(" not in query:
         keys = sorted({k for cls, keys in served.items() if gpu_class in (None, cls) for k in keys
                        if k.startswith(op + "(")})  # fmt: skip
@@ -274,8 +275,9 @@ def _unknown(inv: Inventory, query: str, gpu_class: str | None) -> NetraError:
             else "this install serves none of its contracts",
         )
     if parsed is not None and parsed.op not in FAMILIES:
-        return choices.unknown("op family", parsed.op, FAMILIES, where=f" in {query!r}")
-    if parsed is not None and set(parsed.params) != set(FAMILIES[parsed.op].params):
+        if not documented:  # an op no netra has that a manifest documents is a refusal quoting it, below
+            return choices.unknown("op family", parsed.op, FAMILIES, where=f" in {query!r}")
+    elif parsed is not None and set(parsed.params) != set(FAMILIES[parsed.op].params):
         got = ", ".join(sorted(parsed.params)) or "none"
         return UsageError(
             f"{query!r}: op {parsed.op} takes parameters {', '.join(FAMILIES[parsed.op].params)}, got {got}",
