@@ -379,3 +379,67 @@ def test_the_tool_run_check_can_fail(tmp_path: Path) -> None:
     )
     hits = [h.split(":")[1] for h in tool_runs_and_decodes(src, tmp_path)]
     assert hits == ["2", "3", "4", "5", "6"], hits
+
+
+# -- one read path for every host source env and doctor read (issue 29) ---------------------------------
+
+# What reads the host for `netra env`, doctor and GPU detection: sysfs, /proc, version files, package
+# records, driver libraries. (The classes' toolchain modules read build outputs, not the host.)
+HOST_READERS = ("targets/vendor.py", "targets/host.py", "targets/nvidia.py", "targets/amd.py",
+                "cli/environment.py", "runtime/gpus.py", "runtime/installed.py", "core/libraries.py")  # fmt: skip
+
+
+def host_reads(path: Path, base: Path = PACKAGE) -> list[str]:
+    """Every read of a host file other than netra.core.files (open(), Path.read_text/read_bytes/open,
+    importlib.metadata), and every library loaded other than by netra.core.libraries.load: each could
+    block on a FIFO, read without bound, or call a symbol the library lacks."""
+    rel = path.relative_to(base).as_posix()
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) else [])
+            if any(n and n.startswith("importlib.metadata") for n in names) or (
+                isinstance(node, ast.ImportFrom) and node.module == "importlib" and "metadata" in names
+            ):
+                found.append(
+                    f"{rel}:{node.lineno}: importlib.metadata (read dist-info by installed.DistInfo)"
+                )
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id == "open":
+            found.append(f"{rel}:{node.lineno}: open() (read host files by netra.core.files.read_path)")
+        elif isinstance(f, ast.Attribute) and (
+            (f.attr in ("read_bytes", "open") and not (isinstance(f.value, ast.Name) and f.value.id == "os"))
+            or (f.attr == "read_text" and not node.args)
+        ):
+            found.append(f"{rel}:{node.lineno}: .{f.attr}() (read host files by netra.core.files.read_path)")
+        elif (
+            f.id if isinstance(f, ast.Name) else getattr(f, "attr", "")
+        ) == "CDLL" and rel != "core/libraries.py":
+            found.append(f"{rel}:{node.lineno}: CDLL (load a host library by netra.core.libraries.load)")
+    return found
+
+
+def test_every_host_source_is_read_by_one_bounded_non_blocking_path() -> None:
+    """torch/version.py as a FIFO blocked `netra env` (a plain open()); a libcuda.so.1 without cuInit was an
+    AttributeError (a bare CDLL). Every host read of env, doctor and detection goes through files.read_path
+    and libraries.load."""
+    found = [hit for rel in HOST_READERS for hit in host_reads(PACKAGE / rel)]
+    assert not found, "\n".join(found)
+
+
+def test_the_host_read_check_can_fail(tmp_path: Path) -> None:
+    src = tmp_path / "probe.py"
+    src.write_text(
+        "import ctypes, os\n"
+        "from importlib import metadata\n"
+        "open('/proc/x').read()\n"
+        "p.read_text(encoding='utf-8')\n"
+        "p.read_bytes()\n"
+        "ctypes.CDLL('libcuda.so.1')\n"
+        "os.open('x', 0)\n"
+        "dist.read_text('METADATA')\n"
+    )
+    hits = sorted((h.split(":")[1] for h in host_reads(src, tmp_path)), key=int)
+    assert hits == ["2", "3", "4", "5", "6"], hits

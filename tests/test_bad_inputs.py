@@ -37,6 +37,7 @@ from elftools.elf.elffile import ELFFile  # the test's own ELF reader, independe
 from venvtools import package_dir
 from wheeltools import rewrite
 
+from netra.core import toml
 from netra.errors import LockError, NetraError
 from netra.release import build, compilecache, manifests
 from netra.runtime import layout
@@ -875,7 +876,8 @@ def reseal(wheel: Path, dest: Path, edit: Callable[[dict[str, bytes]], None]) ->
             entry["sha256"] = _sha(members[DATA + path])
         lock_bytes = members[DATA + "manifest.lock"]
         rec["lock_sha256"] = _sha(lock_bytes)
-        rec["lock"] = lock_mod.to_dict(lock_mod.loads(lock_bytes, "manifest.lock"))
+        # the lock's TOML as data (what to_dict gives for a valid lock), so an inconsistent one reseals too
+        rec["lock"] = toml.loads(lock_bytes.decode())
         body = {k: v for k, v in rec.items() if k != "record_sha256"}
         rec["record_sha256"] = _sha(layout.canonical(body))
         members[DATA + layout.BUILD_RECORD] = (json.dumps(rec, indent=1, sort_keys=True) + "\n").encode()
@@ -1015,6 +1017,110 @@ def test_a_resealed_build_record_naming_a_code_object_at_another_file_is_refused
         assert r.returncode == 1 and f"does not record {moved}" in r.stdout, log(r)
     finally:
         _pip_install(venv, wheel)
+
+
+# -- issue 29: an install re-sealed consistently whose files disagree with each other ----------------
+
+
+def _lock_edit(m: dict[str, bytes], old: bytes, new: bytes) -> None:
+    lock = m[DATA + "manifest.lock"]
+    assert lock.count(old) == 1, old
+    m[DATA + "manifest.lock"] = lock.replace(old, new)
+
+
+def _member_edit(rel: str, change: Callable[[bytes], bytes]) -> Callable[[dict[str, bytes]], None]:
+    """The shipped file `rel` (a lock path) changed, its new sha256 put in the lock."""
+
+    def edit(m: dict[str, bytes]) -> None:
+        name = DATA + str(layout.data_path(rel))
+        old = m[name]
+        m[name] = change(old)
+        _lock_edit(m, _sha(old).encode(), _sha(m[name]).encode())
+
+    return edit
+
+
+def _drop_toolchain(m: dict[str, bytes]) -> None:
+    _lock_edit(m, b'[toolchains.sm_90]\nflavour = "nvcc"\nversion = "13.0.88"\n\n', b"")
+
+
+def _drop_evidence(m: dict[str, bytes]) -> None:
+    rel = "release/evidence/sm_90.json"
+    data = m.pop(DATA + str(layout.data_path(rel)))
+    _lock_edit(m, f'[[files]]\npath = "{rel}"\nsha256 = "{_sha(data)}"\nrole = "evidence"\n\n'.encode(), b"")
+
+
+def _contradict_a_summary(data: bytes) -> bytes:
+    ev = json.loads(data)
+    first = sorted(ev["hardware"])[0]
+    ev["hardware"][first]["max_rel_deviation"] = 0.5
+    return (json.dumps(ev, indent=1, sort_keys=True) + "\n").encode()
+
+
+GEMMA = "manifests/models/gemma-2-9b.toml"
+GAP = (
+    '\n[[fallbacks]]\nop = "rmsnorm"\ngpu_class = "gfx950"\nhidden = 3584\nweight_offset = 1\n'
+    'reason = "said not built, though it is"\n'
+)
+
+# edit, what doctor's problem line says, what `netra catalog`'s error line says (its paths are absolute)
+RESEALED: dict[str, tuple[Callable[[dict[str, bytes]], None], str, list[str]]] = {
+    "a lock without the sm_90 toolchain section": (
+        _drop_toolchain,
+        "no [toolchains.sm_90] entry records what built it",
+        ["no [toolchains.sm_90] entry records what built it"],
+    ),
+    "the sm_90 evidence file and its lock entry removed": (
+        _drop_evidence,
+        "missing: the sm_90 table is certified on hardware and its evidence lives here",
+        ["missing: the sm_90 table is certified on hardware and its evidence lives here"],
+    ),
+    "an sm_90 evidence record contradicting its table summary": (
+        _member_edit("release/evidence/sm_90.json", _contradict_a_summary),
+        "differs from its summary in tables/sm_90.json (max_rel_deviation)",
+        ["evidence/sm_90.json", "differs from its summary in ", "tables/sm_90.json (max_rel_deviation)"],
+    ),
+    "a gfx950 fallback for a contract gfx950 builds": (
+        _member_edit(GEMMA, lambda b: b + GAP.encode()),
+        "the install's files disagree: manifests/models/gemma-2-9b.toml: the Gemma-2-9B fallback says gfx950 does not "
+        "build rmsnorm(hidden=3584,weight_offset=1), but the lock has ",
+        [
+            "the install's files disagree: ",
+            "gemma-2-9b.toml: the Gemma-2-9B fallback says gfx950 does not "
+            "build rmsnorm(hidden=3584,weight_offset=1), but the lock has",
+        ],
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def resealed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("resealed")
+    return {case: reseal(wheel, base / str(i), edit) for i, (case, (edit, *_)) in enumerate(RESEALED.items())}
+
+
+@pytest.mark.parametrize("case", sorted(RESEALED))
+def test_doctor_and_catalog_say_where_a_resealed_installs_own_files_disagree(
+    venv: Venv, wheel: Path, resealed: dict[str, Path], case: str
+) -> None:
+    """Each install re-sealed consistently (lock, build.json and RECORD recomputed after the edit), so
+    every hash vouches for it; `verify-wheel --lock` refused each, doctor accepted each (issue 29).
+    What the files say to each other is checked whatever the hashes vouch for: doctor fails naming the
+    disagreement, and `netra catalog` refuses rather than list both sides of it."""
+    _, says, catalog_says = RESEALED[case]
+    try:
+        _pip_install(venv, resealed[case])
+        r = venv.run("netra", "doctor")
+        assert r.returncode == 1 and "Traceback" not in r.stderr, log(r)
+        problems = [ln for ln in r.stdout.splitlines() if ln.startswith("problem: ")]
+        assert any(says in ln for ln in problems), log(r)
+        c = venv.run("netra", "catalog")
+        assert c.returncode == 1 and "Traceback" not in c.stderr and c.stdout == "", log(c)
+        (line,) = [ln for ln in c.stderr.splitlines() if ln.startswith("netra: error: ")]
+        assert all(f in line for f in catalog_says), log(c)
+    finally:
+        _pip_install(venv, wheel)
+    assert venv.run("netra", "doctor").returncode == 0
 
 
 # -- a code object's launch data changed in a built wheel (descriptor, kernel attributes) -------------
@@ -1433,6 +1539,35 @@ def test_a_tracked_input_that_is_not_a_regular_file_or_is_duplicated_is_refused_
         assert f in msg, f"{f!r} not in {msg!r}"
 
 
+def test_two_fallbacks_for_two_contracts_of_one_family_with_one_use_are_two_fallbacks(tmp_path: Path) -> None:
+    """A valid manifest was refused (issue 29): fallbacks were told apart by op and `use` text, so a
+    second gfx950 contract of fused_add_rmsnorm noted like the first was "a duplicate". A fallback
+    is its contract on its class; the same contract twice on one class is still one slip."""
+    root = sources(REPO, tmp_path / "tree")
+    gemma = "manifests/models/gemma-2-9b.toml"
+    op = 'op = "fused_add_rmsnorm"\nhidden = 4096\nweight_offset = 1\n'
+    gap = 'gpu_class = "gfx950"\nreason = "no gfx950 template for fused_add_rmsnorm"\n'
+    _append(gemma, f'\n[[ops]]\n{op}use = "the final residual add + norm"\n')(root)
+    _append(gemma, f'\n[[fallbacks]]\n{op}{gap}use = "the final residual add + norm"\n')(root)
+    m = manifests.load(root)
+    gaps = {
+        (f.contract, f.gpu_class)
+        for f in m.fallbacks
+        if f.model == "Gemma-2-9B" and f.op == "fused_add_rmsnorm"
+    }
+    assert gaps == {
+        ("fused_add_rmsnorm(hidden=3584,weight_offset=1)", "gfx950"),
+        ("fused_add_rmsnorm(hidden=4096,weight_offset=1)", "gfx950"),
+    }
+    _append(gemma, f'\n[[fallbacks]]\n{op}{gap}use = "noted otherwise"\n')(root)  # that contract again
+    with pytest.raises(NetraError) as e:
+        manifests.load(root)
+    msg = str(e.value)
+    assert (
+        "duplicate of entry" in msg and "(fused_add_rmsnorm(hidden=4096,weight_offset=1) on gfx950)" in msg
+    ), msg
+
+
 def test_netra_lock_refuses_a_manifest_replaced_by_a_folder_and_leaves_the_lock(tmp_path: Path) -> None:
     root = sources(REPO, tmp_path / "tree")
     before = _release(root)
@@ -1669,11 +1804,6 @@ API_MISUSE: dict[str, tuple[str, type, list[str]]] = {
         TypeError,
         ["Catalog.kernel", "Candidate"],
     ),
-    "kernel_for on a torch without CUDA": (
-        "__import__('netra.torch').torch.kernel_for('rmsnorm(hidden=4096,weight_offset=0)')",
-        NetraError,
-        ["kernel_for", "no usable CUDA device"],
-    ),
     "kernel_for with rows as a string": (
         "__import__('netra.torch').torch.kernel_for('rmsnorm(hidden=4096,weight_offset=0)', '1')",
         TypeError,
@@ -1699,6 +1829,23 @@ def test_the_python_api_given_wrong_types_raises_the_projects_error_naming_the_a
     assert "\n" not in msg
     for f in fragments:
         assert f in msg, f"{f!r} not in {msg!r}"
+
+
+def test_kernel_for_on_a_torch_without_cuda_answers_the_falsy_device_route_not_an_exception() -> None:
+    """One behaviour, as docs/torch.md says (issue 29): the composite serves the call, so kernel_for
+    says so with the route a call on CPU tensors takes; it raised RuntimeUnavailableError before."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this torch has CUDA")
+    import netra.torch as nt
+
+    for device in (None, "cuda", "cuda:1"):
+        r = nt.kernel_for("rmsnorm(hidden=4096,weight_offset=0)", 1, device)
+        assert not r and r.code == "device", r
+        assert r.reason.startswith(f"this torch {torch.__version__} has no usable CUDA device"), r.reason
+        assert r.contract == "rmsnorm(hidden=4096,weight_offset=0)"
+    with pytest.raises(NetraError, match="not a CUDA device"):  # a wrong argument still raises
+        nt.kernel_for("rmsnorm(hidden=4096,weight_offset=0)", 1, "cpu")
 
 
 # -- issue 14: where `netra build` writes: '' paths, full and read-only filesystems, --reference ------

@@ -457,6 +457,9 @@ def test_certify_json_follows_its_schema(tmp_path: Path) -> None:
         (["explain", "RMSNORM(hidden=4096,weight_offset=0)"], 2, "did you mean 'rmsnorm'?"),
         (["explain", "rmsnorm"], 2, "its contracts here: rmsnorm(hidden=128,weight_offset=0), "),
         (["explain", "rmsnorm(hidden=4096)"], 2, "op rmsnorm takes parameters hidden, weight_offset, got hidden"),
+        # a family the model manifests document a fallback for (issue 29: exit 1 and five lines before)
+        (["explain", "fused_add_rmsnorm"], 2, "op family, not a contract: name one of its contracts (hidden, weight_offset)"),
+        (["explain", "fused_add_rmsnorm(hidden=4096)"], 2, "op fused_add_rmsnorm takes parameters hidden, weight_offset, got hidden"),
         (["explain", "NETRA_RMSNORM_H4096_WO0_W8"], 1, "did you mean 'netra_rmsnorm_h4096_wo0_w8'"),
         (["explain", "rmsnorm(hidden=4097,weight_offset=0)"], 1, "did you mean 'rmsnorm(hidden=4096,weight_offset=0)'"),
         (["certify", "--gpu-class", "gfx951"], 2, "did you mean 'gfx950'?"),

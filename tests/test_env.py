@@ -4,7 +4,9 @@ driver or runtime each class's code objects need, derived from the toolchain the
 from __future__ import annotations
 
 import json
+import os
 import platform
+import shutil
 import subprocess
 import sys
 from importlib import metadata
@@ -189,4 +191,128 @@ def test_each_gpu_line_names_what_its_class_needs(tmp_path: Path) -> None:
     assert (
         "needs: gfx950 code objects need ROCm >= 7.0: this host has ROCm 6.4.1-120 (TOO OLD: upgrade it)"
         in old
+    )
+
+
+# -- issue 29: the host's libraries and files are not trusted to be what their names say ---------------
+
+
+def _host_run(cmd: str, *args: str, timeout: float = TIMEOUT, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "netra", cmd, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, check=False, env=clean_env(**env))  # fmt: skip
+
+
+def _failing_smi(tmp_path: Path) -> str:
+    """PATH with an nvidia-smi that fails, so the CUDA driver API is asked on any host (a GPU host too)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
+    (bindir / "nvidia-smi").chmod(0o755)
+    return f"{bindir}:{os.environ['PATH']}"
+
+
+def test_a_libcuda_that_lacks_the_driver_api_is_named_unusable_in_one_line(tmp_path: Path) -> None:
+    """A libcuda.so.1 that loads but has no cuInit (built here by gcc, first on the library path) ended
+    `netra env` and `netra doctor` in an AttributeError traceback; each now says which library is
+    unusable and what it lacks, in one line, and answers."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.skip("no C compiler to build the library with")
+    libdir = tmp_path / "lib"
+    libdir.mkdir()
+    (tmp_path / "empty.c").write_text("int not_the_driver(void) { return 0; }\n")
+    lib = libdir / "libcuda.so.1"
+    subprocess.run(
+        [gcc, "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "empty.c")], check=True, timeout=TIMEOUT
+    )
+    env = {"LD_LIBRARY_PATH": str(libdir), "PATH": _failing_smi(tmp_path)}
+    r = _host_run("env", **env)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, log(r)
+    (nv,) = [ln for ln in r.stdout.splitlines() if ln.startswith("nvidia: ")]
+    assert f"runtime not found ({lib} is unusable: it lacks cuDriverGetVersion)" in nv, nv
+    (gpu,) = [ln for ln in r.stdout.splitlines() if ln.startswith("gpu: ")]
+    assert f"CUDA driver: {lib} is unusable: it lacks cuInit, cuDeviceGetCount" in gpu, gpu
+    d = _host_run("doctor", "--json", **env)
+    assert "Traceback" not in d.stderr and d.returncode in (0, 1), log(d)
+    doc = valid("doctor", d.stdout)
+    assert any(
+        f"CUDA driver: {lib} is unusable: it lacks cuInit, cuDeviceGetCount" in n
+        for n in doc["gpu_detection"]
+    )
+    assert any(
+        f"{lib} is unusable: it lacks cuDriverGetVersion" in n
+        for n in doc["host"]["vendors"]["nvidia"]["notes"]
+    )
+    human = _host_run("doctor", **env)
+    assert "Traceback" not in human.stderr and f"{lib} is unusable: it lacks cuInit" in human.stdout, log(
+        human
+    )
+
+
+def test_env_never_waits_on_a_fifo_where_a_version_file_or_a_library_is(tmp_path: Path) -> None:
+    """torch/version.py, a package's METADATA and libcuda.so.1 as FIFOs: `netra env` blocked forever on
+    the first (opened as a plain file). Every host file is read by files.read_path (regular files
+    only, non-blocking, bounded); a library must be a regular file to be one."""
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch-9.9.dist-info").mkdir()
+    (site / "torch-9.9.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torch\nVersion: 9.9\n\n"
+    )
+    os.mkfifo(site / "torch" / "version.py")
+    (site / "numpy-1.0.dist-info").mkdir()
+    os.mkfifo(site / "numpy-1.0.dist-info" / "METADATA")
+    libdir = tmp_path / "lib"
+    libdir.mkdir()
+    os.mkfifo(libdir / "libcuda.so.1")
+    env = {"PYTHONPATH": f"{site}:{REPO}", "LD_LIBRARY_PATH": str(libdir), "PATH": _failing_smi(tmp_path)}
+    r = _host_run("env", "--json", timeout=60, **env)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, log(r)
+    doc = valid("env", r.stdout)
+    t = doc["host"]["torch"]
+    assert t["version"] == "9.9" and t["cuda"] is None and "torch/version.py is a FIFO" in t["unread"], t
+    assert doc["host"]["packages"]["numpy"] is None
+    assert all(str(libdir) not in n for n in doc["gpu_detection"]), doc["gpu_detection"]
+    human = _host_run("env", timeout=60, **env)
+    assert (
+        "torch: 9.9 (built for unknown: " in human.stdout and "is a FIFO, not a regular file)" in human.stdout
+    )
+
+
+def test_require_gpu_with_a_driver_below_the_minimum_says_the_driver_the_minimum_and_the_fix(
+    tmp_path: Path,
+) -> None:
+    """An H200 (nvidia-smi's answer) on driver 470: --require-gpu said sm_90 had nothing accepted while
+    listing "sm_90 (64 accepted)"; the problem is the driver, and the line says so as `netra env` does."""
+    if Path(nvidia.DRIVER_VERSION_FILE).exists():
+        pytest.skip("this host's loaded NVIDIA module gives the driver version, not nvidia-smi")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nvidia-smi").write_text(
+        '#!/bin/sh\ncase "$1" in\n'
+        "  --query-gpu=index,name,compute_cap) echo '0, NVIDIA H200, 9.0' ;;\n"
+        "  --query-gpu=driver_version) echo '470.256.02' ;;\n"
+        "  *) exit 6 ;;\nesac\n"
+    )
+    (bindir / "nvidia-smi").chmod(0o755)
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}"}
+    r = _host_run("doctor", "--require-gpu", "--json", "--sysfs-nodes", str(nodes), **env)
+    doc = valid("doctor", r.stdout)
+    assert r.returncode == 1 and not doc["ok"], log(r)
+    (gpu,) = doc["gpus"]
+    assert gpu["class"] == "sm_90" and gpu["driver_met"] is False and gpu["maturity"]["accepted"] > 0, gpu
+    minimum = doc["needs"]["sm_90"]["minimum"]
+    last = doc["problems"][-1]
+    assert last.startswith("no GPU on this host is served by this install: sm_90 (NVIDIA H200): ") and (
+        f"NVIDIA driver 470.256.02 is older than the {minimum} its code objects need" in last
+        and f"fix: upgrade the NVIDIA driver to {minimum} or newer" in last
+        and "accepted kernels in this install" not in last
+    ), last
+    human = _host_run("doctor", "--require-gpu", "--sysfs-nodes", str(nodes), **env).stdout
+    (line,) = [ln for ln in human.splitlines() if ln.startswith("gpu: sm_90 ")]
+    assert (
+        "nothing is accepted" not in line
+        and f"certified by this install ({gpu['maturity']['accepted']} accepted" in line
     )

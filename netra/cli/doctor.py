@@ -85,8 +85,11 @@ def _check(item: Item, below: Any) -> tuple[int, dict[str, Any] | None, bytes | 
         except NetraError as e:
             out["parse"] = e.message
     if not out:
-        return len(data), None, data if item.kind in ("table", "evidence") else None
+        return len(data), None, data if item.kind in _KEPT else None
     return len(data), {"path": item.name, "kind": item.kind, "problem": "altered", "checks": out}, None
+
+
+_KEPT = ("table", "evidence", "manifest")  # intact files read again, for what they say to each other
 
 
 def _absent(e: NetraError) -> str:
@@ -357,6 +360,7 @@ def verify(inst: Install) -> dict[str, Any]:
         known = {it.name for it in items} | {"manifest.lock", layout.BUILD_RECORD}
         rep.files["unexpected"] = [rel for rel in _walk(str(inst.root)) if rel not in known]
     rep.files["invalid_tables"] = _table_problems(inst, lock, intact, rep)
+    rep.files["disagreements"] = _disagreements(inst, lock, intact, rep)
     _problems(inst, rep)
     return _verified(rep, lock_info, lock)
 
@@ -386,26 +390,28 @@ def _table_problems(
 
     Hash first: a table whose bytes hash to what a vouched lock records (the lock build.json binds,
     build.json as RECORD holds it) is the one the gated build read through the table format, so the
-    format is not read again; its rules and its agreement with the lock still are (tables.parse). Its
-    evidence file, which serving never reads, is then proven by its hash: the gated build held it to
-    the table's summaries. Unvouched, each table is read with its evidence as one certified table."""
+    format is not read again; its rules and its agreement with the lock still are (tables.parse), and
+    so is its agreement with its evidence file (tables.evidence_agrees: a hardware-certified class has
+    one, listed in the lock, holding exactly the records the table summarizes), whatever the hashes
+    vouch for: a resealed install recomputes them all. Unvouched, each table is read with its evidence
+    as one certified table."""
     out = []
-    where = {f.path: layout.data_path(f.path) if inst.kind == "wheel" else f.path for f in lock.files}
+    where = _data_paths(inst, lock)
     for f in lock.files_with_role("table"):
         cls = tables.gpu_class_of(f.path)
         name = where[f.path]
         if cls is None or name is None or name not in intact:
             continue
+        ev = where.get(tables.evidence_path(cls))
+        if ev is not None and ev not in intact:
+            continue  # the evidence file is reported missing or altered on its own
+        ev_name = ev or tables.evidence_path(cls)
         try:
             if rep.vouched:
                 t = tables.loads(intact[name], name, cls, vouched=True)
+                tables.evidence_agrees(intact[name], intact.get(ev or ""), name, ev_name, cls)
             else:
-                ev = where.get(tables.evidence_path(cls))
-                if ev is not None and ev not in intact:
-                    continue  # the evidence file is reported missing or altered on its own
-                t = tables.read_certified(
-                    intact[name], intact.get(ev or ""), name, ev or tables.evidence_path(cls), cls
-                )
+                t = tables.read_certified(intact[name], intact.get(ev or ""), name, ev_name, cls)
             wrong = tables.against_lock(t, lock)
         except NetraError as e:
             wrong = [e.message]
@@ -414,6 +420,42 @@ def _table_problems(
         else:
             rep.tables[cls] = t
     return out
+
+
+def _data_paths(inst: Install, lock: Lock) -> dict[str, str | None]:
+    """Each locked file's name in this install's report (its data path in a wheel)."""
+    return {f.path: layout.data_path(f.path) if inst.kind == "wheel" else f.path for f in lock.files}
+
+
+def _disagreements(inst: Install, lock: Lock, intact: dict[str, bytes], rep: _Report) -> list[dict[str, str]]:
+    """What the install's intact files say against each other beyond the tables' own checks: a model
+    manifest's or a table's fallback saying a class does not build a contract the lock has that class's
+    artifacts for (`netra catalog` would list both). Each file's hash may be right (a resealed
+    install): this is about what they say, which no hash vouches for."""
+    from netra.core import models
+    from netra.core import toml as _toml
+
+    out: list[dict[str, str]] = []
+    where = _data_paths(inst, lock)
+    for f in lock.files_with_role("manifest"):
+        name = where.get(f.path)
+        if not f.path.startswith(_MODELS) or name is None or name not in intact:
+            continue
+        try:
+            m = models.parse(_toml.loads(intact[name].decode("utf-8")), name)
+        except (NetraError, UnicodeDecodeError, _toml.TOMLDecodeError) as e:
+            out.append(
+                {"path": name, "problem": f"not a readable model manifest ({getattr(e, 'message', e)})"}
+            )
+            continue
+        out += [{"path": name, "problem": p} for p in tables.gaps_against_lock(m.fallbacks, lock, name)]
+    for cls, t in sorted(rep.tables.items()):
+        name = where.get(tables.table_path(cls)) or tables.table_path(cls)
+        out += [{"path": name, "problem": p} for p in tables.gaps_against_lock(t.fallbacks, lock, name)]
+    return out
+
+
+_MODELS = "manifests/models/"
 
 
 def _problems(inst: Install, rep: _Report) -> None:
@@ -436,6 +478,9 @@ def _problems(inst: Install, rep: _Report) -> None:
         # Its bytes are the locked ones: the release itself is inconsistent (a source tree: regenerate).
         fix = _not_gated(inst) if inst.kind == "wheel" else inst.restore_command(t["path"])
         rep.problem(f"invalid table {t['path']} ({t['gpu_class']}): {t['problem']}", fix)
+    for d in rep.files.get("disagreements", []):
+        fix = _not_gated(inst) if inst.kind == "wheel" else inst.restore_command(d["path"])
+        rep.problem(f"the install's files disagree: {d['problem']}", fix)
 
 
 def _total_size(items: list[Item], record: list[RecordEntry] | None) -> int:
@@ -589,17 +634,7 @@ def run(
     problems = list(v["problems"])
     intact = not problems
     if require_gpu and not any(g["serves_by_default"] for g in gpu_list):
-        seen = ", ".join(f"{g['class']} ({g['name']})" for g in gpu_list) or "none"
-        listed = (
-            ", ".join(
-                f"{cls} ({(c.get('maturity') or {}).get('accepted', 0)} accepted)"
-                for cls, c in sorted(certified.items())
-            )
-            or "none"
-        )
-        problems.append(
-            f"no GPU on this host has accepted kernels in this install: found {seen}; classes: {listed}"
-        )
+        problems.append(_no_gpu_served(gpu_list, certified, needs))
         v["causes"].append({"fix": None, "note": "", "problems": [problems[-1]]})
     return {
         "schema": SCHEMA,
@@ -626,6 +661,33 @@ def run(
         "problems": problems,
         "seconds": {"verify": round(verify_s, 6), "total": round(time.perf_counter() - t0, 6)},
     }
+
+
+def _no_gpu_served(gpu_list: list[dict[str, Any]], certified: dict[str, Any], needs: dict[str, Any]) -> str:
+    """Why --require-gpu fails, in one line. A GPU whose class has accepted kernels but whose driver is
+    older than they need is named with its driver, the minimum and the upgrade (as `netra env` says
+    it), not as a class with nothing accepted."""
+    old = [g for g in gpu_list if g["driver_met"] is False and (g["maturity"] or {}).get("accepted")]
+    if old:
+        said = []
+        for cls in sorted({g["class"] for g in old}):
+            n = needs[cls]
+            names = ", ".join(sorted({g["name"] for g in old if g["class"] == cls}))
+            said.append(
+                f"{cls} ({names}): this host's {n['needs']} {n['found']} is older than the {n['minimum']} its "
+                f"code objects need ({n['why']}), so none of its {certified[cls]['maturity']['accepted']} "
+                f"accepted kernels is served; fix: upgrade the {n['needs']} to {n['minimum']} or newer"
+            )
+        return "no GPU on this host is served by this install: " + "; ".join(said)
+    seen = ", ".join(f"{g['class']} ({g['name']})" for g in gpu_list) or "none"
+    listed = (
+        ", ".join(
+            f"{cls} ({(c.get('maturity') or {}).get('accepted', 0)} accepted)"
+            for cls, c in sorted(certified.items())
+        )
+        or "none"
+    )
+    return f"no GPU on this host has accepted kernels in this install: found {seen}; classes: {listed}"
 
 
 def _distribution(d: installed.Distribution | None) -> dict[str, Any] | None:
@@ -736,7 +798,13 @@ def render(r: dict[str, Any]) -> str:
         what = f"{lk.get('toolchain', '?')}, {lk.get('artifacts', '?')} artifacts"
         lines.append(f"lock: sha256 {lk['sha256']} ({what}), {bind}{rec}")
     f = r["files"]
-    bad = len(f["missing"]) + len(f["altered"]) + len(f["unexpected"]) + len(f.get("invalid_tables", []))
+    bad = (
+        len(f["missing"])
+        + len(f["altered"])
+        + len(f["unexpected"])
+        + len(f.get("invalid_tables", []))
+        + len(f.get("disagreements", []))
+    )
     lines.append(
         f"files: {f['checked']} checked ({f['bytes']} bytes) in {r['seconds']['verify'] * 1e3:.1f} ms: "
         + (
@@ -744,6 +812,7 @@ def render(r: dict[str, Any]) -> str:
             if not bad
             else f"{len(f['missing'])} missing, {len(f['altered'])} altered, "
             f"{len(f['unexpected'])} unexpected, {len(f.get('invalid_tables', []))} invalid tables"
+            + (f", {len(f['disagreements'])} disagreeing" if f.get("disagreements") else "")
         )
     )
     for cls, c in sorted(r["certified_classes"].items()):
@@ -759,8 +828,11 @@ def render(r: dict[str, Any]) -> str:
             lines.append(f"certified: {cls}: table {c['table']} is not intact")
     if r["gpus"]:
         for g in r["gpus"]:
+            accepted = (g["maturity"] or {}).get("accepted")
             if g["serves_by_default"]:
-                state = f"certified by this install ({g['maturity']['accepted']} accepted kernels served by default)"
+                state = f"certified by this install ({accepted} accepted kernels served by default)"
+            elif accepted and g.get("driver_met") is False:
+                state = f"certified by this install ({accepted} accepted kernels)"
             elif g["certified"]:
                 state = (
                     "its class is in this install but nothing is accepted: the default policy serves nothing"

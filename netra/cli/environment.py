@@ -16,34 +16,47 @@ import sys
 from typing import Any
 
 from netra import __version__, targets
+from netra.runtime import installed
 from netra.runtime.lockfile import Lock
 
 SCHEMA = 1
 PACKAGES = ("netra-kernel", "torch", "numpy", "pyelftools", "msgpack")
 
 
-def _version(dist: str) -> str | None:
-    from importlib import metadata
+def _dist(name: str) -> installed.DistInfo | None:
+    """The installed distribution `name` that Python imports (the first on sys.path), by its records."""
+    found = installed.dist_infos(name)
+    return found[0] if found else None
 
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
+
+def _version(name: str) -> str | None:
+    d = _dist(name)
+    return (d.version or None) if d is not None else None
 
 
 def torch_build() -> dict[str, Any] | None:
-    """torch's version and the CUDA / HIP it was built for, from torch/version.py (None: not installed)."""
+    """torch's version and the CUDA / HIP it was built for, from torch/version.py (None: not installed).
+    Read as every host file here is (files.read_path: a regular file, non-blocking, bounded), never
+    imported: a FIFO or a device in its place is "not known", not a hang."""
     import ast
-    from importlib import metadata
 
-    try:
-        dist = metadata.distribution("torch")
-    except metadata.PackageNotFoundError:
+    from netra.core import files, text
+    from netra.errors import NetraError
+
+    d = _dist("torch")
+    if d is None:
         return None
-    out: dict[str, Any] = {"version": dist.version, "cuda": None, "hip": None}
+    out: dict[str, Any] = {"version": d.version or "unknown", "cuda": None, "hip": None}
     try:
-        text = open(str(dist.locate_file("torch/version.py")), encoding="utf-8").read()  # noqa: SIM115
-        for node in ast.parse(text).body:
+        raw = files.read_path(
+            d.folder.parent / "torch" / "version.py", limit=1 << 20, what="torch/version.py"
+        )
+    except NetraError as e:
+        out["unread"] = e.message
+        return out
+    try:
+        source = text.decode(raw)
+        for node in ast.parse(source).body:
             target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
             value = getattr(node, "value", None)
             if (
@@ -52,8 +65,8 @@ def torch_build() -> dict[str, Any] | None:
                 and isinstance(value, ast.Constant)
             ):
                 out[target.id] = value.value if isinstance(value.value, str) else None
-    except (OSError, SyntaxError, ValueError):
-        pass
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        out["unread"] = f"torch/version.py is not Python this can read ({type(e).__name__})"
     return out
 
 
@@ -134,6 +147,8 @@ def host_lines(h: dict[str, Any]) -> list[str]:
     t = h["torch"]
     if t:
         built = ", ".join(f"{k.upper()} {t[k]}" for k in ("cuda", "hip") if t[k]) or "CPU only"
+        if t.get("unread"):
+            built = f"unknown: {t['unread']}"
         lines.append(f"torch: {t['version']} (built for {built})")
     else:
         lines.append("torch: not installed")
@@ -154,7 +169,7 @@ def report() -> dict[str, Any]:
     """`netra env --json` (netra/schemas/env.schema.json): the host and what each class's code needs."""
     from netra.core import files
     from netra.errors import NetraError
-    from netra.runtime import gpus, installed
+    from netra.runtime import gpus
     from netra.runtime import lockfile as lock_mod
 
     h = host()

@@ -4,7 +4,9 @@ A wheel install has no sources: everything here comes from netra/_data (a source
 release/ and manifests/), through the runtime's own opening path (the lock bound to build.json, each
 class's table checked against the lock) plus the model manifests, each checked against its locked
 sha256 before it is read. So what is listed is what the runtime would serve, and a damaged install is
-refused here as the runtime refuses it, naming the file and the fix. No code object is read.
+refused here as the runtime refuses it, naming the file and the fix. What the files say to each other
+is held too, whatever their hashes vouch for: a fallback saying a class does not build a contract that
+the lock has artifacts of that class for is refused, never listed beside them. No code object is read.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netra.core import files
+from netra.core.types import ModelFallback
 from netra.errors import AlteredFileError, ContractError, MissingFileError, NetraError, UsageError
 from netra.runtime import tables
 from netra.runtime.installed import Install
@@ -61,13 +64,24 @@ def load(inst: Install) -> Inventory:
     users: dict[str, set[str]] = {}
     fallbacks: list[dict[str, str]] = []
     models: set[str] = set()
+    contradicted: list[str] = []  # gaps the lock contradicts: the catalog would list both
     for f in sorted(lock.files_with_role("manifest"), key=lambda f: f.path):
         if f.path.startswith(MODELS) and f.path.endswith(".toml"):
-            model, needs, fb = _model(inst, lock, f.path)
+            model, needs, fb, gaps = _model(inst, lock, f.path)
             models.add(model)
             for key in needs:
                 users.setdefault(key, set()).add(model)
             fallbacks += fb
+            contradicted += tables.gaps_against_lock(gaps, lock, str(inst.tracked(f.path)))
+    for cls, t in sorted(tabs.items()):
+        contradicted += tables.gaps_against_lock(t.fallbacks, lock, str(inst.tracked(tables.table_path(cls))))
+    if contradicted:
+        raise tables.TableError(
+            f"the install's files disagree: {contradicted[0]}"
+            + (f" (and {len(contradicted) - 1} more)" if len(contradicted) > 1 else ""),
+            "the release is inconsistent; " + inst.reinstall,
+            tuple(contradicted[1:]),
+        )
     return Inventory(
         install=inst,
         lock=lock,
@@ -100,8 +114,11 @@ def _locked_bytes(inst: Install, lock: Lock, lock_path: str, what: str) -> bytes
     return data
 
 
-def _model(inst: Install, lock: Lock, lock_path: str) -> tuple[str, list[str], list[dict[str, str]]]:
-    """A model manifest's name, the contract keys it needs, its documented fallbacks."""
+def _model(
+    inst: Install, lock: Lock, lock_path: str
+) -> tuple[str, list[str], list[dict[str, str]], tuple[ModelFallback, ...]]:
+    """A model manifest's name, the contract keys it needs, its documented fallbacks (as reported, and
+    as read)."""
     from netra.core import models
     from netra.core import toml as _toml
     from netra.core.ops import contract_key
@@ -120,7 +137,7 @@ def _model(inst: Install, lock: Lock, lock_path: str) -> tuple[str, list[str], l
         if f.gpu_class:
             d.update(gpu_class=f.gpu_class, contract=f.contract)
         fb.append(d)
-    return m.model, needs, fb
+    return m.model, needs, fb, m.fallbacks
 
 
 # -- the catalog ---------------------------------------------------------------------------------------
@@ -246,7 +263,9 @@ def _unknown(inv: Inventory, query: str, gpu_class: str | None) -> NetraError:
             f"contract {key} is served on GPU class {', '.join(elsewhere)}, not on {gpu_class}",
             f"drop --gpu-class {gpu_class}, or pass --gpu-class {elsewhere[0]}",
         )
-    if not documented and op in FAMILIES and "(" not in query:
+    # A family's contract typed wrong is a usage error whatever the manifests document for the op (exit 2,
+    # one line).
+    if op in FAMILIES and "(" not in query:
         keys = sorted({k for cls, keys in served.items() if gpu_class in (None, cls) for k in keys
                        if k.startswith(op + "(")})  # fmt: skip
         return UsageError(
@@ -255,9 +274,10 @@ def _unknown(inv: Inventory, query: str, gpu_class: str | None) -> NetraError:
             if keys
             else "this install serves none of its contracts",
         )
-    if not documented and parsed is not None and parsed.op not in FAMILIES:
-        return choices.unknown("op family", parsed.op, FAMILIES, where=f" in {query!r}")
-    if not documented and parsed is not None and set(parsed.params) != set(FAMILIES[parsed.op].params):
+    if parsed is not None and parsed.op not in FAMILIES:
+        if not documented:  # an op no netra has that a manifest documents is a refusal quoting it, below
+            return choices.unknown("op family", parsed.op, FAMILIES, where=f" in {query!r}")
+    elif parsed is not None and set(parsed.params) != set(FAMILIES[parsed.op].params):
         got = ", ".join(sorted(parsed.params)) or "none"
         return UsageError(
             f"{query!r}: op {parsed.op} takes parameters {', '.join(FAMILIES[parsed.op].params)}, got {got}",

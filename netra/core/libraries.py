@@ -1,20 +1,29 @@
-"""Finding a GPU driver library by looking, not loading.
+"""Finding a GPU driver library by looking, not loading; and loading one for detection only when it
+has every symbol asked for.
 
 Doctor reports what a host has without pulling a GPU runtime into its process, and each loader tries
 the same places in the same order. The search is directory listing first (LD_LIBRARY_PATH, the
 vendor's own locations, system and driver directories), then the dynamic linker's cache
-(`ldconfig -p`) once per process. Which names and which vendor locations: the vendor objects in
-netra.targets (`Vendor.libraries`, `Vendor.library_dirs`).
+(`ldconfig -p`) once per process. Only a regular file (through links, as the dynamic linker follows
+them) is a library: a FIFO or a device named libcuda.so.1 would block or fail the loader. Which names
+and which vendor locations: the vendor objects in netra.targets (`Vendor.libraries`,
+`Vendor.library_dirs`).
+
+A host's library is not trusted to be what its name says (an empty libcuda.so.1 loads): `load` checks
+every symbol the caller will call before any is called, so one that lacks them is a named, one-line
+"unusable" finding, never an AttributeError.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from netra.errors import ToolError
+from netra.errors import RuntimeUnavailableError, ToolError
 
 _SYSTEM_DIRS = (
     "/usr/lib/x86_64-linux-gnu",
@@ -66,13 +75,39 @@ def find(names: Sequence[str], extra_dirs: Sequence[str] = ()) -> Path | None:
     for name in names:
         for d in dirs:
             p = d / name
-            if p.exists():
+            if _regular(p):
                 return p
     cache = _ldconfig()
     for name in names:
-        if name in cache and "stubs" not in Path(cache[name]).parts:
+        if name in cache and "stubs" not in Path(cache[name]).parts and _regular(Path(cache[name])):
             return Path(cache[name])
     return None
+
+
+def load(path: Path, symbols: Sequence[str], what: str) -> Any:
+    """The library at `path` (a ctypes.CDLL) once every name in `symbols` resolves in it.
+    RuntimeUnavailableError in one line naming the library when it cannot be loaded or lacks any."""
+    import ctypes  # detection only: finding a library needs none of it
+
+    hint = f"it is not {what}: remove it or put the real one first on the library path"
+    if not _regular(path):
+        raise RuntimeUnavailableError(f"{path} is unusable: not a regular file", hint)
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as e:
+        raise RuntimeUnavailableError(f"{path} is unusable: it cannot be loaded ({e})", hint) from None
+    missing = [name for name in symbols if not hasattr(lib, name)]
+    if missing:
+        raise RuntimeUnavailableError(f"{path} is unusable: it lacks {', '.join(missing)}", hint)
+    return lib
+
+
+def _regular(path: Path) -> bool:
+    """A regular file, links followed (as the dynamic linker follows them); never opened."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):  # missing, unreadable folder, a NUL in a name from the environment
+        return False
 
 
 def _which(name: str) -> str | None:

@@ -23,6 +23,16 @@ def _contract_of(entry: dict[str, Any]) -> str:
     return f"{entry['op']}({params})"
 
 
+def _fallback_of(entry: dict[str, Any]) -> str:
+    """What a [[fallbacks]] entry documents: one contract not built for one class (its parameters),
+    or, without gpu_class, the op everywhere (its `use`). Two entries alike in this are one slip; two
+    contracts of one family that a model uses for the same purpose are two fallbacks."""
+    if entry.get("gpu_class"):
+        return f"{_contract_of({k: v for k, v in entry.items() if k not in _FIXED})} on {entry['gpu_class']}"
+    return f"{entry['op']} on every class: {entry.get('use', '')!r}"
+
+
+_FIXED = ("use", "reason", "gpu_class")  # a fallback's fields besides "op" and the contract's parameters
 _OP = s.Table({"op": s.Str(max_len=64), "use": s.opt(s.Str(max_len=300), "")}, label="op", extra=True)
 SCHEMA = s.Table(
     {
@@ -42,7 +52,7 @@ SCHEMA = s.Table(
                     extra=True,  # with gpu_class: the contract's parameters
                 ),
                 max_len=1000,
-                unique=lambda f: (f["op"], f["use"]),
+                unique=_fallback_of,
             ),
             [],
         ),
@@ -67,10 +77,9 @@ def parse(data: Any, where: str) -> ModelManifest:
         params = contract_params(op["op"], {k: v for k, v in op.items() if k not in ("op", "use")}, at)
         needs.append((op["op"], params))
     fallbacks = []
-    _fixed = ("op", "use", "reason", "gpu_class")
     for i, f in enumerate(raw["fallbacks"]):
         at = f"{where}: fallbacks[{i}] ({f['op']})"
-        extra = {k: v for k, v in f.items() if k not in _fixed}
+        extra = {k: v for k, v in f.items() if k not in ("op", *_FIXED)}
         if not f["gpu_class"]:
             if extra:
                 raise ManifestError(

@@ -230,10 +230,16 @@ class DistInfo:
         self.folder = folder
 
     def read_text(self, name: str) -> str | None:
+        """A metadata file as text; None when it is not a readable regular file within the limit (a
+        FIFO there is refused, never waited on: files.read_path)."""
+        from netra.core import files, text
+        from netra.errors import NetraError
+
         try:
-            return (self.folder / name).read_text(encoding="utf-8", errors="replace")
-        except OSError:
+            data = files.read_path(self.folder / name, limit=files.LOCK_LIMIT, what=name)
+        except NetraError:
             return None
+        return text.decode(data)  # as Path.read_text(errors="replace") read it: universal newlines
 
     def record_text(self) -> str | None:
         """RECORD's text, read once while the file stays the same (locating the install and a first
@@ -342,37 +348,45 @@ _URLSAFE = str.maketrans("-_", "+/")
 _RECORD_TEXT: dict[str, tuple[tuple[str, int, int, int], str]] = {}
 
 
-def _named(entry: str) -> bool:
-    """A .dist-info folder of netra-kernel (names normalized as packaging does: -, _ and . alike)."""
+def _named(entry: str, distribution: str = DISTRIBUTION) -> bool:
+    """A .dist-info folder of `distribution` (names normalized as packaging does: -, _ and . alike)."""
     if not entry.endswith(".dist-info"):
         return False
     name = entry[: -len(".dist-info")].rpartition("-")[0] or entry[: -len(".dist-info")]
-    return name.lower().replace("-", "_").replace(".", "_") == DISTRIBUTION.replace("-", "_")
+    return _normal(name) == _normal(distribution)
 
 
-def distributions() -> list[tuple[Distribution, DistInfo]]:
-    """Every installed netra-kernel distribution on sys.path, in sys.path order, with its dist-info
-    (duplicates of one dist-info folder once)."""
+def _normal(name: str) -> str:
+    return name.lower().replace("-", "_").replace(".", "_")
+
+
+def dist_infos(distribution: str) -> list[DistInfo]:
+    """Every installed `distribution`'s .dist-info on sys.path, in sys.path order (one folder once),
+    found by listing folders: nothing is read until a file of one is asked for (DistInfo.read_text)."""
     import os
 
-    out: list[tuple[Distribution, DistInfo]] = []
+    out: list[DistInfo] = []
     seen: set[str] = set()
     for entry in sys.path:
         try:
-            names = sorted(n for n in os.listdir(entry or ".") if _named(n))
-        except OSError:
+            names = sorted(n for n in os.listdir(entry or ".") if _named(n, distribution))
+        except (OSError, ValueError):
             continue
         for n in names:
             folder = Path(entry or ".", n)
             if not folder.is_dir():
                 continue
             info = str(folder.resolve())
-            if info in seen:
-                continue
-            seen.add(info)
-            dist = DistInfo(Path(info))
-            out.append((_record(dist, info), dist))
+            if info not in seen:
+                seen.add(info)
+                out.append(DistInfo(Path(info)))
     return out
+
+
+def distributions() -> list[tuple[Distribution, DistInfo]]:
+    """Every installed netra-kernel distribution on sys.path, in sys.path order, with its dist-info
+    (duplicates of one dist-info folder once)."""
+    return [(_record(dist, str(dist.folder)), dist) for dist in dist_infos(DISTRIBUTION)]
 
 
 def _record(dist: DistInfo, info: str) -> Distribution:

@@ -245,6 +245,9 @@ def from_vouched(data: dict[str, Any]) -> Lock:
         or not isinstance(data["artifacts"], list)
         or not isinstance(data["files"], list)
         or not all(targets.known(a["target"]) for a in data["artifacts"])
+        # What no hash vouches for: the copy agrees with itself. A class's artifacts without its
+        # toolchain (or a toolchain without artifacts) would drop the class from what its code needs.
+        or {a["target"] for a in data["artifacts"]} != set(data["toolchains"])
     ):
         raise ValueError("not a lock a gated build wrote")
     return Lock(

@@ -13,7 +13,7 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from netra.errors import ToolError
+from netra.errors import NetraError, ToolError
 from netra.targets.vendor import Vendor
 
 if TYPE_CHECKING:
@@ -30,6 +30,10 @@ DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"  # the loaded kernel module'
 # notes and its CUDA Compatibility guide (minor version compatibility: a cubin built by any CUDA 13.x
 # runs on a driver >= 580; 12.x on >= 525). CUDA 13.0 GA itself shipped with 580.65.06.
 CUDA_MIN_DRIVER = {12: "525", 13: "580"}
+# What detection calls in libcuda, checked before any is called: a file of that name lacking them (an
+# empty stub, another library renamed) is "unusable", named, never an AttributeError.
+_DETECTION_SYMBOLS = ("cuInit", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetAttribute", "cuDeviceGetName")
+_DRIVER_LIBRARY = "the NVIDIA driver's libcuda"
 
 
 def sm_name(major: int, minor: int) -> str:
@@ -115,16 +119,16 @@ class Nvidia(Vendor):
         """The CUDA driver API: cuInit, cuDeviceGetCount, and each device's compute capability and name."""
         import ctypes  # loads nothing by itself, but costs an import a serving host may never need
 
-        from netra.core import text
+        from netra.core import libraries, text
         from netra.targets.host import GPU
 
         path = Path(library) if library is not None else self.find_library()
         if path is None:
             return [], f"CUDA driver: {self.libraries[0]} not found"
         try:
-            cu = ctypes.CDLL(str(path))
-        except OSError as e:
-            return [], f"CUDA driver: {path} could not be loaded ({e})"
+            cu = libraries.load(path, _DETECTION_SYMBOLS, _DRIVER_LIBRARY)
+        except NetraError as e:
+            return [], f"CUDA driver: {e.message}"
         rc = cu.cuInit(0)
         if rc == CUDA_ERROR_NO_DEVICE:
             return [], f"CUDA driver: {path}: no CUDA device"
@@ -193,8 +197,8 @@ class Nvidia(Vendor):
         driver = None
         import ctypes
 
-        from netra.core import files, text
-        from netra.errors import MissingFileError, NetraError
+        from netra.core import files, libraries, text
+        from netra.errors import MissingFileError
 
         try:  # a regular file, bounded, decoded by the one policy (a FIFO there is refused, never waited on)
             version = text.decode(
@@ -217,11 +221,12 @@ class Nvidia(Vendor):
         else:
             try:
                 v = ctypes.c_int(0)
-                if ctypes.CDLL(str(path)).cuDriverGetVersion(ctypes.byref(v)) == 0 and v.value > 0:
+                cu = libraries.load(path, ("cuDriverGetVersion",), _DRIVER_LIBRARY)
+                if cu.cuDriverGetVersion(ctypes.byref(v)) == 0 and v.value > 0:
                     runtime = f"CUDA {v.value // 1000}.{v.value % 1000 // 10}"
                 notes.append(f"runtime: cuDriverGetVersion of {path}" + ("" if runtime else " failed"))
-            except (OSError, AttributeError) as e:
-                notes.append(f"runtime: {path} could not be loaded ({e})")
+            except NetraError as e:
+                notes.append(f"runtime: {e.message}")
         return Versions(driver, runtime, tuple(notes))
 
     def cubin_driver_need(self, cuda_version: str) -> DriverNeed:

@@ -522,14 +522,20 @@ def _index(device: Any, call: str) -> int:
 
 def kernel_for(contract: str, rows: int = 1, device: Any = None) -> Any:
     """The runtime Kernel a call of `contract` with `rows` rows launches on `device` (default: the
-    current CUDA device), or the falsy Route naming why the composite runs instead."""
+    current CUDA device), or the falsy Route (`.code`, `.reason`) naming why the composite runs
+    instead: a torch without CUDA, or with no device visible, is the `device` route, as a call on CPU
+    tensors is. Arguments of the wrong type or value raise (docs/torch.md)."""
     from netra.runtime import arguments, as_contract
 
     arguments.count(rows, call="kernel_for", arg="rows")
     c = as_contract(contract, call="kernel_for")
     if c.op not in NAMES:
         raise ContractError(f"{contract!r} is not a netra.torch op", f"one of {', '.join(NAMES)}")
-    k = kernels(_index(device, "kernel_for"), c.key, c.op)
+    try:
+        index = _index(device, "kernel_for")
+    except RuntimeUnavailableError as e:  # no CUDA here: the composite serves the call, as on CPU tensors
+        return route(c.key, "device", e.message.removeprefix("kernel_for: "))
+    k = kernels(index, c.key, c.op)
     return k if isinstance(k, Route) else k.kernel(rows)
 
 
