@@ -1,0 +1,148 @@
+"""The typed table model the readers make: a table, its entries, their candidates and what their
+maturity rests on; with the format's schema version and the certification notes a table carries."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from netra.core.types import MATURITIES, ModelFallback
+from netra.runtime.kernarg import KernargLayout
+
+SCHEMA = 5
+STATIC_NOTE = (
+    "Statically verified only: assembled, .text locked and the code object validated against its "
+    "contract and the GPU class's limits. No {target} hardware has run these kernels."
+)
+HARDWARE_NOTE = (
+    "Certified on {target} hardware by `netra certify`: every accepted candidate ran on the device, "
+    "matched the float64 reference within its stated tolerance, was timed and was found clean by every "
+    "memory checker of its vendor; its evidence names the machine code (.text sha256) it was certified "
+    "with."
+)
+UNCERTIFIED_NOTE = (
+    "Awaiting hardware certification: no {target} candidate has been certified by `netra certify` for "
+    "the machine code locked now, so none is accepted."
+)
+HINT = "regenerate the table with `netra lock` (hardware evidence comes from `netra certify`)"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Launch geometry: a fixed block, and a grid whose axes are constants or ceil(rows / rows_per_block)."""
+
+    block: tuple[int, int, int]
+    grid_axes: tuple[int | tuple[str, int], ...]  # each: a constant, or ("rows", rows_per_block)
+    dynamic_lds_bytes: int
+
+    def grid(self, rows: int) -> tuple[int, int, int]:
+        """Blocks per axis for `rows` rows (the token dimension). Zero rows give a zero-size grid."""
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            raise ValueError(f"rows must be a non-negative integer, got {rows!r}")
+        out = [a if isinstance(a, int) else -(-rows // a[1]) for a in self.grid_axes]
+        if rows == 0:
+            out[0] = 0
+        return (out[0], out[1], out[2])
+
+    @property
+    def expressions(self) -> tuple[str, ...]:
+        """The grid in the terms of the family's launch model (netra.core.launch): each axis a constant
+        or cdiv(<runtime value>, <per block>). The table's JSON keeps its format; this is its reading."""
+        return tuple(str(a) if isinstance(a, int) else f"cdiv({a[0]}, {a[1]})" for a in self.grid_axes)
+
+    def grid_for(self, values: Mapping[str, int]) -> tuple[int, int, int]:
+        """Blocks per axis for the named runtime values (what grid(rows) is for {"rows": rows})."""
+        from netra.core import expr
+
+        x, y, z = (expr.evaluate(e, values) for e in self.expressions)
+        return (x, y, z)
+
+    @property
+    def threads_per_block(self) -> int:
+        return math.prod(self.block)
+
+    @property
+    def rows_per_block(self) -> int:
+        return next((a[1] for a in self.grid_axes if not isinstance(a, int)), 0)
+
+
+@dataclass(frozen=True)
+class HardwareEvidence:
+    """What a candidate's maturity rests on: the table's summary of its evidence record."""
+
+    run: int
+    text_sha256: str  # the machine code this evidence was measured on
+    passed: bool
+    reason: str
+    max_rel_deviation: float | None  # None: not finite (a NaN or inf where the reference had none)
+    tolerance: float
+    sanitizer: str = "skipped"  # memory checkers, SANITIZER_RESULTS: only "clean" may be served by default
+    profile: str = "skipped"  # PROFILE_RESULTS
+
+
+@dataclass(frozen=True)
+class Candidate:
+    tactic: str
+    artifact: str
+    file: str
+    symbol: str
+    text_sha256: str
+    maturity: str
+    launch: Launch
+    lds_bytes: int
+    workspace_bytes: int
+    kernarg: KernargLayout
+    evidence: dict[str, Any]  # static, and hardware: its summary (a certified table: the whole record)
+    hardware: HardwareEvidence | None
+
+    @property
+    def rank(self) -> int:
+        return MATURITIES.index(self.maturity)
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """Which tactic serves which row counts, decided by certification (None: every larger count)."""
+
+    max_rows: int | None
+    tactic: str
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    op: str
+    params: dict[str, int]
+    candidates: tuple[Candidate, ...]
+    dispatch: tuple[Dispatch, ...] = ()
+
+    def tactic_for(self, rows: int) -> str | None:
+        for d in self.dispatch:
+            if d.max_rows is None or rows <= d.max_rows:
+                return d.tactic
+        return None
+
+
+@dataclass(frozen=True)
+class Table:
+    gpu_class: str
+    vendor: str
+    loader: str
+    certification: str
+    note: str
+    runs: tuple[dict[str, Any], ...]
+    entries: Mapping[str, Entry]  # a dict; served from a vouched table: Entries
+    fallbacks: tuple[ModelFallback, ...]
+
+    def maturity_counts(self) -> dict[str, int]:
+        """Candidates per maturity, every maturity present (zeros included)."""
+        counts = dict.fromkeys(MATURITIES, 0)
+        for e in self.entries.values():
+            for c in e.candidates:
+                counts[c.maturity] += 1
+        return counts
+
+    def candidates(self) -> list[Candidate]:
+        return [c for e in self.entries.values() for c in e.candidates]
