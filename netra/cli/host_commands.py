@@ -1,0 +1,334 @@
+"""A serving host's commands, which read an install (or a wheel): `netra doctor`, `netra env`,
+`netra catalog`, `netra explain`, `netra verify-wheel`, `netra certify`. Each is a thin shell over the
+module that does the work, imported when the command runs; explain's human report is rendered here."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from netra.cli import choices
+from netra.cli.support import (
+    _PROGRESS,
+    _json,
+    _need,
+    _progress,
+    _root,
+)
+from netra.core.types import MATURITIES
+from netra.errors import NetraError
+
+
+def _inventory(args: argparse.Namespace) -> Any:
+    """The release data to describe: --root's source tree, else this netra's own install."""
+    from netra.cli import inventory
+    from netra.runtime import installed
+
+    if not args.root:
+        return inventory.load(installed.locate())
+    root = _root(args.root)
+    if not (root / "release").is_dir() or not (root / "manifests").is_dir():
+        raise NetraError(
+            f"{root}: not a netra source tree (no release/ and manifests/)",
+            "pass the root of a checkout, or drop --root to describe the installed package",
+        )
+    return inventory.load(installed.source(root))
+
+
+def _known_class(gpu_class: str | None) -> None:
+    """A --gpu-class that names no registered class is a usage error, before any file is read."""
+    from netra import targets
+
+    choices.check("GPU class", gpu_class, targets.names())
+
+
+def _certified_class(inv: Any, gpu_class: str | None) -> None:
+    """A registered class this install has no certified table for is a refusal."""
+    if gpu_class is not None and gpu_class not in inv.tables:
+        raise NetraError(
+            f"GPU class {gpu_class} is not certified by this install",
+            f"certified: {', '.join(sorted(inv.tables)) or 'none'}",
+        )
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    from netra.cli import inventory
+
+    _known_class(args.gpu_class)
+    inv = _inventory(args)
+    _certified_class(inv, args.gpu_class)
+    choices.check("model", args.model, inv.models, where=" in this install's model manifests")
+    data = inventory.catalog(inv, gpu_class=args.gpu_class, model=args.model)
+    if args.json:
+        _json(data)
+        return 0
+    head = ("ARTIFACT", "CLASS", "CONTRACT", "TACTIC", "MATURITY", "USED BY")
+    rows = [(a["artifact"], a["gpu_class"], a["contract"], a["tactic"], a["maturity"], ", ".join(a["users"]) or "-")
+            for a in data["artifacts"]]  # fmt: skip
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - 1)]
+    for r in [head, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
+    for f in data["fallbacks"]:
+        if f.get("gpu_class"):
+            print(f"not built for {f['gpu_class']}: {f['contract']} ({f['model']}): {f['reason']}")
+        else:
+            print(f"fallback {f['model']}: {f['op']}: {f['reason']}")
+    for cls, c in data["classes"].items():
+        m = c["maturity"]
+        per = ", ".join(f"{k} {m[k]}" for k in reversed(MATURITIES))
+        print(f"class {cls} ({c['certification']}, loader {c['loader']}): {c['contracts']} contracts, "
+              f"{c['artifacts']} artifacts; {per}")  # fmt: skip
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from netra.cli import inventory
+
+    _known_class(args.gpu_class)
+    inv = _inventory(args)
+    _certified_class(inv, args.gpu_class)
+    data = inventory.explain(inv, args.name, gpu_class=args.gpu_class)
+    if args.json:
+        _json(data)
+    else:
+        print(_render_explain(data))
+    return 0
+
+
+def _render_explain(d: dict[str, Any]) -> str:
+    out: list[str] = []
+    for m in d["matches"]:
+        out.append(f"{m['key']} on {m['gpu_class']} ({m['certification']} certification, loader {m['loader']}, "
+                   f"toolchain {m['toolchain']})")  # fmt: skip
+        c = m["contract"]
+        out.append("  contract: " + "; ".join(
+            [f"dtypes {', '.join(f'{k} {v}' for k, v in sorted(c.get('dtypes', {}).items()))}"]
+            + [f"{k} {c[k]}" for k in ("layout", "quant") if k in c]))  # fmt: skip
+        out.append(f"  used by: {', '.join(m['users']) or 'no model manifest'}")
+        served = m["served_by_default"] or "nothing (an explicit fallback)"
+        out.append(f"  default policy ({m['default_policy']}) serves: {served}")
+        if m["dispatch"]:
+            rules = ", ".join(
+                f"rows <= {r['max_rows']}: {r['tactic']}"
+                if r["max_rows"] is not None
+                else f"more: {r['tactic']}"
+                for r in m["dispatch"]
+            )
+            out.append(f"  dispatch by rows: {rules}")
+        for k in m["candidates"]:
+            out.append(f"  candidate {k['rank']}: {k['artifact']} (tactic {k['tactic']}, {k['maturity']})")
+            out += [f"    {line}" for line in _candidate_lines(k)]
+    for g in d.get("not_built", []):
+        out.append(f"{d['matches'][0]['key']} on {g['gpu_class']}: not built ({g['model']}: {g['reason']})")
+    return "\n".join(out)
+
+
+def _candidate_lines(k: dict[str, Any]) -> list[str]:
+    lines = []
+    ev = k["evidence"]
+    st = ev.get("static") or {}
+    if st:
+        tc = st.get("toolchain") or {}
+        lines.append(f"evidence, static: checks {', '.join(st.get('checks', []))} "
+                     f"({tc.get('flavour', '?')} {tc.get('version', '?')})")  # fmt: skip
+    hw = ev.get("hardware")
+    if hw:
+        verdict = "passed" if hw.get("passed") else f"FAILED ({hw.get('reason')})"
+        dev = hw.get("max_rel_deviation")
+        lines.append(f"evidence, hardware: {verdict} {hw.get('cases')} cases against the {hw.get('reference')} "
+                     f"reference, max relative deviation {dev if dev is not None else 'not finite'} "
+                     f"(tolerance {hw.get('tolerance')})")  # fmt: skip
+        times = ", ".join(f"{t['rows']} rows {t['median_us']} us" for t in hw.get("timings", []))
+        if times:
+            lines.append(f"timings (median): {times}")
+        lines += _tool_lines(hw)
+    ln = k["launch"]
+    grid = ", ".join(
+        f"ceil(rows/{a['rows_per_block']})" if isinstance(a, dict) else str(a) for a in ln["grid"]
+    )
+    lines.append(f"launch: block {'x'.join(map(str, ln['block']))}, grid ({grid}); LDS {k['lds_bytes']} static + "
+                 f"{ln['dynamic_lds_bytes']} dynamic bytes; workspace {k['workspace_bytes']} bytes; "
+                 f"max {k['max_threads']} threads")  # fmt: skip
+    ka = k["kernarg"]
+    args = ", ".join(f"{a['name']} {a['type']} @{a['offset']}" for a in ka["args"])
+    lines.append(f"kernarg ({ka['size']} bytes): {args}")
+    if k["facts"]:
+        lines.append("facts: " + ", ".join(f"{n} {v}" for n, v in sorted(k["facts"].items())))
+    h = k["hashes"]
+    lines.append(f"code: {k['file']} (template {k['template']}), symbol {k['symbol']}")
+    lines.append(f".text sha256 {h['text_sha256']}; launch sha256 {h['launch_sha256']}")
+    whole = f"{h['file_sha256']} (build.json)" if h["file_sha256"] else "not recorded (a source checkout)"
+    lines.append(f"code object sha256 {whole}; as locked {h['code_sha256']}")
+    return lines
+
+
+def _tool_lines(hw: dict[str, Any]) -> list[str]:
+    """The memory checkers' and the profiler's evidence, one line each (docs/certify.md)."""
+    lines = []
+    sz = hw.get("sanitizer")
+    if sz:
+        checks = ", ".join(
+            f"{c['check']} {c['result']}"
+            + (f" ({c['findings']}, first: {c['first']})" if c["findings"] else "")
+            for c in sz["checks"]
+        )
+        ran = next((f" [{c['tool']} {c['version']}]" for c in sz["checks"] if c["version"]), "")
+        line = f"memory checkers: {sz['result']}" + (f" ({sz['note']})" if sz["note"] else "")
+        line += (f": {checks}" if checks else "") + ran
+        if sz["result"] in ("skipped", "unavailable"):
+            line += "; without them a passing candidate is only verified, never served by the default policy"
+        lines.append(line)
+    pr = hw.get("profile")
+    if pr and pr["result"] == "measured":
+        lines.append(f"profile ({pr['tool']} {pr['version']}, {pr['rows']} rows): DRAM {pr['dram_throughput_pct']}% "
+                     f"of peak, {pr['duration_us']} us, {pr['dram_read_bytes']} bytes read, "
+                     f"{pr['dram_write_bytes']} written")  # fmt: skip
+    elif pr:
+        lines.append(f"profile: {pr['result']} ({pr['note']})")
+    return lines
+
+
+def _wheel_error(wheel: Path, problems: list[Any], where: str) -> NetraError:
+    """The refusal: every problem on the one line while they are few; a summary and one line each when many."""
+    from netra.release import wheelgate
+
+    e = wheelgate.error(wheel, problems, why=f"checked against {where}")
+    if len(problems) <= 3:
+        return e
+    counts = ", ".join(f"{k} {n}" for k in wheelgate.KINDS if (n := sum(p.kind == k for p in problems)))
+    return NetraError(
+        f"{wheel.name} refused (checked against {where}): it does not carry exactly the locked files: "
+        f"{counts} (listed below)",
+        e.hint,
+        tuple(f"{p.kind} {p}" for p in problems),
+    )
+
+
+def cmd_verify_wheel(args: argparse.Namespace) -> int:
+    """Check a wheel carries exactly the locked files: --lock, else the tree's lock, else the wheel's own."""
+    import zipfile
+
+    from netra.release import wheelgate
+    from netra.runtime import lockfile as lock
+
+    wheel = Path(args.wheel)
+    if not wheel.is_file():
+        raise NetraError(f"{wheel}: no such file", "pass the path of a .whl file")
+    if not zipfile.is_zipfile(wheel):
+        raise NetraError(f"{wheel}: not a wheel (a wheel is a zip archive)", "pass the path of a .whl file")
+    own = False  # checked against the lock the wheel carries: self-consistency, not authenticity
+    if args.lock or args.root:
+        path = Path(args.lock) if args.lock else _root(args.root) / lock.LOCK_PATH
+        raw, against, where = *wheelgate.read_lock(path), str(path)
+    else:
+        try:
+            path = _root(None) / lock.LOCK_PATH
+            raw, against, where = *wheelgate.read_lock(path), str(path)
+        except NetraError:  # not in a source tree: the wheel can still be checked for consistency
+            raw = wheelgate.packaged_lock(wheel)
+            against, where = wheelgate.parse_lock(raw, f"{wheel.name}:manifest.lock"), "the lock it carries"
+            own = True
+    problems = wheelgate.check_wheel(wheel, against, raw)
+    if args.json:
+        from netra.core.hashing import sha256_bytes
+
+        _json({
+            "schema": 1, "command": "verify-wheel", "wheel": str(wheel), "against": where,
+            "lock_sha256": sha256_bytes(raw), "ok": not problems,
+            "proved": "self-consistency" if own else "lock",
+            "problems": [{"kind": p.kind, "member": p.member, "detail": p.detail} for p in problems],
+        })  # fmt: skip
+    if problems:
+        raise _wheel_error(wheel, problems, where)
+    if args.json:
+        return 0
+    if own:
+        print(
+            f"{wheel.name}: self-consistent: it carries exactly the files of the lock it carries: OK. That proves "
+            "the wheel is whole, not that it is an authentic release (a wheel and its lock can be altered together): "
+            "to prove that, check it against the release's own lock, "
+            "`netra verify-wheel WHEEL --lock release/manifest.lock` from the release's commit"
+        )
+    else:
+        print(f"{wheel.name}: carries exactly the files of the lock {where}: OK (proved against that lock)")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Verify this install and report the host; exit 1 when anything is missing or altered."""
+    from netra.cli import doctor
+
+    report = doctor.run(sysfs_nodes=args.sysfs_nodes, require_gpu=args.require_gpu)
+    if args.json:
+        _json(report)
+    else:
+        print(doctor.render(report))
+    return 0 if report["ok"] else 1
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    """The host for a bug report: Python, platform, torch, drivers and runtimes, what the code needs."""
+    from netra.cli import environment
+
+    report = environment.report()
+    if args.json:
+        _json(report)
+    else:
+        print(environment.render(report))
+    return 0
+
+
+def cmd_certify(args: argparse.Namespace) -> int:
+    """Run, judge, time, memory-check and profile every candidate of a class's table on this host's GPU;
+    write the certified table."""
+    _known_class(args.gpu_class)
+    _need("numpy", "netra certify")
+    from netra import certify
+
+    out = Path(args.out) if args.out else Path.cwd() / f"{args.gpu_class}.json"
+    opts = certify.Options(
+        sanitize=not (args.skip_sanitizer or args.quick),
+        profile=not (args.skip_profile or args.quick),
+        logs=Path(args.logs) if args.logs else None,
+        **({"tool_timeout": args.tool_timeout} if args.tool_timeout is not None else {}),
+    )
+    table = certify.certify(args.gpu_class, progress=_progress(args), seed=args.seed, options=opts)
+    certify.write(table, out)
+    _PROGRESS.end()
+    counts = dict.fromkeys(MATURITIES, 0)
+    checks: dict[str, int] = {}
+    profiles: dict[str, int] = {}
+    for e in table["entries"]:
+        for c in e["candidates"]:
+            counts[c["maturity"]] = counts.get(c["maturity"], 0) + 1
+            hw = c["evidence"]["hardware"]
+            checks[hw["sanitizer"]["result"]] = checks.get(hw["sanitizer"]["result"], 0) + 1
+            profiles[hw["profile"]["result"]] = profiles.get(hw["profile"]["result"], 0) + 1
+    if args.json:
+        from netra.core.hashing import sha256_bytes
+
+        _json({
+            "schema": 1, "command": "certify", "gpu_class": args.gpu_class, "out": str(out),
+            "table_sha256": sha256_bytes(out.read_bytes()), "evidence": str(certify.evidence_out(out)),
+            "evidence_sha256": sha256_bytes(certify.evidence_out(out).read_bytes()), "contracts": len(table["entries"]),
+            "candidates": counts, "memory_checks": dict(sorted(checks.items())),
+            "profiles": dict(sorted(profiles.items())), "run": table["certification"]["runs"][-1],
+        })  # fmt: skip
+        return 0
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v)
+    print(f"wrote {out}: {len(table['entries'])} contracts, candidates {summary}; its evidence: "
+          f"{certify.evidence_out(out)}")  # fmt: skip
+    print("memory checkers: " + ", ".join(f"{k} {v}" for k, v in sorted(checks.items()))
+          + "; profile: " + ", ".join(f"{k} {v}" for k, v in sorted(profiles.items())))  # fmt: skip
+    if counts.get("verified"):
+        print(
+            f"note: {counts['verified']} candidates passed on the GPU without memory-checker evidence: they are "
+            "'verified', which the default policy does not serve; certify without --skip-sanitizer / --quick to "
+            "accept them"
+        )
+    print(
+        f"next: copy it to release/tables/{args.gpu_class}.json and {certify.evidence_out(out).name} to "
+        f"release/evidence/{args.gpu_class}.json in the source tree, run `netra lock`, commit all three"
+    )
+    return 0
