@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from netra.certify.numerics import fused
+from netra.certify.numerics import fused, rmsnorm_fp8_group_quant
 from netra.certify.numerics.common import Case, Verdict
 
 OP = "fused_add_rmsnorm_fp8_group_quant"
-# as rmsnorm_fp8_group_quant's
-TOLERANCES = {"scales": 2.0**-23, "dequant": 1 / 28 + 2.0**-7}
+# the same q and scales as rmsnorm_fp8_group_quant, of residual_out: its tolerances, not a copy
+TOLERANCES = rmsnorm_fp8_group_quant.TOLERANCES
 
 
 def cases(p: dict[str, int], rpb: int, large: int, seed: int) -> list[Case]:
