@@ -10,14 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from netra.core.families import FAMILY_MODULES
-from netra.core.family import OpFamily
+from netra.core.families import CHAIN_MODULES, FAMILY_MODULES
+from netra.core.family import Chain, OpFamily
 from netra.errors import ManifestError
 
-__all__ = ["FAMILIES", "OpFamily", "contract_key", "contract_params", "family"]
+__all__ = ["CHAINS", "FAMILIES", "STAGES", "Chain", "OpFamily", "contract_key", "contract_params", "family"]
 
 # Each family's record is its own module (netra/core/families/), in the order listings show them.
 FAMILIES: dict[str, OpFamily] = {m.RECORD.name: m.RECORD for m in FAMILY_MODULES}
+# Operations served as a chain of families (netra/core/families/fp8_moe.py), and the families that are
+# a chain's stages: a stage is certified like any family and called through its chain.
+CHAINS: dict[str, Chain] = {m.CHAIN.name: m.CHAIN for m in CHAIN_MODULES}
+STAGES: frozenset[str] = frozenset(s for c in CHAINS.values() for s in c.stages)
 
 
 def family(op: str, where: str) -> OpFamily:

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from netra.core.ops import FAMILIES, OpFamily
+from netra.core.ops import FAMILIES, STAGES, OpFamily
 from netra.torch import contracts, dispatch, fused, signatures
 
 _Pair = tuple[torch.Tensor, torch.Tensor]
@@ -112,7 +112,8 @@ def _define(fam: OpFamily) -> None:
 
 
 for _fam in FAMILIES.values():
-    _define(_fam)
+    if _fam.name not in STAGES:  # a chain's stage is served as its chain (netra/core/families/fp8_moe.py)
+        _define(_fam)
 
 
 # ---------------------------------------------------------------------------------------------------
