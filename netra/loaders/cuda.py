@@ -320,8 +320,13 @@ def prepare(
     extra = Extra(bytes(size))
     buf, arr = extra.buffer, extra.array
     st = packer(kernel.kernarg, names)
-    axes = kernel.candidate.launch.grid_axes
-    rpb, gy, gz = axes[0][1], axes[1], axes[2]  # (cdiv(rows, rows_per_block), grid_y, 1)
+    geometry = kernel.candidate.launch
+    if geometry.per_block:  # (cdiv(rows, rows_per_block), grid_y, 1): computed inline per call
+        axes = geometry.grid_axes
+        rpb, gy, gz = axes[0][1], axes[1], axes[2]
+    else:  # an expression of rows on some axis (a routed MoE's hit experts): the table's reading
+        rpb, gy, gz = 0, 0, 0
+        grid_of = geometry.grid
     bx, by, bz = kernel.block
     shared = kernel.dynamic_lds_bytes
     call = cu.lib.cuLaunchKernel
@@ -349,13 +354,18 @@ def prepare(
         s = stream()
         with lock:
             pack(vals)
-            rc = call(fn, -(-rows // rpb), gy, gz, bx, by, bz, shared, s, None, arr)
+            if rpb:
+                rc = call(fn, -(-rows // rpb), gy, gz, bx, by, bz, shared, s, None, arr)
+            else:
+                gx_, gy_, gz_ = grid_of(rows)
+                rc = call(fn, gx_, gy_, gz_, bx, by, bz, shared, s, None, arr)
         if rc:
             if rc == CUDA_ERROR_INVALID_CONTEXT:
                 rebind()
                 with lock:
                     pack(vals)
-                    rc = call(fn, -(-rows // rpb), gy, gz, bx, by, bz, shared, s, None, arr)
+                    gx_, gy_, gz_ = (-(-rows // rpb), gy, gz) if rpb else grid_of(rows)
+                    rc = call(fn, gx_, gy_, gz_, bx, by, bz, shared, s, None, arr)
             if rc:
                 check(rc, f"cuLaunchKernel({kernel.symbol}, rows {rows}, block {kernel.block})")
 

@@ -108,8 +108,12 @@ _KERNARG_ARG = s.Table(
     label="name",
 )
 _AXIS = s.OneOf(
-    (s.Int(min=1, max=1 << 31), s.Table({"rows_per_block": s.Int(min=1, max=1 << 16)})),
-    'a positive integer or {"rows_per_block": n}',
+    (
+        s.Int(min=1, max=1 << 31),
+        s.Table({"rows_per_block": s.Int(min=1, max=1 << 16)}),
+        s.Table({"rows": s.Str()}),
+    ),
+    'a positive integer, {"rows_per_block": n} or {"rows": "<expression of rows>"}',
 )
 
 
