@@ -90,10 +90,13 @@ def rank(results: list[Result]) -> tuple[list[Result], list[dict[str, Any]] | No
 
 def rerank(table: dict[str, Any]) -> dict[str, Any]:
     """The table's order, maturity and dispatch recomputed from the measurements it records: the same
-    table when it came from `certify` (ranking is a function of the measurements)."""
+    table when it came from `certify` (ranking is a function of the measurements). A contract none of
+    whose candidates was measured yet (added after the run) is left as `netra lock` wrote it."""
     out = json.loads(json.dumps(table))
     for entry in out["entries"]:
         cands = entry["candidates"]
+        if all(c["evidence"]["hardware"] is None for c in cands):
+            continue  # a contract added since the class was certified: in file order until it is
         results = []
         for c in cands:
             hw = c["evidence"]["hardware"]
