@@ -4,7 +4,9 @@
 //   for each pair p = t * TOPK + s with e = ids[t, s]:
 //     y[p, n] = sum_b  w2s[e, n/128, b] * hs[p, b] * sum_{k in block b} w2[e, n, k] * hq[p, k]
 //   out[t, n] = bf16_rn( fma(weights[t, TOPK-1], y[t*TOPK+TOPK-1, n], ... fma(weights[t, 0], y[t*TOPK, n], 0)) )
-//   (the slots summed in slot order, fp32 fma, one rounding to bf16)
+//   (the slots summed in slot order, fp32 fma, one rounding to bf16). A slot whose id is outside
+//   [0, EXPERTS) (an expert another rank holds, as expert parallelism marks it with -1) contributes
+//   nothing; a token none of whose slots names an expert gets zeros.
 //   hq: E4M3FN [tokens*TOPK, INTER], hs: f32 [tokens*TOPK, INTER/128]; ids: i32 and weights: f32
 //   [tokens, TOPK]; w2: E4M3FN [EXPERTS, HIDDEN, INTER], w2s: f32 [EXPERTS, HIDDEN/128, INTER/128];
 //   out: bf16 [tokens, HIDDEN]. Workspaces: y32 f32 [tokens*TOPK, HIDDEN], counts u32 [tokens,
@@ -60,6 +62,8 @@ static_assert(kKW % kKS == 0, "fp8_moe_down: a warp's k range must split into su
 static_assert(K_SLICE == 128 || K_SLICE == 256 || K_SLICE == 512, "fp8_moe_down: K_SLICE must be 128, 256 or 512");
 static_assert(MAX_TOKENS >= 1 && MAX_TOKENS <= 256, "fp8_moe_down: MAX_TOKENS must be in [1, 256]");
 static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 8, "fp8_moe_down: MIN_BLOCKS must be in [1, 8]");
+
+__device__ __forceinline__ bool valid(int e) { return e >= 0 && e < kE; }
 }  // namespace fp8_moe_down_sm90
 
 extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
@@ -73,9 +77,16 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   __shared__ int last[kMaxPairs];
   if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit); no write past list
   const netra_moe::Route r = netra_moe::route<kE, kMaxPairs>(ids, (int)tokens * kK, list);
-  if (r.expert < 0) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int n0 = blockIdx.x * 32;  // output columns n0 .. n0 + 31: one 128-row scale block
+  if (blockIdx.y == 0) {  // a token none of whose ids names an expert here: no pair arrives; write 0
+    for (int t = warp; t < (int)tokens; t += kWarps) {
+      bool any = false;
+      for (int s = 0; s < kK; ++s) any |= valid(ids[t * kK + s]);
+      if (!any) out[(size_t)t * kH + n0 + lane] = __float2bfloat16_rn(0.f);
+    }
+  }
+  if (r.expert < 0) return;
   const uint8_t* we = w2 + (size_t)r.expert * kH * kI;
   const float* se = w2s + (size_t)r.expert * (kH / 128) * (kI / 128) + (n0 / 128) * (kI / 128);
   const int chunks = (r.n + 7) / 8;
@@ -125,8 +136,10 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   constexpr int kTiles = kH / 32;
   for (int i = threadIdx.x; i < r.n; i += blockDim.x) {
     const int t = list[i] / kK;
+    uint32_t arriving = 0;  // the token's pairs that name an expert: each arrives once per tile
+    for (int s = 0; s < kK; ++s) arriving += valid(ids[t * kK + s]);
     const uint32_t old = atomicAdd(&counts[t * kTiles + blockIdx.x], 1u);
-    const bool l = old == kK - 1;
+    const bool l = old == arriving - 1;
     if (l) counts[t * kTiles + blockIdx.x] = 0u;  // ready for the next call
     last[i] = l;
   }
@@ -137,8 +150,10 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
     const int t = list[i] / kK;
     float acc = 0.f;
 #pragma unroll
-    for (int s = 0; s < kK; ++s)
-      acc = __fmaf_rn(__ldcg(weights + t * kK + s), __ldcg(y32 + ((size_t)t * kK + s) * kH + n0 + lane), acc);
+    for (int s = 0; s < kK; ++s) {
+      if (valid(ids[t * kK + s]))  // a slot naming no expert here contributes nothing
+        acc = __fmaf_rn(__ldcg(weights + t * kK + s), __ldcg(y32 + ((size_t)t * kK + s) * kH + n0 + lane), acc);
+    }
     out[(size_t)t * kH + n0 + lane] = __float2bfloat16_rn(acc);
   }
 }

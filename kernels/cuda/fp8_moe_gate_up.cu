@@ -7,6 +7,7 @@
 //     h[p, j] = silu(gate[j]) * up[j]  (fp32, silu_mul_fp8_quant's instruction sequence)
 //     hq[p, :], hs[p, :] = h[p, :] quantized per 128 columns exactly as fp8_group_quant
 //   xq: E4M3FN [tokens, HIDDEN], xs: f32 [tokens, HIDDEN/128]; ids: i32 [tokens, TOPK];
+//   A pair whose id is outside [0, EXPERTS) is skipped (its hq, hs are not written; fp8_moe_down skips it).
 //   w13: E4M3FN [EXPERTS, 2*INTER, HIDDEN] (gate rows, then up rows), w13s: f32 [EXPERTS, 2*INTER/128,
 //   HIDDEN/128]; hq: E4M3FN [tokens*TOPK, INTER], hs: f32 [tokens*TOPK, INTER/128].
 //   Workspaces: h32 f32 [tokens*TOPK, INTER] (h before quantization), counts u32 [EXPERTS, INTER/128]

@@ -152,4 +152,6 @@ class Chain(NamedTuple):
     stages: tuple[str, ...]  # family names, in launch order
     links: tuple[str, ...]  # tensors one stage writes and the next reads
     overlaps_previous: tuple[bool, ...]  # per stage; never the first
+    inputs: tuple[str, ...]  # the call's tensors, in its order: every stage input but the links
+    max_dispatch: int  # the most of the dispatch value (tokens) one call may carry: the contract's limit
     doc: str

@@ -15,5 +15,7 @@ CHAIN = Chain(
     stages=("fp8_moe_gate_up", "fp8_moe_down"),
     links=("hq", "hs"),
     overlaps_previous=(False, True),
+    inputs=("xq", "xs", "ids", "weights", "w13", "w13s", "w2", "w2s"),
+    max_dispatch=64,  # decode and speculative verification; the templates' MAX_TOKENS (64) holds it
     doc="docs/ops/fp8_moe.md",
 )
