@@ -116,8 +116,9 @@ def cases(
     rows_per_block, large_rows; values at scales 1e-3, 1 and 1e3, zeros, one huge value per group,
     exact FP8 midpoints (quantizers), tied logits (router). Deterministic in (op, params, seed)."""
     _check(op, params)
-    if rows_per_block < 1 or large_rows < 1:
-        raise ValueError("rows_per_block and large_rows must be positive")
+    if rows_per_block < 0 or large_rows < 1:
+        raise ValueError("rows_per_block must be >= 0 (0: the grid does not read it) and large_rows positive")
+    rows_per_block = max(rows_per_block, 1)
     result: list[Case] = _NUMERICS[op].cases(params, rows_per_block, large_rows, seed)
     return result
 

@@ -140,7 +140,7 @@ def timing(
     like = conformance.cases(op, params, rows_per_block=1, large_rows=1, seed=seed)[0]
     out: dict[int, dict[str, Array]] = {}
     for r in rows:
-        arrays = measure.timing_inputs(like, r, seed)
+        arrays = measure.timing_inputs(like, r, seed, op, params)
         out[r] = {k: save(Path(folder) / f"timing.{r}.{k}.npy", v) for k, v in arrays.items()}
     return out
 

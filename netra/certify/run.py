@@ -396,7 +396,7 @@ def _launch(cat: Any, dev: Any, s: _Entry, cand: tables.Candidate, scratch: Path
             buf = s.buffers.get(cf.key)
             if buf is None:
                 buf = s.buffers[cf.key] = measure.case_buffers(dev, s.entry, cf.load())
-            raw, f = measure.launch(dev, kernel, buf, cf.stub())
+            raw, f = measure.launch(dev, kernel, buf, cf.stub(), s.entry.op)
             files = {}
             for name, (_, _, dtype, shape) in buf.outputs.items():
                 path = folder / f"{j}.{name}.bin"
