@@ -59,12 +59,14 @@ def rank(results: list[Result]) -> tuple[list[Result], list[dict[str, Any]] | No
     median, then the rejected ones; ties by tactic name.
     """
     ok = [r for r in results if r.maturity == "accepted"]
+    # ranked at PREFILL_ROWS, or at the most rows measured where a family's calls stop below it (64 tokens)
+    top = min(PREFILL_ROWS, max((t["rows"] for r in results for t in r.timings), default=PREFILL_ROWS))
     pending = sorted(
         (r for r in results if r.maturity == "verified"),
-        key=lambda r: (_median(r, PREFILL_ROWS), r.candidate.tactic),
+        key=lambda r: (_median(r, top), r.candidate.tactic),
     )
     bad = sorted((r for r in results if r.maturity == "rejected"), key=lambda r: r.candidate.tactic)
-    ok.sort(key=lambda r: (_median(r, PREFILL_ROWS), r.candidate.tactic))
+    ok.sort(key=lambda r: (_median(r, top), r.candidate.tactic))
     if len(ok) < 2:
         return ok + pending + bad, None
     measured = sorted({t["rows"] for r in ok for t in r.timings})
@@ -83,7 +85,7 @@ def rank(results: list[Result]) -> tuple[list[Result], list[dict[str, Any]] | No
             continue
         rules.append({"max_rows": rows, "tactic": tactic})
     rules[-1]["max_rows"] = None
-    prefill = next((t for rows, t in winners if rows >= PREFILL_ROWS), winners[-1][1])
+    prefill = next((t for rows, t in winners if rows >= top), winners[-1][1])
     ok.sort(key=lambda r: r.candidate.tactic != prefill)  # stable: the others keep their prefill order
     return ok + pending + bad, (rules if len(rules) > 1 else None)
 

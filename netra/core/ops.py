@@ -24,6 +24,7 @@ __all__ = [
     "contract_key",
     "contract_params",
     "family",
+    "max_dispatch",
 ]
 
 # Each family's record is its own module (netra/core/families/), in the order listings show them.
@@ -32,6 +33,12 @@ FAMILIES: dict[str, OpFamily] = {m.RECORD.name: m.RECORD for m in FAMILY_MODULES
 # a chain's stages: a stage is certified like any family and called through its chain.
 CHAINS: dict[str, Chain] = {m.CHAIN.name: m.CHAIN for m in CHAIN_MODULES}
 STAGES: frozenset[str] = frozenset(s for c in CHAINS.values() for s in c.stages)
+
+
+def max_dispatch(op: str) -> int | None:
+    """The most of the dispatch value one call of `op` may carry (a chain's or its stage's: the routed
+    MoE's 64 tokens); None where the family has no such limit."""
+    return next((c.max_dispatch for c in CHAINS.values() if op == c.name or op in c.stages), None)
 
 
 def chain_family(name: str) -> OpFamily:
