@@ -355,16 +355,55 @@ def test_every_certified_launch_is_the_familys_launch_model(table: str) -> None:
     t = tables.parse(json.loads((REPO / "release/tables" / table).read_text()), table, table[: -len(".json")])
     n = 0
     for entry in t.entries.values():
-        model = FAMILIES[entry.op].launch
+        fam = FAMILIES[entry.op]
+        model = fam.launch
         for c in entry.candidates:
-            assert c.launch.expressions[0] == f"cdiv(rows, {c.launch.rows_per_block})"
-            env = {"rows_per_block": c.launch.rows_per_block, "grid_y": c.launch.grid_axes[1]}
+            if c.launch.per_block:  # the row-wise families: (cdiv(rows, rows_per_block), grid_y, 1)
+                assert c.launch.expressions[0] == f"cdiv(rows, {c.launch.rows_per_block})"
+                env = {"rows_per_block": c.launch.rows_per_block, "grid_y": c.launch.grid_axes[1]}
+            else:  # the record's grid bound to the contract (a routed MoE's: over the experts hit)
+                env = dict(entry.params)
             for rows in (0, 1, 3, 64, 1000, 8192, 2**20 + 7):
+                if not c.launch.per_block and rows > 64:
+                    continue  # a routed MoE's calls stop at 64 tokens (its chain's limit)
                 want = c.launch.grid(rows)
                 assert c.launch.grid_for({"rows": rows}) == want
-                assert model.plan({**env, "rows": rows}).grids == (want,)
+                if rows:
+                    assert model.plan({**env, fam.dispatch: rows}).grids == (want,)
                 n += 1
     assert n
+
+
+def test_a_grid_bound_to_a_contract_is_what_a_table_records() -> None:
+    from netra.core import expr
+
+    assert expr.bind("min(experts, tokens * topk)", {"experts": 128, "topk": 8}, {"tokens": "rows"}) == (
+        "min(128, rows * 8)"
+    )
+    assert expr.bind("inter / 16", {"inter": 768}) == 48
+    assert expr.bind("cdiv(rows, rows_per_block)", {"rows_per_block": 4}) == "cdiv(rows, 4)"
+    assert expr.bind("(a + b) * c - (d - e)", {"c": 2}) == "(a + b) * 2 - (d - e)"
+    for text in ("(a + b) * c - (d - e)", "a - (b - c) / d", "cdiv(a * (b + 1), c)"):
+        env = {"a": 7, "b": 3, "c": 2, "d": 1, "e": 5}
+        for bound in ({}, {"a": 7}, {"b": 3, "c": 2}):
+            rest = expr.bind(text, bound)
+            assert expr.evaluate(str(rest), env) == expr.evaluate(text, env)
+
+
+def test_a_table_grid_expression_may_name_rows_only() -> None:
+    import json
+
+    from netra.errors import TableError
+    from netra.runtime import tables
+
+    raw = json.loads((REPO / "release/tables/sm_90.json").read_text())
+    entry = next(e for e in raw["entries"] if e["contract"]["op"] == "fp8_moe_down")
+    entry["candidates"][0]["launch"]["grid"][1] = {"rows": "min(experts, rows * 8)"}
+    with pytest.raises(TableError, match=r"may name rows only, not \['experts'\]"):
+        tables.parse(raw, "sm_90.json", "sm_90")
+    entry["candidates"][0]["launch"]["grid"][1] = {"rows": "min(128, rows *"}
+    with pytest.raises(TableError, match="expression 'min\\(128, rows \\*'"):
+        tables.parse(raw, "sm_90.json", "sm_90")
 
 
 @pytest.mark.parametrize("op", sorted(FAMILIES))

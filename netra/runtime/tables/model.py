@@ -53,7 +53,7 @@ class Launch:
             else expr.evaluate(a[1], {"rows": rows})
             for a in self.grid_axes
         ]
-        if rows == 0:
+        if rows == 0 and 0 not in out:  # zero rows: nothing to launch, whatever the axes say
             out[0] = 0
         return (out[0], out[1], out[2])
 
