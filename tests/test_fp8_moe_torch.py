@@ -175,3 +175,26 @@ def test_int64_ids_take_the_composite_with_the_reason() -> None:
 def test_out_must_be_bf16_of_the_call_shape() -> None:
     with pytest.raises(ContractError, match="out must be a bf16 tensor of shape \\[2, 256\\]"):
         nt.fp8_moe(*make(2), out=torch.empty(2, H))
+
+
+def test_the_programmatic_launch_structures_have_cuda_h_layout() -> None:
+    """cuLaunchKernelEx's CUlaunchConfig and CUlaunchAttribute as cuda.h lays them out (x86_64): what the
+    chain's second stage is launched with (the prototype's ran so on the H200)."""
+    import ctypes
+
+    from netra.loaders import cuda
+
+    assert ctypes.sizeof(cuda._LaunchAttribute) == 72 and cuda._LaunchAttribute.value.offset == 8
+    assert ctypes.sizeof(cuda._LaunchConfig) == 56
+    assert (
+        cuda._LaunchConfig.stream.offset,
+        cuda._LaunchConfig.attrs.offset,
+        cuda._LaunchConfig.nattrs.offset,
+    ) == (
+        32,
+        40,
+        48,
+    )
+    from netra.torch import dispatch
+
+    assert dispatch.OVERLAPS == {"fp8_moe_down": True}

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from netra import targets
-from netra.core.ops import FAMILIES
+from netra.core.ops import CHAINS, FAMILIES
 from netra.errors import (
     ContractError,
     CudaError,
@@ -71,6 +71,8 @@ __all__ = [  # the public functions of netra.torch that live in netra.torch.rout
 BF16 = torch.bfloat16
 ALIGN = 16  # the kernels read their inputs with 16-byte vector loads
 NAMES = {op: f.args for op, f in FAMILIES.items()}  # each family's kernel arguments, in the order passed
+# The chain stages launched with programmatic dependent launch (they wait for their producer in-kernel).
+OVERLAPS = {s: o for c in CHAINS.values() for s, o in zip(c.stages, c.overlaps_previous, strict=True) if o}
 _ALL_ROWS = sys.maxsize
 _classes: dict[int, str] = {}
 _kernels: dict[tuple[int, str, str], Any] = {}  # (device, contract, policy) -> Served | Route
@@ -205,9 +207,15 @@ def _make_kernels(index: int, key: str, op: str, pol: str) -> Served | Route:
                 f"{key}: the current CUDA context is device {have}'s, not cuda:{index}'s",
                 "launch from a thread whose current device is the tensors' (torch.cuda.set_device)",
             )
+        overlap = OVERLAPS.get(op, False)
         for _, k in chosen:
             if k.artifact not in made:
-                made[k.artifact] = _guarded(index, cu.prepare(k, NAMES[op], stream, rebind))
+                launch = (
+                    cu.prepare(k, NAMES[op], stream, rebind, overlap)
+                    if overlap
+                    else cu.prepare(k, NAMES[op], stream, rebind)
+                )
+                made[k.artifact] = _guarded(index, launch)
     return Served(tuple(chosen), tuple(made[k.artifact] for _, k in chosen))
 
 
