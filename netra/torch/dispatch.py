@@ -13,9 +13,9 @@ deriving the contract key, and asking, in order: is every tensor a CUDA tensor (
 certified dtypes (else `dtype`); is this torch a CUDA build, not ROCm's (else `platform`: netra.torch
 serves NVIDIA classes only); does the device's GPU class have a certified table (else `no_table`);
 does the catalog serve the contract at the policy (else the runtime's Fallback code: `no_entry`,
-`below_policy`, `rejected`, ...); is this host's driver at least the one the class's code objects need,
-as `netra env` reads it (else `driver`, decided before any module is loaded). Integrity errors (IntegrityError and its subclasses, TableError)
-propagate from the catalog: they are never a fallback. For a served contract, the catalog is asked once
+`below_policy`, `rejected`, ...); is this host's driver at least the one the class's code objects
+need, as `netra env` reads it (else `driver`, decided before any module is loaded). Integrity errors
+(IntegrityError and its subclasses, TableError) propagate from the catalog: they are never a fallback. For a served contract, the catalog is asked once
 per row-count rule of the table's certified dispatch (`select(key, rows=...)`) and each kernel is made
 launchable once (the vendor's loader: Vendor.open_loader, its prepare()).
 
