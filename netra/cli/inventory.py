@@ -170,7 +170,11 @@ def catalog(inv: Inventory, *, gpu_class: str | None = None, model: str | None =
                     "users": users, "file": c.file,
                 })  # fmt: skip
     rows.sort(key=lambda r: (r["gpu_class"], r["artifact"]))
-    fallbacks = [f for f in inv.fallbacks if model is None or f["model"] == model]
+    fallbacks = [  # a gap of one class is that class's; a model-wide one (no class) is every class's
+        f
+        for f in inv.fallbacks
+        if (model is None or f["model"] == model) and gpu_class in (None, f.get("gpu_class", gpu_class))
+    ]
     return {
         "schema": SCHEMA,
         "command": "catalog",
