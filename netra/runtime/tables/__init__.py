@@ -18,8 +18,10 @@ evidence (netra lock, the wheel gate, netra certify, netra explain) reads both a
 `against_lock` is the cross-check every consumer runs: the table references exactly the class's locked
 artifacts, with the locked hashes and facts.
 
-The package: paths (where the files live), model (the typed table), schema (the formats and their
-readers), rules (what the runtime relies on beyond the format), reading (parse, loads, dumps),
+The package: paths (where the files live), model (the typed table and the one declaration of its
+format), schema (the format's readers), generated (the JSON Schema files and docs/tables.md's field
+tables made from the declaration), rules (what the runtime relies on beyond the format), reading
+(parse, loads, dumps),
 evidence (split and join of table and evidence file), lockcheck (the table against the lock) and
 serving (a vouched table read lazily, entry by entry). Every name is importable from here.
 """
@@ -32,8 +34,11 @@ from netra.runtime.tables.lockcheck import against_lock, gaps_against_lock, lock
 from netra.runtime.tables.model import (
     HARDWARE_NOTE,
     HINT,
+    PROFILE_RESULTS,
+    SANITIZER_RESULTS,
     SCHEMA,
     STATIC_NOTE,
+    SUMMARY_FIELDS,
     UNCERTIFIED_NOTE,
     Candidate,
     Dispatch,
@@ -52,7 +57,7 @@ from netra.runtime.tables.paths import (
 )
 from netra.runtime.tables.reading import dumps, loads, older_schema, parse, parse_certified
 from netra.runtime.tables.rules import maturity_of, sanitizer_result
-from netra.runtime.tables.schema import PROFILE_RESULTS, SANITIZER_RESULTS, SUMMARY_FIELDS, reader
+from netra.runtime.tables.schema import reader
 from netra.runtime.tables.serving import Entries, serve
 
 __all__ = [

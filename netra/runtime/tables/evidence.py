@@ -9,10 +9,10 @@ from typing import Any
 
 from netra.core import schema as s
 from netra.errors import TableError
-from netra.runtime.tables.model import SCHEMA, Table
+from netra.runtime.tables.model import SCHEMA, SUMMARY_FIELDS, Table
 from netra.runtime.tables.paths import evidence_path, table_path
 from netra.runtime.tables.reading import _json, parse, parse_certified
-from netra.runtime.tables.schema import SUMMARY_FIELDS, reader
+from netra.runtime.tables.schema import reader
 
 
 def summary(record: dict[str, Any]) -> dict[str, Any]:
