@@ -88,3 +88,20 @@ def test_the_summary_is_the_records_fields_of_its_names() -> None:
             assert f == record[key], key
     fields = set(tables.HardwareEvidence.__dataclass_fields__)
     assert fields == {k for k, _ in hw.inner._fields}
+
+
+@pytest.mark.parametrize("gpu_class", sorted(p.stem for p in (REPO / "release/tables").glob("*.json")))
+def test_the_typed_table_writes_back_what_it_read(gpu_class: str) -> None:
+    """The typed model holds everything the format says: every committed table, read (as a table file
+    and as a certified table) and written back, is the same data (what certify and lock write through)."""
+    path = REPO / tables.table_path(gpu_class)
+    ev = REPO / tables.evidence_path(gpu_class)
+    evidence = ev.read_bytes() if ev.exists() else None
+    whole = tables.join(path.read_bytes(), evidence, str(path), str(ev), gpu_class)
+    assert tables.to_json(tables.parse_certified(whole, str(path), gpu_class)) == whole
+    assert tables.to_json(tables.loads(path.read_bytes(), str(path), gpu_class)) == json.loads(
+        path.read_bytes()
+    )
+    split = tables.split(whole)
+    assert tables.dumps(split[0]).encode() == path.read_bytes()
+    assert (split[1] is None) == (evidence is None)

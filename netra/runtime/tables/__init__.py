@@ -22,8 +22,9 @@ The package: paths (where the files live), model (the typed table and the one de
 format), schema (the format's readers), generated (the JSON Schema files and docs/tables.md's field
 tables made from the declaration), rules (what the runtime relies on beyond the format), reading
 (parse, loads, dumps),
-evidence (split and join of table and evidence file), lockcheck (the table against the lock) and
-serving (a vouched table read lazily, entry by entry). Every name is importable from here.
+evidence (split and join of table and evidence file), lockcheck (the table against the lock),
+serving (a vouched table read lazily, entry by entry) and writing (the typed table as the format's
+JSON data again, for whoever makes or edits tables: netra lock, netra certify). Every name is importable from here.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from netra.runtime.tables.reading import dumps, loads, older_schema, parse, pars
 from netra.runtime.tables.rules import maturity_of, sanitizer_result
 from netra.runtime.tables.schema import reader
 from netra.runtime.tables.serving import Entries, serve
+from netra.runtime.tables.writing import to_json
 
 __all__ = [
     "EVIDENCE_DIR",
@@ -100,4 +102,5 @@ __all__ = [
     "split",
     "summary",
     "table_path",
+    "to_json",
 ]

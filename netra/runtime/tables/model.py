@@ -90,6 +90,16 @@ class HardwareEvidence:
     sanitizer: str = "skipped"  # memory checkers, SANITIZER_RESULTS: only "clean" may be served by default
     profile: str = "skipped"  # PROFILE_RESULTS
 
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> HardwareEvidence:
+        """The summary of a whole hardware evidence record (its memory checkers' and profiler's result)."""
+        return cls(
+            run=record["run"], text_sha256=record["text_sha256"], passed=record["passed"],
+            reason=record["reason"], max_rel_deviation=record["max_rel_deviation"],
+            tolerance=record["tolerance"], sanitizer=record["sanitizer"]["result"],
+            profile=record["profile"]["result"],
+        )  # fmt: skip
+
 
 @dataclass(frozen=True)
 class Candidate:
