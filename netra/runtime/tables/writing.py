@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from netra.core.types import ModelFallback
-from netra.runtime.tables.model import SCHEMA, Candidate, Entry, Launch, Table
+from netra.runtime.kernarg import KernargLayout
+from netra.runtime.tables.model import SCHEMA, Candidate, Dispatch, Entry, Launch, Table
 
 
 def launch_json(launch: Launch) -> dict[str, Any]:
@@ -21,6 +22,16 @@ def launch_json(launch: Launch) -> dict[str, Any]:
         "block": list(launch.block),
         "grid": [a if isinstance(a, int) else {"rows_per_block": a[1]} for a in launch.grid_axes],
         "dynamic_lds_bytes": launch.dynamic_lds_bytes,
+    }
+
+
+def kernarg_json(layout: KernargLayout) -> dict[str, Any]:
+    return {
+        "size": layout.size,
+        "args": [
+            {"name": a.name, "offset": a.offset, "size": a.size, "kind": a.kind, "type": a.type}
+            for a in layout.args
+        ],
     }
 
 
@@ -34,13 +45,7 @@ def candidate_json(c: Candidate) -> dict[str, Any]:
         "launch": launch_json(c.launch),
         "lds_bytes": c.lds_bytes,
         "workspace_bytes": c.workspace_bytes,
-        "kernarg": {
-            "size": c.kernarg.size,
-            "args": [
-                {"name": a.name, "offset": a.offset, "size": a.size, "kind": a.kind, "type": a.type}
-                for a in c.kernarg.args
-            ],
-        },
+        "kernarg": kernarg_json(c.kernarg),
         "maturity": c.maturity,
         "evidence": c.evidence,
     }
@@ -60,12 +65,17 @@ def contract_json(op: str, params: dict[str, int]) -> dict[str, Any]:
     }
 
 
+def dispatch_json(dispatch: tuple[Dispatch, ...]) -> list[dict[str, Any]] | None:
+    """An entry's row-count rules (None: no certified dispatch)."""
+    return [{"max_rows": d.max_rows, "tactic": d.tactic} for d in dispatch] or None
+
+
 def entry_json(e: Entry) -> dict[str, Any]:
     return {
         "contract": contract_json(e.op, e.params),
         "key": e.key,
         "candidates": [candidate_json(c) for c in e.candidates],
-        "dispatch": [{"max_rows": d.max_rows, "tactic": d.tactic} for d in e.dispatch] or None,
+        "dispatch": dispatch_json(e.dispatch),
     }
 
 
