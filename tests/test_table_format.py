@@ -1,4 +1,4 @@
-"""The table format is declared once (netra/runtime/tables/model.py): the readers check through that
+"""The table format is declared once (netra/runtime/tables/format.py): the readers check through that
 declaration, and the shipped JSON Schema files and docs/tables.md's field tables are generated from it.
 A committed file that differs from what the declaration gives fails here (fix: `python -m
 netra.runtime.tables.generated --write`)."""
@@ -17,7 +17,8 @@ from conftest import REPO
 from netra.core import schema as s
 from netra.core.ops import FAMILIES
 from netra.runtime import tables
-from netra.runtime.tables import generated, model
+from netra.runtime.tables import format as fmt
+from netra.runtime.tables import generated
 
 FILES = ("netra/schemas/table.schema.json", "netra/schemas/evidence.schema.json", "docs/tables.md")
 
@@ -61,7 +62,7 @@ def test_every_field_of_the_format_says_what_it_means() -> None:
     for name in ("table", "entry", "candidate", "run", "evidence", "record"):
         from netra.core.schema_export import rows
 
-        empty = [path for path, _, meaning in rows(model.records()[name]) if not meaning.strip()]
+        empty = [path for path, _, meaning in rows(fmt.records()[name]) if not meaning.strip()]
         assert not empty, f"{name}: {empty} say nothing"
 
 
@@ -78,13 +79,13 @@ def test_the_registry_fills_what_the_generated_schema_leaves_open() -> None:
 
 def test_the_summary_is_the_records_fields_of_its_names() -> None:
     """The table's summary declares the record's own fields (same node), and the typed summary has them."""
-    summary = dict(model.records()["candidate"]._fields)["evidence"].node
+    summary = dict(fmt.records()["candidate"]._fields)["evidence"].node
     assert isinstance(summary, s.Table)
     hw = dict(summary._fields)["hardware"].node
     assert isinstance(hw, s.Nullable) and isinstance(hw.inner, s.Table)
-    record = dict(model.records()["record"]._fields)
+    record = dict(fmt.records()["record"]._fields)
     for key, f in hw.inner._fields:
-        if key in model.SUMMARY_FIELDS:
+        if key in fmt.SUMMARY_FIELDS:
             assert f == record[key], key
     fields = set(tables.HardwareEvidence.__dataclass_fields__)
     assert fields == {k for k, _ in hw.inner._fields}

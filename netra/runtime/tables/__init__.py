@@ -18,8 +18,8 @@ evidence (netra lock, the wheel gate, netra certify, netra explain) reads both a
 `against_lock` is the cross-check every consumer runs: the table references exactly the class's locked
 artifacts, with the locked hashes and facts.
 
-The package: paths (where the files live), model (the typed table and the one declaration of its
-format), schema (the format's readers), generated (the JSON Schema files and docs/tables.md's field
+The package: paths (where the files live), format (the one declaration of the format), model (the
+typed table the readers make), schema (the format's readers), generated (the JSON Schema files and docs/tables.md's field
 tables made from the declaration), rules (what the runtime relies on beyond the format), reading
 (parse, loads, dumps),
 evidence (split and join of table and evidence file), lockcheck (the table against the lock),
@@ -31,15 +31,13 @@ from __future__ import annotations
 
 from netra.errors import TableError
 from netra.runtime.tables.evidence import evidence_agrees, join, read_certified, split, summary
+from netra.runtime.tables.format import PROFILE_RESULTS, SANITIZER_RESULTS, SUMMARY_FIELDS
 from netra.runtime.tables.lockcheck import against_lock, gaps_against_lock, lock_disagreement
 from netra.runtime.tables.model import (
     HARDWARE_NOTE,
     HINT,
-    PROFILE_RESULTS,
-    SANITIZER_RESULTS,
     SCHEMA,
     STATIC_NOTE,
-    SUMMARY_FIELDS,
     UNCERTIFIED_NOTE,
     Candidate,
     Dispatch,

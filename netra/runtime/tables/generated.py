@@ -1,5 +1,5 @@
 """The files generated from the typed model's declaration of the table format
-(netra.runtime.tables.model): netra/schemas/table.schema.json, netra/schemas/evidence.schema.json and
+(netra.runtime.tables.format): netra/schemas/table.schema.json, netra/schemas/evidence.schema.json and
 the field tables of docs/tables.md (each between its two marker lines).
 
 `python -m netra.runtime.tables.generated --write` rewrites them from the declaration; `--check` exits
@@ -15,11 +15,12 @@ from pathlib import Path
 
 from netra.core import schema as s
 from netra.errors import TableError
-from netra.runtime.tables.model import SCHEMA, evidence_format, records, table_format
+from netra.runtime.tables.format import evidence_format, records, table_format
+from netra.runtime.tables.model import SCHEMA
 
 SCHEMAS = "netra/schemas"
 DOCS = "docs/tables.md"
-_BEGIN = "<!-- generated from netra/runtime/tables/model.py (python -m netra.runtime.tables.generated --write): {} -->"
+_BEGIN = "<!-- generated from netra/runtime/tables/format.py (python -m netra.runtime.tables.generated --write): {} -->"
 _END = "<!-- end of generated {} -->"
 
 
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         if args == ["--check"]:
             wrong = stale()
             for rel in wrong:
-                print(f"{rel}: not what netra/runtime/tables/model.py declares; run "
+                print(f"{rel}: not what netra/runtime/tables/format.py declares; run "
                       "`python -m netra.runtime.tables.generated --write`", file=sys.stderr)  # fmt: skip
             return 1 if wrong else 0
         from netra.core import files

@@ -1,19 +1,19 @@
-"""The readers of a table file, a certified table and an evidence file, made from the typed model's
-declaration of the format (netra.runtime.tables.model); the files generated from that declaration are
+"""The readers of a table file, a certified table and an evidence file, made from the declaration of
+the format (netra.runtime.tables.format); the files generated from that declaration are
 netra.runtime.tables.generated's."""
 
 from __future__ import annotations
 
 from netra.core import schema as s
 from netra.errors import TableError
-from netra.runtime.tables.model import (
-    HINT,
+from netra.runtime.tables.format import (
     PROFILE_RESULTS,
     SANITIZER_RESULTS,
     SUMMARY_FIELDS,
     evidence_format,
     table_format,
 )
+from netra.runtime.tables.model import HINT
 
 __all__ = ["PROFILE_RESULTS", "SANITIZER_RESULTS", "SUMMARY_FIELDS", "reader"]
 
