@@ -85,7 +85,7 @@ def test_the_summary_is_the_records_fields_of_its_names() -> None:
     assert isinstance(hw, s.Nullable) and isinstance(hw.inner, s.Table)
     record = dict(fmt.records()["record"]._fields)
     for key, f in hw.inner._fields:
-        if key in fmt.SUMMARY_FIELDS:
+        if key in tables.SUMMARY_FIELDS:
             assert f == record[key], key
     fields = set(tables.HardwareEvidence.__dataclass_fields__)
     assert fields == {k for k, _ in hw.inner._fields}

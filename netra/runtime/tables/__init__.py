@@ -31,13 +31,15 @@ from __future__ import annotations
 
 from netra.errors import TableError
 from netra.runtime.tables.evidence import evidence_agrees, join, read_certified, split, summary
-from netra.runtime.tables.format import PROFILE_RESULTS, SANITIZER_RESULTS, SUMMARY_FIELDS
 from netra.runtime.tables.lockcheck import against_lock, gaps_against_lock, lock_disagreement
 from netra.runtime.tables.model import (
     HARDWARE_NOTE,
     HINT,
+    PROFILE_RESULTS,
+    SANITIZER_RESULTS,
     SCHEMA,
     STATIC_NOTE,
+    SUMMARY_FIELDS,
     UNCERTIFIED_NOTE,
     Candidate,
     Dispatch,

@@ -9,8 +9,7 @@ from typing import Any
 
 from netra.core import schema as s
 from netra.errors import TableError
-from netra.runtime.tables.format import SUMMARY_FIELDS
-from netra.runtime.tables.model import SCHEMA, Table
+from netra.runtime.tables.model import SCHEMA, SUMMARY_FIELDS, Table
 from netra.runtime.tables.paths import evidence_path, table_path
 from netra.runtime.tables.reading import _json, parse
 from netra.runtime.tables.rules import _rules

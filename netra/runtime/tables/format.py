@@ -19,13 +19,7 @@ from functools import cache
 
 from netra.core import schema as s
 from netra.core.types import CERTIFICATIONS, MATURITIES
-from netra.runtime.tables.model import SCHEMA
-
-SANITIZER_RESULTS = ("clean", "findings", "skipped", "unavailable")
-PROFILE_RESULTS = ("measured", "skipped", "unavailable")
-# The table's summary of a candidate's hardware evidence record: what its maturity rests on (the
-# record's fields of these names, and its memory checkers' and profiler's result).
-SUMMARY_FIELDS = ("run", "text_sha256", "passed", "reason", "max_rel_deviation", "tolerance")
+from netra.runtime.tables.model import PROFILE_RESULTS, SANITIZER_RESULTS, SCHEMA
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 _SHA = s.sha256()

@@ -32,6 +32,13 @@ UNCERTIFIED_NOTE = (
     "Awaiting hardware certification: no {target} candidate has been certified by `netra certify` for "
     "the machine code locked now, so none is accepted."
 )
+# What certify's memory checkers (sanitizer) and profiler can say of a candidate: "skipped" and
+# "unavailable" are never "clean" (netra.runtime.tables.format says why).
+SANITIZER_RESULTS = ("clean", "findings", "skipped", "unavailable")
+PROFILE_RESULTS = ("measured", "skipped", "unavailable")
+# The table's summary of a candidate's hardware evidence record: what its maturity rests on (the
+# record's fields of these names, and its memory checkers' and profiler's result).
+SUMMARY_FIELDS = ("run", "text_sha256", "passed", "reason", "max_rel_deviation", "tolerance")
 HINT = "regenerate the table with `netra lock` (hardware evidence comes from `netra certify`)"
 
 

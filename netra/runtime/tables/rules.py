@@ -12,9 +12,10 @@ from netra.core.ops import FAMILIES, contract_key
 from netra.core.types import ModelFallback
 from netra.errors import TableError
 from netra.runtime.kernarg import BY_VALUE_TYPES, KernargArg, KernargLayout
-from netra.runtime.tables.format import PROFILE_RESULTS, SANITIZER_RESULTS
 from netra.runtime.tables.model import (
     HINT,
+    PROFILE_RESULTS,
+    SANITIZER_RESULTS,
     Candidate,
     Dispatch,
     Entry,
