@@ -1864,6 +1864,30 @@ def test_kernel_for_on_a_torch_without_cuda_answers_the_falsy_device_route_not_a
         nt.kernel_for("rmsnorm(hidden=4096,weight_offset=0)", 1, "cpu")
 
 
+def test_prepare_on_a_torch_without_cuda_answers_the_device_fallback_not_an_exception() -> None:
+    """Issue 30: an engine that prepares at start-up needs no guard on a CPU-only torch. prepare() answers
+    what kernel_for answers, the `device` fallback with its reason ("*" for the whole table); it raised
+    RuntimeUnavailableError before. Wrong arguments still raise."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this torch has CUDA")
+    import netra.torch as nt
+
+    key = "rmsnorm(hidden=4096,weight_offset=0)"
+    reason = nt.kernel_for(key).reason
+    assert reason.startswith(f"this torch {torch.__version__} has no usable CUDA device"), reason
+    for device in (None, "cuda", "cuda:1"):
+        assert nt.prepare(device) == {"*": f"fallback device: {reason}"}
+        assert nt.prepare(device, [key, "fp8_group_quant(hidden=2048,group=128)"]) == {
+            key: f"fallback device: {reason}",
+            "fp8_group_quant(hidden=2048,group=128)": f"fallback device: {reason}",
+        }
+    for bad in ((None, ["layernorm(hidden=4096)"]), ("cpu", None), (None, key)):
+        with pytest.raises(NetraError) as e:
+            nt.prepare(*bad)
+        assert "\n" not in str(e.value)
+
+
 # -- issue 14: where `netra build` writes: '' paths, full and read-only filesystems, --reference ------
 
 

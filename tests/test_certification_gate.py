@@ -161,8 +161,8 @@ def _result(
 
 def test_the_committed_table_is_ranked_by_its_own_measurements() -> None:
     """The shipped sm_90 table's order, maturities and dispatch follow from the timings it records."""
-    committed = certevidence.read_certified(REPO)
-    assert committed["certification"]["kind"] == "hardware" and committed["certification"]["runs"]
+    committed = tables.parse_certified(certevidence.read_certified(REPO), "sm_90", "sm_90")
+    assert committed.certification == "hardware" and committed.runs
     assert certify.rerank(committed) == committed
 
 
@@ -176,14 +176,14 @@ def test_ranking_is_deterministic_and_dispatch_follows_the_measurements() -> Non
         "dec",
         "bad",
     ]  # accepted by prefill time, rejected last
-    assert dispatch == [{"max_rows": 16, "tactic": "dec"}, {"max_rows": None, "tactic": "pre"}]
+    assert dispatch == (tables.Dispatch(16, "dec"), tables.Dispatch(None, "pre"))
     assert certify.rank([prefill, broken, decode]) == (ranked, dispatch)  # input order does not matter
     # Within the hysteresis the earlier winner stays: no flip-flopping on noise.
     close = _result("close", {1: 2.05, 16: 2.07, 512: 7.0, 8192: 90.0})  # 1.4% faster at 16 rows: noise
     _, d = certify.rank([decode, close])
-    assert d is None  # dec wins everywhere once noise within 3% is ignored
+    assert d == ()  # dec wins everywhere once noise within 3% is ignored
     only = certify.rank([decode, broken])
-    assert only[1] is None and [r.candidate.tactic for r in only[0]] == ["dec", "bad"]
+    assert only[1] == () and [r.candidate.tactic for r in only[0]] == ["dec", "bad"]
     # Fastest everywhere but not memory-checked (skipped): verified, after the accepted, out of the dispatch;
     # a memory-checker finding rejects a candidate that passed conformance.
     unchecked = _result("fast", {1: 1.0, 16: 1.0, 512: 1.0, 8192: 1.0}, memory="skipped")

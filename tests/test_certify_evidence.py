@@ -183,25 +183,40 @@ def _results(cat: Any) -> dict[str, list[ranking.Result]]:
 
 
 def test_certify_table_is_reproduced_by_rerank_and_maturity_follows_the_evidence() -> None:
-    from netra.certify import run
+    from netra.certify import certified
     from netra.runtime import open_catalog
 
     cat = open_catalog("sm_90", install=_source_install())
-    t = run._table(cat, _run0(), _results(cat))
-    assert ranking.rerank(t) == t
+    t = certified.table(cat, _run0(), _results(cat))
+    assert isinstance(t, tables.Table) and ranking.rerank(t) == t
     seen = set()
-    for e in t["entries"]:
-        dispatch = {d["tactic"] for d in e["dispatch"] or []}
-        for c in e["candidates"]:
-            hw = c["evidence"]["hardware"]
+    for e in t.entries.values():
+        dispatch = {d.tactic for d in e.dispatch}
+        for c in e.candidates:
+            hw = c.evidence["hardware"]
+            assert c.hardware == tables.HardwareEvidence.of(hw)
             want = tables.maturity_of(hw["passed"], hw["sanitizer"]["result"])
-            assert c["maturity"] == want
+            assert c.maturity == want
             seen.add(want)
             if hw["sanitizer"]["result"] == "findings":
                 assert hw["reason"].startswith("compute-sanitizer memcheck: 1 finding; first:")
-            if c["tactic"] in dispatch:
-                assert c["maturity"] == "accepted"
+            if c.tactic in dispatch:
+                assert c.maturity == "accepted"
     assert seen == {"accepted", "verified", "rejected"}
+
+
+def test_certify_writes_the_table_and_evidence_a_lock_reads_back(tmp_path: Path) -> None:
+    """The typed certified table, written as its two files, reads back as the same table."""
+    from netra.certify import certified
+    from netra.runtime import open_catalog
+
+    cat = open_catalog("sm_90", install=_source_install())
+    t = certified.table(cat, _run0(), _results(cat))
+    out = tmp_path / "sm_90.json"
+    certified.write(t, out)
+    ev = certified.evidence_out(out)
+    assert tables.read_certified(out.read_bytes(), ev.read_bytes(), str(out), str(ev), "sm_90") == t
+    assert out.read_text() == tables.dumps(tables.split(tables.to_json(t))[0])
 
 
 def _source_install() -> Any:
@@ -212,32 +227,32 @@ def _source_install() -> Any:
 
 def test_certify_records_skipped_and_unavailable_tools_as_such() -> None:
     from netra import targets
-    from netra.certify import run
+    from netra.certify import tools
 
     vendor = targets.get("sm_90").vendor
     c = next(iter(sorted(_source_catalog().table.entries.items())))[1].candidates[0]
     r = ranking.Result(c, True, "", 1e-3, 4e-3, 7, {}, [{"rows": 8192, "median_us": 10.0}])
-    skipped = run._Tools(vendor.name, list(vendor.memory_checkers()), True, True)
-    run._evidence(r, skipped, {}, {})
+    skipped = tools.Tools(vendor.name, list(vendor.memory_checkers()), True, True)
+    tools.evidence(r, skipped, {}, {})
     assert r.sanitizer is not None and r.sanitizer["result"] == "skipped"
     assert [x["check"] for x in r.sanitizer["checks"]] == ["memcheck", "racecheck", "initcheck", "synccheck"]
     assert r.profile is not None and r.profile["result"] == "skipped" and r.maturity == "verified"
-    none = run._Tools("somevendor", [], False, False)  # a vendor with no memory checker or profiler
-    run._evidence(r, none, {}, {})
+    none = tools.Tools("somevendor", [], False, False)  # a vendor with no memory checker or profiler
+    tools.evidence(r, none, {}, {})
     assert r.sanitizer["result"] == "unavailable" and "somevendor" in r.sanitizer["note"]
     assert r.profile["result"] == "unavailable" and r.maturity == "verified"
-    ran = run._Tools(vendor.name, list(vendor.memory_checkers()), False, True)
+    ran = tools.Tools(vendor.name, list(vendor.memory_checkers()), False, True)
     ran.checkers = [(ch, Path("/x"), "2025.3.1.0") for ch in vendor.memory_checkers()]
     found = {ch.check: {c.artifact: sanitizer.Checked(c.artifact, c.text_sha256, 0, "", 7)}
              for ch in vendor.memory_checkers()}  # fmt: skip
     found["initcheck"][c.artifact] = sanitizer.Checked(c.artifact, c.text_sha256, 3, "Uninitialized read", 7)
-    run._evidence(r, ran, found, {})
+    tools.evidence(r, ran, found, {})
     assert r.sanitizer["result"] == "findings" and r.maturity == "rejected"
     assert r.reason == "compute-sanitizer initcheck: 3 findings; first: Uninitialized read"
     other = {k: dict(v) for k, v in found.items()}
     other["memcheck"][c.artifact] = sanitizer.Checked(c.artifact, "f" * 64, 0, "", 7)
     with pytest.raises(CertificationError, match="ran machine code"):
-        run._evidence(r, ran, other, {})
+        tools.evidence(r, ran, other, {})
 
 
 def _source_catalog() -> Any:

@@ -491,6 +491,23 @@ def test_a_valid_name_the_install_cannot_serve_is_a_refusal() -> None:
     )
 
 
+@pytest.mark.parametrize("cls", targets.names())
+def test_catalog_of_one_class_says_that_class_s_gaps_only(cls: str) -> None:
+    """Issue 30: `catalog --gpu-class sm_90` printed gfx950's "not built for" lines. One class's view holds
+    its own gaps and the model-wide fallbacks (no class: no family computes the op), no other class's."""
+    r = netra("catalog", "--gpu-class", cls, "--root", REPO, "--json")
+    doc = valid("catalog", r.stdout)
+    assert r.returncode == 0 and list(doc["classes"]) == [cls], log(r)
+    assert {f.get("gpu_class", cls) for f in doc["fallbacks"]} <= {cls}
+    every = valid("catalog", netra("catalog", "--root", REPO, "--json").stdout)["fallbacks"]
+    assert doc["fallbacks"] == [f for f in every if f.get("gpu_class", cls) == cls]
+    human = netra("catalog", "--gpu-class", cls, "--root", REPO).stdout
+    others = [
+        ln for ln in human.splitlines() if ln.startswith("not built for ") and f" for {cls}: " not in ln
+    ]
+    assert not others, others
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [

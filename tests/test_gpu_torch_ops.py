@@ -413,6 +413,53 @@ def test_strict_mode_raises_for_a_width_that_is_not_certified() -> None:
     assert nt.stats() == {"rmsnorm(hidden=5120,weight_offset=0)": {"no_entry": 1}}
 
 
+DRIVER_CHECK = """
+import sys, torch
+import netra.torch as nt
+from netra.torch import composite
+from netra.targets.host import Versions
+from netra.targets.nvidia import NVIDIA
+from netra.errors import StrictModeError
+
+key = "rmsnorm(hidden=4096,weight_offset=0)"
+if sys.argv[1] == "old":  # the vendor's reader states a driver below the minimum, before anything loads
+    NVIDIA.versions = lambda: Versions("535.104.05", "CUDA 12.2", ("driver: stated",))
+x = torch.randn(8, 4096, device="cuda:0").bfloat16()
+w = torch.randn(4096, device="cuda:0").bfloat16()
+y = nt.rmsnorm(x, w, 1e-6)
+torch.cuda.synchronize()
+print(nt.stats())
+print(nt.prepare()[key])
+if sys.argv[1] == "old":
+    assert nt.stats() == {key: {"driver": 1}}, nt.stats()
+    assert torch.equal(y, composite.rmsnorm(x, w, composite.f32(1e-6), 0))
+    try:
+        with nt.strict():
+            nt.rmsnorm(x, w, 1e-6)
+        raise AssertionError("strict mode served a driver fallback")
+    except StrictModeError as e:
+        assert e.code == "driver" and "535.104.05" in str(e) and ">= 580" in str(e), e
+else:
+    assert nt.stats() == {key: {"certified": 1}}, nt.stats()
+    assert not nt.prepare()[key].startswith("fallback"), nt.prepare()
+"""
+
+
+@pytest.mark.parametrize("driver", ["real", "old"])
+def test_the_driver_is_held_to_the_class_minimum_before_the_first_module_load(driver: str) -> None:
+    """Issue 30, in a fresh process (no module loaded yet): with this host's driver, as `netra env` reads
+    it, every contract is served; with the reader stating 535 (below sm_90's 580) the first call runs the
+    composite as the counted `driver` fallback, prepare() says so, and strict mode refuses it."""
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-c", DRIVER_CHECK, driver], capture_output=True, text=True, check=False
+    )
+    print(r.stdout)
+    assert r.returncode == 0, r.stderr
+
+
 def test_strided_misaligned_and_fp16_inputs_fall_back_on_the_gpu() -> None:
     import netra.torch as nt
 

@@ -577,6 +577,21 @@ def _sm90(key: str) -> Any:
     return open_catalog("sm_90").table.entries[key]
 
 
+def _sm90_lock() -> Any:
+    from netra.runtime import open_catalog
+
+    return open_catalog("sm_90").lock
+
+
+def _driver(monkeypatch: pytest.MonkeyPatch, version: str | None) -> None:
+    """This host's NVIDIA driver, as the vendor's reader (what `netra env` prints) would find it."""
+    from netra.targets.host import Versions
+    from netra.targets.nvidia import NVIDIA
+
+    monkeypatch.setattr(NVIDIA, "versions", lambda: Versions(version, None, ("driver: stated by the test",)))
+    monkeypatch.setattr(dispatch, "_drivers", {})
+
+
 def test_the_launcher_packs_in_place_and_launches_with_the_tables_geometry() -> None:
     entry = _sm90("fp8_group_quant(hidden=2048,group=128)")
     for c in entry.candidates:
@@ -744,6 +759,7 @@ class FakeCatalog:
             }
         )
         self.asked: list[int | None] = []
+        self.lock = _sm90_lock()  # the class's locked toolchain: what its code objects need of the driver
 
     def select(
         self, key: str, policy: str = "accepted", *, tactic: str | None = None, rows: int | None = None
@@ -768,6 +784,8 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch, as_cuda: Any) -> FakeCuda:
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # kernel_for asks before anything else
+    monkeypatch.setattr(torch.version, "hip", None)  # a CUDA build of torch
+    _driver(monkeypatch, "580.159.04")  # the H200 runs' driver: the sm_90 minimum is met
     return cu
 
 
@@ -815,6 +833,82 @@ def test_a_class_without_a_table_and_an_uncertified_width_fall_back(
         in nt.fallback_reasons()["rmsnorm(hidden=5120,weight_offset=0)"]["no_entry"][0]
     )
     assert fake_gpu.lib.calls == []
+
+
+def test_a_driver_below_the_class_minimum_is_the_driver_fallback_before_any_module_load(
+    fake_gpu: FakeCuda, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 30: the driver is read (as `netra env` reads it) and held to the minimum of the class's locked
+    toolchain before the first module load; a driver below it is the counted `driver` fallback (the
+    composite runs), named with the driver found, the minimum and the fix, and refused in strict mode.
+    Before, the module load itself failed with a CudaError."""
+    import netra.runtime
+    from netra import targets
+
+    key = "rmsnorm(hidden=2048,weight_offset=0)"
+    cat = FakeCatalog(key)
+    monkeypatch.setattr(netra.runtime, "open_catalog", lambda cls: cat)
+    _driver(monkeypatch, "535.104.05")
+    need = targets.get("sm_90").driver_need(cat.lock.toolchains["sm_90"])
+    assert need.minimum == "580"  # nvcc 13's cubins (the locked toolchain)
+    x, w = torch.randn(3, 2048).bfloat16(), torch.randn(2048).bfloat16()
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        y = nt.rmsnorm(x, w, 1e-6)
+        nt.rmsnorm(x, w, 1e-6)
+    assert torch.equal(y, composite.rmsnorm(x, w, composite.f32(1e-6), 0))
+    assert fake_gpu.loaded == [] and fake_gpu.lib.calls == []  # no module loaded, nothing launched
+    assert nt.stats() == {key: {"driver": 2}}
+    (reason,) = nt.fallback_reasons()[key]["driver"]
+    assert reason.startswith(
+        "sm_90 code objects need NVIDIA driver >= 580, this host has 535.104.05: upgrade the NVIDIA driver "
+        "(the minimum: cubins of nvcc 13.0"
+    ), reason
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{key} runs the PyTorch composite: {reason} (driver)"
+    ]
+    rt = nt.kernel_for(key, 1, "cuda:0")
+    assert not rt and (rt.code, rt.reason) == ("driver", reason)
+    assert nt.prepare("cuda:0", [key]) == {key: f"fallback driver: {reason}"}
+    with nt.strict(), pytest.raises(StrictModeError) as e:
+        nt.rmsnorm(x, w, 1e-6)
+    assert "\n" not in str(e.value) and e.value.code == "driver" and "535.104.05" in str(e.value)
+    # A driver that meets the minimum, or one that cannot be read (the load reports what fails), serves.
+    for found in ("580.65.06", None):
+        monkeypatch.setattr(dispatch, "_kernels", {})
+        dispatch._rms.clear()
+        _driver(monkeypatch, found)
+        nt.rmsnorm(x, w, 1e-6)
+    assert fake_gpu.loaded == [cat.small.artifact, cat.large.artifact] * 2
+    assert nt.stats()[key] == {"driver": 2, "certified": 2}
+
+
+def test_a_rocm_torch_is_the_platform_fallback_not_a_class_read_from_its_capability(
+    fake_gpu: FakeCuda, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30: ROCm's torch calls an AMD GPU a `cuda` device and reports its gfx target as a compute
+    capability (9.4 for gfx942); netra.torch said `no_table` for "sm_94". It is the `platform` fallback,
+    saying netra.torch serves NVIDIA classes only, and no class is read from the capability."""
+    monkeypatch.setattr(torch.version, "hip", "7.0.51831")
+    monkeypatch.setattr(dispatch, "_classes", {})
+    asked: list[int] = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: asked.append(index) or (9, 4))
+    key = "rmsnorm(hidden=4096,weight_offset=0)"
+    x, w = torch.randn(2, 4096).bfloat16(), torch.ones(4096).bfloat16()
+    nt.rmsnorm(x, w, 1e-6)
+    (reason,) = nt.fallback_reasons()[key]["platform"]
+    assert reason == (
+        f"this torch {torch.__version__} is built for HIP 7.0.51831, not CUDA: netra.torch serves sm_100, sm_90 "
+        "only today; gfx950 through HIP is not wired into netra.torch (netra.runtime and netra.loaders.hip "
+        "serve it)"
+    )
+    rt = nt.kernel_for(key, 1, "cuda:0")
+    assert not rt and (rt.code, rt.reason) == ("platform", reason)
+    assert nt.prepare("cuda:0") == {"*": f"fallback platform: {reason}"}
+    assert nt.prepare("cuda:0", [key]) == {key: f"fallback platform: {reason}"}
+    assert asked == [] and fake_gpu.loaded == []
+    assert nt.stats() == {key: {"platform": 1}}
+    with pytest.raises(ContractError, match="not a CUDA device"):  # a wrong argument still raises
+        nt.prepare("cpu")
 
 
 def test_integrity_errors_propagate_and_are_never_cached(

@@ -1,7 +1,7 @@
 """Ranking: a contract's candidate order, maturities and row dispatch, from the measurements alone.
 
-certify ranks what it measured; `rerank` recomputes the same from a table's recorded evidence, so a
-committed table can be held to its own measurements (tests/test_certification_gate.py). Maturity is
+certify ranks what it measured; `rerank` recomputes the same from a certified table's recorded
+evidence (typed, as tables.read_certified reads it), so a committed table can be held to its own measurements (tests/test_certification_gate.py). Maturity is
 `netra.runtime.tables.maturity_of` (the rule the table reader enforces): conformance failed or a
 memory-checker finding rejects; a passing candidate is `accepted` only when every memory checker ran and
 was clean, and stays `verified` (never served by the default policy) when they were skipped or are not
@@ -10,7 +10,7 @@ available for its vendor. Only accepted candidates enter the dispatch.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +24,7 @@ HYSTERESIS = 0.03
 
 @dataclass
 class Result:
-    candidate: Any  # a tables.Candidate (rerank: anything with .tactic)
+    candidate: tables.Candidate
     passed: bool  # every conformance case passed
     reason: str  # why it is rejected ("" when it is not): the first failing case, or the first finding
     max_rel_deviation: float | None
@@ -48,7 +48,7 @@ def _median(r: Result, rows: int) -> float:
     return next((t["median_us"] for t in r.timings if t["rows"] == rows), math.inf)
 
 
-def rank(results: list[Result]) -> tuple[list[Result], list[dict[str, Any]] | None]:
+def rank(results: list[Result]) -> tuple[list[Result], tuple[tables.Dispatch, ...]]:
     """The entry's candidate order and row dispatch, from the measurements alone.
 
     Per measured row count the fastest accepted candidate wins, except that the previous row count's
@@ -68,7 +68,7 @@ def rank(results: list[Result]) -> tuple[list[Result], list[dict[str, Any]] | No
     bad = sorted((r for r in results if r.maturity == "rejected"), key=lambda r: r.candidate.tactic)
     ok.sort(key=lambda r: (_median(r, top), r.candidate.tactic))
     if len(ok) < 2:
-        return ok + pending + bad, None
+        return ok + pending + bad, ()
     measured = sorted({t["rows"] for r in ok for t in r.timings})
     winners: list[tuple[int, str]] = []
     current: str | None = None
@@ -79,38 +79,37 @@ def rank(results: list[Result]) -> tuple[list[Result], list[dict[str, Any]] | No
             best = keep
         current = best.candidate.tactic
         winners.append((rows, current))
-    rules: list[dict[str, Any]] = []
+    rules: list[tables.Dispatch] = []
     for i, (rows, tactic) in enumerate(winners):
         if i + 1 < len(winners) and winners[i + 1][1] == tactic:
             continue
-        rules.append({"max_rows": rows, "tactic": tactic})
-    rules[-1]["max_rows"] = None
+        last = i + 1 == len(winners)
+        rules.append(tables.Dispatch(None if last else rows, tactic))
     prefill = next((t for rows, t in winners if rows >= top), winners[-1][1])
     ok.sort(key=lambda r: r.candidate.tactic != prefill)  # stable: the others keep their prefill order
-    return ok + pending + bad, (rules if len(rules) > 1 else None)
+    return ok + pending + bad, (tuple(rules) if len(rules) > 1 else ())
 
 
-def rerank(table: dict[str, Any]) -> dict[str, Any]:
-    """The table's order, maturity and dispatch recomputed from the measurements it records: the same
-    table when it came from `certify` (ranking is a function of the measurements). A contract none of
-    whose candidates was measured yet (added after the run) is left as `netra lock` wrote it."""
-    out = json.loads(json.dumps(table))
-    for entry in out["entries"]:
-        cands = entry["candidates"]
-        if all(c["evidence"]["hardware"] is None for c in cands):
-            continue  # a contract added since the class was certified: in file order until it is
+def rerank(table: tables.Table) -> tables.Table:
+    """The table's order, maturity and dispatch recomputed from the measurements it records (a certified
+    table: each candidate's whole evidence record): the same table when it came from `certify` (ranking
+    is a function of the measurements). A contract none of whose candidates was measured yet (added
+    after the run) is left as `netra lock` wrote it."""
+    entries = {}
+    for key, e in table.entries.items():
+        if all(c.evidence["hardware"] is None for c in e.candidates):
+            entries[key] = e  # a contract added since the class was certified: in file order until it is
+            continue
         results = []
-        for c in cands:
-            hw = c["evidence"]["hardware"]
+        for c in e.candidates:
+            hw = c.evidence["hardware"]
             if hw is None:
                 raise CertificationError(
-                    f"{c['artifact']}: has no hardware evidence to rank", "certify the class first"
+                    f"{c.artifact}: has no hardware evidence to rank", "certify the class first"
                 )
-            cand = type("Measured", (), {"tactic": c["tactic"]})()
-            results.append(Result(cand, hw["passed"], hw["reason"], hw["max_rel_deviation"], hw["tolerance"],
+            results.append(Result(c, hw["passed"], hw["reason"], hw["max_rel_deviation"], hw["tolerance"],
                                   hw["cases"], hw["counts"], hw["timings"], hw["sanitizer"], hw["profile"]))  # fmt: skip
         ranked, dispatch = rank(results)
-        by_tactic = {c["tactic"]: c for c in cands}
-        entry["candidates"] = [dict(by_tactic[r.candidate.tactic], maturity=r.maturity) for r in ranked]
-        entry["dispatch"] = dispatch
-    return out
+        cands = tuple(dataclasses.replace(r.candidate, maturity=r.maturity) for r in ranked)
+        entries[key] = dataclasses.replace(e, candidates=cands, dispatch=dispatch)
+    return dataclasses.replace(table, entries=entries)

@@ -16,14 +16,15 @@ progress lines:
 3. timing: each candidate that passed, by CUDA-graph replay at every row count (nothing else on the GPU);
 4. memory checkers: all of them concurrently over every passing candidate's cases (netra.certify.sanitizer);
 5. profile: every passing candidate once at the prefill row count under the profiler (netra.certify.profile);
-6. ranking (netra.certify.ranking) and the table, checked by the runtime's own reader before it is returned.
+6. ranking (netra.certify.ranking) and the certified table (netra.certify.certified), checked by the
+   runtime's own reader before it is returned.
 
-Nothing is written before the end; `write` writes the table atomically.
+The tools are found first (netra.certify.tools). Nothing is written before the end;
+netra.certify.certified.write writes the table and its evidence file atomically.
 """
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import shutil
@@ -36,19 +37,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from netra import __version__, targets
-from netra.certify import measure
+from netra import targets
+from netra.certify import certified, measure
 from netra.certify import plan as planfile
 from netra.certify import profile as profiling
 from netra.certify import sanitizer as sanitizing
+from netra.certify import tools as toolset
 from netra.certify.ranking import HYSTERESIS, PREFILL_ROWS, Result, rank, rerank
+from netra.certify.tools import Tools
 from netra.errors import CertificationError, NetraError
 from netra.runtime import tables
 
 if TYPE_CHECKING:
     from netra.certify import prepare
 
-__all__ = ["HYSTERESIS", "PREFILL_ROWS", "ROWS", "Options", "Result", "certify", "rank", "rerank", "write"]
+__all__ = ["HYSTERESIS", "PREFILL_ROWS", "ROWS", "Options", "Result", "certify", "rank", "rerank"]
 
 ROWS = (1, 16, 64, 512, 8192, 32768)
 REPLAYS = 25
@@ -68,52 +71,9 @@ class Options:
     workers: int | None = None  # host worker processes (None: from the CPU count)
 
 
-@dataclass
-class _Tools:
-    vendor: str  # the vendor's name
-    every: list[Any]  # the vendor's memory checkers, run or not (what a skipped result lists)
-    skipped_sanitizer: bool
-    skipped_profile: bool
-    checkers: list[tuple[Any, Path, str]] = field(
-        default_factory=list
-    )  # (MemoryChecker, exe, version) to run
-    profiler: tuple[Any, Path, str] | None = None
-
-
 def _say(progress: Progress | None, msg: str) -> None:
     if progress:
         progress(msg)
-
-
-def _tools(vendor: Any, opts: Options) -> _Tools:
-    """The vendor's memory checkers and profiler, found and asked for their versions (or why not)."""
-    out = _Tools(vendor.name, list(vendor.memory_checkers()), not opts.sanitize, not opts.profile)
-    versions: dict[Path, str] = {}
-    if opts.sanitize:
-        for c in out.every:
-            exe = c.find()
-            if exe is None:
-                raise CertificationError(
-                    f"{c.tool} ({c.check}, a memory checker `netra certify` runs for {vendor.name}) is not found "
-                    f"(looked in {', '.join(c.searched())})",
-                    f"{c.install_hint}; or pass --skip-sanitizer (recorded as skipped, and a candidate without "
-                    "memory-checker evidence is at most verified)",
-                )
-            if exe not in versions:
-                versions[exe] = c.version(exe)
-            out.checkers.append((c, exe, versions[exe]))
-    if opts.profile:
-        pr = vendor.profiler()
-        if pr is not None:
-            exe = pr.find()
-            if exe is None:
-                raise CertificationError(
-                    f"{pr.tool} (the profiler `netra certify` runs for {vendor.name}) is not found (looked in "
-                    f"{', '.join(pr.searched())})",
-                    f"{pr.install_hint}; or pass --skip-profile (recorded as skipped)",
-                )
-            out.profiler = (pr, exe, pr.version(exe))
-    return out
 
 
 def _scratch() -> Path:
@@ -184,8 +144,9 @@ def certify(
     seed: int = 0,
     progress: Progress | None = None,
     options: Options | None = None,
-) -> dict[str, Any]:
-    """The certified table of `gpu_class` for this install, measured on this host's GPU."""
+) -> tables.Table:
+    """The certified table of `gpu_class` for this install, measured on this host's GPU (write it with
+    netra.certify.certified.write)."""
     from netra import runtime
 
     opts = options or Options()
@@ -200,7 +161,7 @@ def certify(
             "then certify from that wheel",
         )
     vendor = targets.get(gpu_class).vendor
-    tools = _tools(vendor, opts)
+    tools = toolset.find(vendor, opts.sanitize, opts.profile)
     dev = vendor.open_loader()
     have = dev.gpu_class()
     if have != gpu_class:
@@ -227,10 +188,12 @@ def certify(
     ok = False
     try:
         results = _measure(cat, dev, tools, opts, rows, replays, seed, l2, scratch, logs, workers, progress)
-        raw = _table(cat, _run_info(dev, table, cat.lock, rows, replays, seed), results, logs)
+        made = certified.table(
+            cat, certified.run_info(dev, table, cat.lock, rows, replays, seed), results, logs
+        )
         ok = True
         _say(progress, f"certified in {time.monotonic() - t_start:.1f} s")
-        return raw
+        return made
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         if not logs_given and ok:
@@ -240,7 +203,7 @@ def certify(
 
 
 def _measure(
-    cat: Any, dev: Any, tools: _Tools, opts: Options, rows: tuple[int, ...], replays: int, seed: int, l2: int,
+    cat: Any, dev: Any, tools: Tools, opts: Options, rows: tuple[int, ...], replays: int, seed: int, l2: int,
     scratch: Path, logs: Path, workers: int, progress: Progress | None,
 ) -> dict[str, list[Result]]:  # fmt: skip
     from netra.certify import prepare
@@ -342,7 +305,7 @@ def _measure(
         _say(progress, f"profile: {len(passed)} candidates in {time.monotonic() - t3:.1f} s")
     for s in state:
         for r in results[s.entry.key]:
-            _evidence(r, tools, checked, profiled)
+            toolset.evidence(r, tools, checked, profiled)
     return results
 
 
@@ -517,7 +480,7 @@ def _canary(op: str, rows: int) -> int:
 
 
 def _start_preflight(
-    cat: Any, tools: _Tools, s: _Entry, scratch: Path, logs: Path, symbols: dict[str, str], opts: Options
+    cat: Any, tools: Tools, s: _Entry, scratch: Path, logs: Path, symbols: dict[str, str], opts: Options
 ) -> dict[str, Any]:
     """Each tool once over one candidate of the first contract ready, in a thread, while the launches run."""
     assert s.cases is not None
@@ -569,124 +532,3 @@ def _stop_preflight(box: dict[str, Any]) -> None:
 
         proc.kill_all()
         box["thread"].join(timeout=30)
-
-
-def _evidence(r: Result, tools: _Tools, checked: dict[str, dict[str, Any]], profiled: dict[str, Any]) -> None:
-    """The memory-checker and profile evidence of one candidate, and the reason a finding rejects it."""
-    cand = r.candidate
-    if tools.skipped_sanitizer:
-        r.sanitizer = sanitizing.evidence_skipped(tools.every, "skipped: certified with --skip-sanitizer")
-    elif not tools.checkers:
-        r.sanitizer = sanitizing.evidence_unavailable(tools.vendor)
-    elif not r.passed:
-        r.sanitizer = sanitizing.evidence_skipped(tools.every, "not run: the candidate failed conformance")
-    else:
-        runs = [(c, version, checked[c.check][cand.artifact]) for c, _, version in tools.checkers]
-        r.sanitizer = sanitizing.evidence(cand.text_sha256, runs)
-        if r.sanitizer["result"] == "findings":
-            r.reason = sanitizing.reason(r.sanitizer)
-    if tools.skipped_profile:
-        r.profile = profiling.evidence_skipped("skipped: certified with --skip-profile")
-    elif tools.profiler is None:
-        r.profile = profiling.evidence_unavailable(tools.vendor)
-    elif not r.passed:
-        r.profile = profiling.evidence_skipped("not run: the candidate failed conformance")
-    else:
-        pr, _, version = tools.profiler
-        loaded, prof = profiled[cand.artifact]
-        top = min(PREFILL_ROWS, max((t["rows"] for t in r.timings), default=PREFILL_ROWS))  # _prefill_of's
-        r.profile = profiling.evidence(cand.text_sha256, loaded, pr.tool, version, top, prof)
-
-
-def _run_info(
-    dev: Any, table: tables.Table, lock: Any, rows: tuple[int, ...], replays: int, seed: int
-) -> dict[str, Any]:
-    tc = lock.toolchains[table.gpu_class]
-    vendor = targets.get(table.gpu_class).vendor
-    return {
-        "device": dev.device_name(),
-        "driver": vendor.driver(),
-        "runtime": f"{vendor.runtime} {dev.driver_version()}",
-        "toolchain": {"flavour": tc.flavour, "version": tc.version},
-        "clocks": vendor.clocks(),
-        "netra": __version__,
-        "seed": seed,
-        "protocol": {
-            "rows": list(rows), "warmup": measure.WARMUP, "replays": replays, "prefill_rows": PREFILL_ROWS,
-        },
-    }  # fmt: skip
-
-
-def _table(
-    cat: Any, run: dict[str, Any], results: dict[str, list[Result]], logs: Path | None = None
-) -> dict[str, Any]:
-    """The installed table with this run's evidence, order, maturity and dispatch; checked before returned
-    (when the check fails, the unchecked table is kept in `logs` beside the tools' logs)."""
-    inst, table = cat.install, cat.table
-    raw = json.loads(inst.tracked(tables.table_path(table.gpu_class)).read_bytes())
-    for entry in raw["entries"]:
-        ranked, dispatch = rank(results[entry["key"]])
-        by_tactic = {c["tactic"]: c for c in entry["candidates"]}
-        cands = []
-        for r in ranked:
-            c = dict(by_tactic[r.candidate.tactic])
-            c["maturity"] = r.maturity
-            c["evidence"] = {
-                **c["evidence"],
-                "hardware": {
-                    "run": 0,
-                    "text_sha256": r.candidate.text_sha256,
-                    "passed": r.passed,
-                    "reason": r.reason,
-                    "reference": "float64",
-                    "max_rel_deviation": r.max_rel_deviation,
-                    "tolerance": r.tolerance,
-                    "cases": r.cases,
-                    "counts": dict(sorted(r.counts.items())),
-                    "timings": r.timings,
-                    "sanitizer": r.sanitizer,
-                    "profile": r.profile,
-                },
-            }
-            cands.append(c)
-        entry["candidates"] = cands
-        entry["dispatch"] = dispatch
-    raw["certification"] = {
-        "kind": "hardware",
-        "note": tables.HARDWARE_NOTE.format(target=table.gpu_class),
-        "runs": [run],
-    }
-    where = f"certified {table.gpu_class} table"
-    try:
-        parsed = tables.parse_certified(raw, where, table.gpu_class)
-        wrong = tables.against_lock(parsed, cat.lock)
-        if wrong:
-            raise CertificationError(
-                f"{where}: disagrees with the install's lock ({wrong[0]})", "reinstall and certify again"
-            )
-    except NetraError:
-        if logs is not None:
-            (logs / f"{table.gpu_class}.unchecked.json").write_text(tables.dumps(raw))  # the certified form
-        raise
-    return raw
-
-
-def evidence_out(out: Path) -> Path:
-    """Where certify writes the evidence file of the table it writes to `out` (beside it)."""
-    return out.with_name(f"{out.stem}.evidence.json")
-
-
-def write(table: dict[str, Any], out: Path) -> None:
-    """The certified table as its two files: the table at `out`, its evidence beside it (committed as
-    release/tables/<class>.json and release/evidence/<class>.json). Both or neither."""
-    from netra.core import files
-
-    serving, evidence = tables.split(table)
-    assert evidence is not None  # certify writes hardware evidence
-    ev = evidence_out(out)
-    files.atomic_write(ev, tables.dumps(evidence).encode())
-    try:
-        files.atomic_write(out, tables.dumps(serving).encode())
-    except BaseException:
-        ev.unlink(missing_ok=True)
-        raise

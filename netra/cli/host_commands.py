@@ -299,25 +299,24 @@ def cmd_certify(args: argparse.Namespace) -> int:
     counts = dict.fromkeys(MATURITIES, 0)
     checks: dict[str, int] = {}
     profiles: dict[str, int] = {}
-    for e in table["entries"]:
-        for c in e["candidates"]:
-            counts[c["maturity"]] = counts.get(c["maturity"], 0) + 1
-            hw = c["evidence"]["hardware"]
-            checks[hw["sanitizer"]["result"]] = checks.get(hw["sanitizer"]["result"], 0) + 1
-            profiles[hw["profile"]["result"]] = profiles.get(hw["profile"]["result"], 0) + 1
+    for c in table.candidates():
+        counts[c.maturity] = counts.get(c.maturity, 0) + 1
+        assert c.hardware is not None  # certify gives every candidate hardware evidence
+        checks[c.hardware.sanitizer] = checks.get(c.hardware.sanitizer, 0) + 1
+        profiles[c.hardware.profile] = profiles.get(c.hardware.profile, 0) + 1
     if args.json:
         from netra.core.hashing import sha256_bytes
 
         _json({
             "schema": 1, "command": "certify", "gpu_class": args.gpu_class, "out": str(out),
             "table_sha256": sha256_bytes(out.read_bytes()), "evidence": str(certify.evidence_out(out)),
-            "evidence_sha256": sha256_bytes(certify.evidence_out(out).read_bytes()), "contracts": len(table["entries"]),
+            "evidence_sha256": sha256_bytes(certify.evidence_out(out).read_bytes()), "contracts": len(table.entries),
             "candidates": counts, "memory_checks": dict(sorted(checks.items())),
-            "profiles": dict(sorted(profiles.items())), "run": table["certification"]["runs"][-1],
+            "profiles": dict(sorted(profiles.items())), "run": table.runs[-1],
         })  # fmt: skip
         return 0
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v)
-    print(f"wrote {out}: {len(table['entries'])} contracts, candidates {summary}; its evidence: "
+    print(f"wrote {out}: {len(table.entries)} contracts, candidates {summary}; its evidence: "
           f"{certify.evidence_out(out)}")  # fmt: skip
     print("memory checkers: " + ", ".join(f"{k} {v}" for k, v in sorted(checks.items()))
           + "; profile: " + ", ".join(f"{k} {v}" for k, v in sorted(profiles.items())))  # fmt: skip

@@ -20,6 +20,8 @@ from netra.errors import AlteredFileError, ContractError, MissingFileError, Netr
 from netra.runtime import tables
 from netra.runtime.installed import Install
 from netra.runtime.lockfile import Lock, LockedArtifact
+from netra.runtime.tables.model import Table
+from netra.runtime.tables.writing import contract_json, dispatch_json, kernarg_json, launch_json
 
 SCHEMA = 1
 MODELS = "manifests/models/"
@@ -31,7 +33,7 @@ class Inventory:
     lock: Lock
     built: dict[str, Any] | None  # build.json's code-object records (wheel installs), by file
     tables: dict[str, tables.Table]  # GPU class -> its checked table
-    raw: dict[str, dict[str, Any]]  # GPU class -> the same table as JSON (contract details, evidence)
+    certified: dict[str, Table]  # GPU class -> the same table with its whole evidence records
     users: dict[str, tuple[str, ...]]  # contract key -> the models whose manifests need it
     fallbacks: tuple[dict[str, str], ...]  # every model's documented fallbacks
     models: tuple[str, ...]  # every model manifest's model name, sorted
@@ -45,7 +47,7 @@ def load(inst: Install) -> Inventory:
     from netra import runtime
 
     lock, built = runtime.installed_lock(inst)
-    tabs, raw = {}, {}
+    tabs, certified = {}, {}
     for cls in runtime.certified_classes(lock):
         tabs[cls] = runtime.open_catalog(cls, install=inst).table  # sha256 and lock cross-check
         ev_path = tables.evidence_path(cls)
@@ -53,7 +55,7 @@ def load(inst: Install) -> Inventory:
         table_path = tables.table_path(cls)
         where = str(inst.tracked(table_path))
         try:  # the table with its evidence records, as netra explain shows them
-            raw[cls] = tables.join(
+            certified[cls] = tables.read_certified(
                 _locked_bytes(inst, lock, table_path, f"the {cls} table"), evidence, where,
                 str(inst.tracked(ev_path)), cls,
             )  # fmt: skip
@@ -87,7 +89,7 @@ def load(inst: Install) -> Inventory:
         lock=lock,
         built={k: v.sha256 for k, v in built.items()} if built is not None else None,
         tables=tabs,
-        raw=raw,
+        certified=certified,
         users={k: tuple(sorted(v)) for k, v in sorted(users.items())},
         fallbacks=tuple(sorted(fallbacks, key=lambda x: (x["model"], x["op"], x.get("contract", "")))),
         models=tuple(sorted(models)),
@@ -170,7 +172,11 @@ def catalog(inv: Inventory, *, gpu_class: str | None = None, model: str | None =
                     "users": users, "file": c.file,
                 })  # fmt: skip
     rows.sort(key=lambda r: (r["gpu_class"], r["artifact"]))
-    fallbacks = [f for f in inv.fallbacks if model is None or f["model"] == model]
+    fallbacks = [  # a gap of one class is that class's; a model-wide one (no class) is every class's
+        f
+        for f in inv.fallbacks
+        if (model is None or f["model"] == model) and gpu_class in (None, f.get("gpu_class", gpu_class))
+    ]
     return {
         "schema": SCHEMA,
         "command": "catalog",
@@ -303,8 +309,8 @@ def _entry(inv: Inventory, cls: str, key: str, only: str | None = None) -> dict[
 
     t = inv.tables[cls]
     e = t.entries[key]
-    raw = next(x for x in inv.raw[cls]["entries"] if x["key"] == key)
-    by_artifact = {c["artifact"]: c for c in raw["candidates"]}
+    whole = inv.certified[cls].entries[key]
+    by_artifact = {c.artifact: c for c in whole.candidates}
     default = choose(e.candidates, DEFAULT_POLICY)
     cands = []
     for rank, c in enumerate(e.candidates, 1):
@@ -312,14 +318,14 @@ def _entry(inv: Inventory, cls: str, key: str, only: str | None = None) -> dict[
             continue
         a = inv.lock.artifact(c.artifact)
         assert a is not None  # the runtime cross-checked the table with the lock
-        rc = by_artifact[c.artifact]
+        wc = by_artifact[c.artifact]
         cands.append({
             "artifact": c.artifact, "tactic": c.tactic, "maturity": c.maturity, "rank": rank,
             "served_by_default": default is not None and default.artifact == c.artifact,
             "symbol": c.symbol, "file": c.file, "template": a.template,
-            "launch": rc["launch"], "lds_bytes": c.lds_bytes, "workspace_bytes": c.workspace_bytes,
-            "max_threads": a.max_threads, "kernarg": rc["kernarg"], "definitions": dict(a.definitions),
-            "facts": dict(a.facts), "evidence": rc["evidence"],
+            "launch": launch_json(c.launch), "lds_bytes": c.lds_bytes, "workspace_bytes": c.workspace_bytes,
+            "max_threads": a.max_threads, "kernarg": kernarg_json(c.kernarg), "definitions": dict(a.definitions),
+            "facts": dict(a.facts), "evidence": wc.evidence,
             "hashes": {
                 "text_sha256": a.text_sha256, "launch_sha256": a.launch_sha256, "code_sha256": a.code_sha256,
                 "file_sha256": inv.built.get(c.file) if inv.built is not None else None,
@@ -332,10 +338,10 @@ def _entry(inv: Inventory, cls: str, key: str, only: str | None = None) -> dict[
         "certification": t.certification,
         "toolchain": str(inv.lock.toolchains[cls]) if cls in inv.lock.toolchains else None,
         "key": key,
-        "contract": raw["contract"],
+        "contract": contract_json(e.op, e.params),
         "users": list(inv.users.get(key, ())),
         "default_policy": DEFAULT_POLICY,
         "served_by_default": default.artifact if default is not None else None,
-        "dispatch": raw.get("dispatch"),
+        "dispatch": dispatch_json(e.dispatch),
         "candidates": cands,
     }

@@ -1,8 +1,10 @@
 """The JSON schemas of the --json reports and of the table format, completed from the registry.
 
+The table and evidence schemas are generated from the table model (netra.runtime.tables.schema).
+
 The files in netra/schemas/ are what ships; none of them names a GPU class, vendor or loader. Where a
 value must be one of the registered ones, a file refers to one of its own `$defs` (`class`, `vendor`,
-`loader`, `gpu_source`) and leaves it open there (a string, with a description). `load` returns the
+`loader`, `gpu_source`, `family`) and leaves it open there (a string, with a description). `load` returns the
 schema with each of those made the registry's enum, and with every table keyed by loader (its
 `propertyNames` refer to `loader`) required to list each loader: so a new class or vendor needs no
 schema edit, and a report is still checked exactly (tests/ validate every --json output this way).
@@ -21,8 +23,10 @@ _LOADER_REF = {"$ref": "#/$defs/loader"}
 
 def _choices() -> dict[str, Callable[[], tuple[str, ...]]]:
     from netra import targets
+    from netra.core.ops import FAMILIES
 
     return {
+        "family": lambda: tuple(sorted(FAMILIES)),
         "class": targets.names,
         "vendor": targets.vendor_names,
         "loader": targets.loader_names,

@@ -15,7 +15,7 @@ from netra.errors import NetraError
 MODULES: dict[str, tuple[str, str | None]] = {
     "tomli_w": ("tomli-w>=1.0", "author"),
     "numpy": ("numpy>=1.24", "certify"),
-    "torch": ("torch>=2.4", "torch"),
+    "torch": ("torch>=2.11", "torch"),
     "shtab": ("shtab>=1.7", "completion"),
     "msgpack": ("msgpack>=1.0", None),
     "elftools": ("pyelftools>=0.31", None),

@@ -167,18 +167,24 @@ class Field:
     node: Node
     required: bool = True
     default: Any = None
+    doc: str = ""  # what the field means: the format's documentation and JSON Schema are made from it
 
 
 ABSENT = object()  # Field default: leave the key out of the checked data when the input lacks it
 
 
-def opt(node: Node, default: Any = None) -> Field:
-    return Field(node, required=False, default=default)
+def req(node: Node, doc: str) -> Field:
+    """A required key, with what it means."""
+    return Field(node, doc=doc)
 
 
-def maybe(node: Node) -> Field:
+def opt(node: Node, default: Any = None, doc: str = "") -> Field:
+    return Field(node, required=False, default=default, doc=doc)
+
+
+def maybe(node: Node, doc: str = "") -> Field:
     """An optional key that stays absent when absent, so data read and written back is unchanged."""
-    return Field(node, required=False, default=ABSENT)
+    return Field(node, required=False, default=ABSENT, doc=doc)
 
 
 @dataclass(frozen=True)
@@ -188,6 +194,11 @@ class Table(Node):
     fields: dict[str, Field | Node]
     label: str | None = None  # a key whose value names the entry in messages (e.g. "name")
     extra: bool = False  # allow keys not listed (used only for documented free-form notes)
+    name: str = ""  # a record of the format (its documentation section, its JSON Schema definition)
+    doc: str = ""
+    # what JSON Schema can say of rules that compare fields (allOf, dependentRequired...), merged into
+    # this table's JSON Schema; the reader's rules enforce them (and more) in Python
+    json_rules: tuple[tuple[str, Any], ...] = ()
     # fields as Field objects, made once (check runs once per entry of every file read)
     _fields: tuple[tuple[str, Field], ...] = field(default=(), init=False, repr=False, compare=False)
 
@@ -292,6 +303,25 @@ class OneOf(Node):
                 return got
         p.add(at, f"must be {self.expected}, got {v!r}"[:300])
         return None
+
+
+@dataclass(frozen=True)
+class Registered(Node):
+    """A string checked as `base`, and one of `choices()` when given: the registry's values (GPU classes,
+    vendors, loaders, op families), looked up when first checked. A format naming them leaves them open
+    under `ref` (netra.core.schema_export; netra.cli.schemas fills them from the registry)."""
+
+    ref: str
+    base: Str
+    choices: Callable[[], tuple[str, ...]] | None = None
+    doc: str = ""  # what a value is (the JSON Schema definition's description)
+    _checked: list[Str] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    def check(self, v: Any, at: str, p: Problems) -> Any:
+        if not self._checked:
+            choices = None if self.choices is None else tuple(self.choices())
+            self._checked.append(Str(self.base.pattern, choices, self.base.max_len, self.base.empty))
+        return self._checked[0].check(v, at, p)
 
 
 def _hashable(v: Any) -> Any:

@@ -222,35 +222,14 @@ def lock_of(d: Derived, table_toolchains: dict[str, Toolchain] | None = None) ->
     used = {t: d.tools[t].identity for t in d.manifests.targets()}
     naming = {**used, **{k: v for k, v in (table_toolchains or {}).items() if k in used}}
     for_tables = Lock(toolchains=naming, artifacts=artifacts)
-    made: dict[str, str] = {}
-    voided: list[str] = []
-    for t in d.manifests.targets():
-        path, ev_path = tables.table_path(t), tables.evidence_path(t)
-        existing = None
-        if path in d.tree_tables and d.manifests.certification[t] == "hardware":
-            older = tables.older_schema(d.tree_tables[path])
-            if older is None:
-                existing = tables.read_certified(
-                    d.tree_tables[path], d.tree_tables.get(ev_path), path, ev_path, t
-                )
-            else:  # evidence in a format this netra no longer reads is not carried: certify again
-                voided.append(
-                    f"{path}: written in table schema {older} (this netra reads {tables.SCHEMA}): not carried"
-                )
-        table, void = tablegen.merge(tablegen.skeleton(d.manifests, t, for_tables), existing)
-        tables.parse_certified(table, path, t)  # never write a table the runtime would refuse
-        serving, evidence = tables.split(table)
-        made[path] = tables.dumps(serving)
-        if evidence is not None:
-            made[ev_path] = tables.dumps(evidence)
-        voided += void
+    made = tablegen.tables_of(d.manifests, for_tables, d.tree_tables)
     files_ = [TrackedFile(p, sha, role) for p, (sha, role) in d.file_hashes.items()]
     files_ += [
         TrackedFile(p, sha256_bytes(text.encode()), "evidence" if tables.evidence_class_of(p) else "table")
-        for p, text in made.items()
+        for p, text in made.files.items()
     ]
     lock = Lock(toolchains=used, files=tuple(sorted(files_, key=lambda f: f.path)), artifacts=artifacts)
-    return Fresh(lock=lock, tables=made, voided=voided, derived=d)
+    return Fresh(lock=lock, tables=made.files, voided=list(made.voided), derived=d)
 
 
 def make_lock(

@@ -1,26 +1,71 @@
-"""Making a class's certified table at `netra lock`: the skeleton from the manifests and the lock, and
-the hardware evidence carried over from the table in the tree where it still applies.
+"""Making the tables of a lock at `netra lock` (`tables_of`: one call, the typed tables and the files
+they are written to): per class the skeleton from the manifests and the lock, and the hardware
+evidence carried over from the table in the tree where it still applies.
 
 - static classes (gfx950 today): the table is the skeleton; no candidate may claim more than `verified`;
 - hardware classes (sm_90): everything derived (entries, launch data, kernarg layouts, hashes) is
   regenerated, and each candidate's hardware evidence is kept only while the machine code it was
   certified with is the machine code locked now; a changed instruction voids that candidate's
-  certification (`merge`). The format and its reader are netra.runtime.tables.
+  certification (`merge`).
+
+Every table is read back by the runtime's own reader before it is returned (never write a table the
+runtime would refuse); the format, its reader and its writer are netra.runtime.tables.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from netra import targets
-from netra.core.ops import FAMILIES
+from netra.runtime import tables
 from netra.runtime.tables import HARDWARE_NOTE, SCHEMA, STATIC_NOTE, UNCERTIFIED_NOTE, Table
+from netra.runtime.tables.writing import contract_json, fallback_json
 
 if TYPE_CHECKING:
-    from netra.core.types import ArtifactSpec, ModelFallback
+    from netra.core.types import ArtifactSpec
     from netra.release.manifests import Manifests
     from netra.runtime.lockfile import Lock, LockedArtifact
+
+
+@dataclass(frozen=True)
+class Made:
+    """The tables of a lock: each class's certified table (typed, as the runtime reads it) and the
+    text of every file they are written to (each class's table, and its evidence file if certified on
+    hardware), by tree path; and one line per certification that no longer applies."""
+
+    tables: dict[str, Table]
+    files: dict[str, str]
+    voided: tuple[str, ...]
+
+
+def tables_of(manifests: Manifests, lock: Lock, tree: Mapping[str, bytes]) -> Made:
+    """Every class's table as the manifests and `lock` make it, carrying the hardware evidence of the
+    tables in the tree (`tree`: their bytes by path) where it still applies."""
+    made: dict[str, Table] = {}
+    files: dict[str, str] = {}
+    voided: list[str] = []
+    for t in manifests.targets():
+        path, ev_path = tables.table_path(t), tables.evidence_path(t)
+        existing = None
+        if path in tree and manifests.certification[t] == "hardware":
+            older = tables.older_schema(tree[path])
+            if older is None:
+                existing = tables.read_certified(tree[path], tree.get(ev_path), path, ev_path, t)
+            else:  # evidence in a format this netra no longer reads is not carried: certify again
+                voided.append(
+                    f"{path}: written in table schema {older} (this netra reads {tables.SCHEMA}): not carried"
+                )
+        table, void = merge(skeleton(manifests, t, lock), existing)
+        made[t] = tables.parse_certified(table, path, t)  # never write a table the runtime would refuse
+        serving, evidence = tables.split(table)
+        files[path] = tables.dumps(serving)
+        if evidence is not None:
+            files[ev_path] = tables.dumps(evidence)
+        voided += void
+    return Made(made, files, tuple(voided))
 
 
 def _kernarg(spec: ArtifactSpec) -> dict[str, Any]:
@@ -38,6 +83,7 @@ def grid(spec: ArtifactSpec) -> list[Any]:
     bound: each axis a constant, {"rows_per_block": n} for cdiv(rows, n), or {"rows": "<expression>"}
     of the dispatch value, which a table calls rows whatever the family calls it (tokens)."""
     from netra.core import expr
+    from netra.core.ops import FAMILIES
 
     fam = FAMILIES[spec.op]
     env = {**spec.contract, "rows_per_block": spec.rows_per_block, "grid_y": spec.tactic.grid_y}
@@ -87,16 +133,9 @@ def skeleton(manifests: Manifests, target: str, lock: Lock) -> dict[str, Any]:
     for key in sorted(by_contract):
         specs = sorted(by_contract[key], key=lambda sp: order[(sp.op, sp.tactic.name)])
         first = specs[0]
-        fam = FAMILIES[first.op]
         entries.append(
             {
-                "contract": {
-                    "op": first.op,
-                    "params": dict(first.contract),
-                    "dtypes": dict(sorted(fam.dtypes.items())),
-                    "layout": fam.layout,
-                    "quant": fam.quant,
-                },
+                "contract": contract_json(first.op, dict(first.contract)),
                 "key": key,
                 "candidates": [candidate(sp, _locked(lock, sp.name), checks, lock) for sp in specs],
                 "dispatch": None,
@@ -115,18 +154,10 @@ def skeleton(manifests: Manifests, target: str, lock: Lock) -> dict[str, Any]:
         },
         "entries": entries,
         "fallbacks": sorted(
-            (_fallback(f) for f in manifests.fallbacks if f.gpu_class in ("", target)),
+            (fallback_json(f) for f in manifests.fallbacks if f.gpu_class in ("", target)),
             key=lambda f: (f["op"], f.get("contract", ""), f["model"]),
         ),
     }
-
-
-def _fallback(f: ModelFallback) -> dict[str, str]:
-    """A model's documented gap as the table records it; a class's own gap names the class and contract."""
-    out = {"model": f.model, "op": f.op, "use": f.use, "reason": f.reason}
-    if f.gpu_class:
-        out.update(gpu_class=f.gpu_class, contract=f.contract)
-    return out
 
 
 def _locked(lock: Lock, name: str) -> LockedArtifact:

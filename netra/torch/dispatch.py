@@ -10,10 +10,12 @@ plan is made (the first call of a contract on a device, or netra.torch.prepare()
 
 A plan is made by checking the call (netra.torch.contracts: malformed calls raise ContractError),
 deriving the contract key, and asking, in order: is every tensor a CUDA tensor (else `device`), of the
-certified dtypes (else `dtype`); does the device's GPU class have a certified table (else `no_table`);
+certified dtypes (else `dtype`); is this torch a CUDA build, not ROCm's (else `platform`: netra.torch
+serves NVIDIA classes only); does the device's GPU class have a certified table (else `no_table`);
 does the catalog serve the contract at the policy (else the runtime's Fallback code: `no_entry`,
-`below_policy`, `rejected`, ...). Integrity errors (IntegrityError and its subclasses, TableError)
-propagate from the catalog: they are never a fallback. For a served contract, the catalog is asked once
+`below_policy`, `rejected`, ...); is this host's driver at least the one the class's code objects
+need, as `netra env` reads it (else `driver`, decided before any module is loaded). Integrity errors
+(IntegrityError and its subclasses, TableError) propagate from the catalog: they are never a fallback. For a served contract, the catalog is asked once
 per row-count rule of the table's certified dispatch (`select(key, rows=...)`) and each kernel is made
 launchable once (the vendor's loader: Vendor.open_loader, its prepare()).
 
@@ -74,7 +76,9 @@ NAMES = {op: f.args for op, f in FAMILIES.items()}  # each family's kernel argum
 # The chain stages launched with programmatic dependent launch (they wait for their producer in-kernel).
 OVERLAPS = {s: o for c in CHAINS.values() for s, o in zip(c.stages, c.overlaps_previous, strict=True) if o}
 _ALL_ROWS = sys.maxsize
+_LOADER = "cuda"  # the loader of the classes netra.torch serves: torch.cuda's devices, torch's CUDA streams
 _classes: dict[int, str] = {}
+_drivers: dict[str, str | None] = {}  # GPU class -> why this host's driver cannot load its code, or None
 _kernels: dict[tuple[int, str, str], Any] = {}  # (device, contract, policy) -> Served | Route
 
 
@@ -108,6 +112,47 @@ def gpu_class(index: int) -> str:
             *ident
         )
     return cls
+
+
+def _rocm() -> str | None:
+    """Why a HIP (ROCm) build of torch is not served: it calls its AMD GPUs `cuda` devices and reports a
+    gfx target as a compute capability, so no class may be read from it, and netra.torch launches
+    through the CUDA loader only today. None for any other build."""
+    hip = getattr(torch.version, "hip", None)
+    if not hip:
+        return None
+    by_loader: dict[str, list[str]] = {}
+    for t in targets.every():
+        by_loader.setdefault(t.vendor.loader, []).append(t.name)
+    served = by_loader.pop(_LOADER, [])
+    others = ", ".join(c for names in by_loader.values() for c in names) or "no other class"
+    return (
+        f"this torch {torch.__version__} is built for HIP {hip}, not CUDA: netra.torch serves "
+        f"{', '.join(served)} only today; {others} through HIP is not wired into netra.torch "
+        "(netra.runtime and netra.loaders.hip serve it)"
+    )
+
+
+def _driver_problem(cls: str, lock: Any) -> str | None:
+    """Why this host's driver cannot load `cls`'s code objects: the version found is below the minimum
+    the class's locked toolchain needs (Target.driver_need, held to Vendor.versions: what `netra env`
+    and doctor print). None when it is met or cannot be told (the load then reports any failure).
+    Read once per class and process, before the class's first module load."""
+    if cls in _drivers:
+        return _drivers[cls]
+    why = None
+    toolchain = lock.toolchains.get(cls)
+    if toolchain is not None:
+        t = targets.get(cls)
+        need = t.driver_need(toolchain)
+        found = t.vendor.versions()
+        if need.met(found) is False:
+            why = (
+                f"{cls} code objects need {need.describe()}, this host has {getattr(found, need.of)}: "
+                f"upgrade the {need.what} (the minimum: {need.why})"
+            )
+    _drivers[cls] = why
+    return why
 
 
 def _loader(gpu_class: str) -> Any:
@@ -180,6 +225,9 @@ def kernels(index: int, key: str, op: str) -> Served | Route:
 def _make_kernels(index: int, key: str, op: str, pol: str) -> Served | Route:
     from netra.runtime import open_catalog
 
+    rocm = _rocm()
+    if rocm is not None:
+        return route(key, "platform", rocm)
     cls = gpu_class(index)
     try:
         cat = open_catalog(cls)
@@ -188,6 +236,9 @@ def _make_kernels(index: int, key: str, op: str, pol: str) -> Served | Route:
     served = cat.served(key, pol)
     if not isinstance(served, tuple):  # the Fallback saying why nothing is served
         return route(key, served.code, served.reason)
+    old = _driver_problem(cls, cat.lock)
+    if old is not None:
+        return route(key, "driver", old)
     chosen = [(_ALL_ROWS if top is None else top, k) for top, k in served]
     if torch.cuda.is_current_stream_capturing():
         raise CudaError(
@@ -528,21 +579,33 @@ def _index(device: Any, call: str) -> int:
     return index
 
 
+def _host(device: Any, call: str) -> tuple[str, str] | int:
+    """The device index a call names, or (code, reason) for a host netra.torch cannot serve on: a torch
+    without a usable CUDA device (`device`, as a call on CPU tensors) or a ROCm build (`platform`).
+    A wrong argument raises."""
+    rocm = _rocm()
+    try:
+        index = _index(device, call)  # a wrong argument raises, whatever the host
+    except RuntimeUnavailableError as e:  # no CUDA here: the composite serves the call, as on CPU tensors
+        return ("platform", rocm) if rocm else ("device", e.message.removeprefix(f"{call}: "))
+    return ("platform", rocm) if rocm else index
+
+
 def kernel_for(contract: str, rows: int = 1, device: Any = None) -> Any:
     """The runtime Kernel a call of `contract` with `rows` rows launches on `device` (default: the
     current CUDA device), or the falsy Route (`.code`, `.reason`) naming why the composite runs
     instead: a torch without CUDA, or with no device visible, is the `device` route, as a call on CPU
-    tensors is. Arguments of the wrong type or value raise (docs/torch.md)."""
+    tensors is; a ROCm build of torch the `platform` route; a driver below the class's minimum the
+    `driver` route. Arguments of the wrong type or value raise (docs/torch.md)."""
     from netra.runtime import arguments, as_contract
 
     arguments.count(rows, call="kernel_for", arg="rows")
     c = as_contract(contract, call="kernel_for")
     if c.op not in NAMES:
         raise ContractError(f"{contract!r} is not a netra.torch op", f"one of {', '.join(NAMES)}")
-    try:
-        index = _index(device, "kernel_for")
-    except RuntimeUnavailableError as e:  # no CUDA here: the composite serves the call, as on CPU tensors
-        return route(c.key, "device", e.message.removeprefix("kernel_for: "))
+    index = _host(device, "kernel_for")
+    if isinstance(index, tuple):
+        return route(c.key, *index)
     k = kernels(index, c.key, c.op)
     return k if isinstance(k, Route) else k.kernel(rows)
 
@@ -550,25 +613,34 @@ def kernel_for(contract: str, rows: int = 1, device: Any = None) -> Any:
 def prepare(device: Any = None, keys: list[str] | None = None) -> dict[str, str]:
     """Make every contract of the device's certified table (or `keys`) launchable now: catalog opened,
     kernels selected and their code objects verified, modules loaded. Returns contract -> the tactic
-    served ("r8"; with a row-count dispatch "w1 (rows <= 16), w8") or "fallback <code>: <reason>".
-    Run it at startup (to fail before taking traffic) and before capturing CUDA graphs."""
+    served ("r8"; with a row-count dispatch "w1 (rows <= 16), w8") or "fallback <code>: <reason>";
+    "*" stands for every contract where the host itself is the reason (no CUDA device, a ROCm torch,
+    no certified table for the class). Never raises for the host: run it at startup (to fail on an
+    altered install before taking traffic) and before capturing CUDA graphs."""
     from netra.runtime import as_contract, open_catalog
 
     if keys is not None and not isinstance(keys, (list, tuple)):
         from netra.runtime import arguments
 
         raise arguments.wrong_type("prepare", "keys", keys, "a list of contracts or None")
-    index = _index(device, "prepare")
+    contracts_ = []
+    for text in keys or ():
+        c = as_contract(text)
+        if c.op not in NAMES:
+            raise ContractError(f"{text!r} is not a netra.torch op", f"one of {', '.join(NAMES)}")
+        contracts_.append(c)
+    index = _host(device, "prepare")
+    if isinstance(index, tuple):
+        said = "fallback {}: {}".format(*index)
+        return {"*": said} if keys is None else {c.key: said for c in contracts_}
     if keys is None:
         try:
             keys = open_catalog(gpu_class(index)).contracts()
         except UncertifiedGPUClassError as e:
             return {"*": f"fallback no_table: no certified table for {gpu_class(index)}: {e.message}"}
+        contracts_ = [as_contract(text) for text in keys]
     out: dict[str, str] = {}
-    for text in keys:
-        c = as_contract(text)
-        if c.op not in NAMES:
-            raise ContractError(f"{text!r} is not a netra.torch op", f"one of {', '.join(NAMES)}")
+    for c in contracts_:
         k = kernels(index, c.key, c.op)
         if isinstance(k, Route):
             out[c.key] = f"fallback {k.code}: {k.reason}"

@@ -18,10 +18,13 @@ evidence (netra lock, the wheel gate, netra certify, netra explain) reads both a
 `against_lock` is the cross-check every consumer runs: the table references exactly the class's locked
 artifacts, with the locked hashes and facts.
 
-The package: paths (where the files live), model (the typed table), schema (the formats and their
-readers), rules (what the runtime relies on beyond the format), reading (parse, loads, dumps),
-evidence (split and join of table and evidence file), lockcheck (the table against the lock) and
-serving (a vouched table read lazily, entry by entry). Every name is importable from here.
+The package: paths (where the files live), format (the one declaration of the format), model (the
+typed table the readers make), schema (the format's readers), generated (the JSON Schema files and docs/tables.md's field
+tables made from the declaration), rules (what the runtime relies on beyond the format), reading
+(parse, loads, dumps),
+evidence (split and join of table and evidence file), lockcheck (the table against the lock),
+serving (a vouched table read lazily, entry by entry) and writing (the typed table as the format's
+JSON data again, for whoever makes or edits tables: netra lock, netra certify). Every name is importable from here.
 """
 
 from __future__ import annotations
@@ -32,8 +35,11 @@ from netra.runtime.tables.lockcheck import against_lock, gaps_against_lock, lock
 from netra.runtime.tables.model import (
     HARDWARE_NOTE,
     HINT,
+    PROFILE_RESULTS,
+    SANITIZER_RESULTS,
     SCHEMA,
     STATIC_NOTE,
+    SUMMARY_FIELDS,
     UNCERTIFIED_NOTE,
     Candidate,
     Dispatch,
@@ -52,8 +58,9 @@ from netra.runtime.tables.paths import (
 )
 from netra.runtime.tables.reading import dumps, loads, older_schema, parse, parse_certified
 from netra.runtime.tables.rules import maturity_of, sanitizer_result
-from netra.runtime.tables.schema import PROFILE_RESULTS, SANITIZER_RESULTS, SUMMARY_FIELDS, reader
+from netra.runtime.tables.schema import reader
 from netra.runtime.tables.serving import Entries, serve
+from netra.runtime.tables.writing import to_json
 
 __all__ = [
     "EVIDENCE_DIR",
@@ -95,4 +102,5 @@ __all__ = [
     "split",
     "summary",
     "table_path",
+    "to_json",
 ]

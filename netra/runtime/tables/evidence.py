@@ -9,10 +9,11 @@ from typing import Any
 
 from netra.core import schema as s
 from netra.errors import TableError
-from netra.runtime.tables.model import SCHEMA, Table
+from netra.runtime.tables.model import SCHEMA, SUMMARY_FIELDS, Table
 from netra.runtime.tables.paths import evidence_path, table_path
-from netra.runtime.tables.reading import _json, parse, parse_certified
-from netra.runtime.tables.schema import SUMMARY_FIELDS, reader
+from netra.runtime.tables.reading import _json, parse
+from netra.runtime.tables.rules import _rules
+from netra.runtime.tables.schema import reader
 
 
 def summary(record: dict[str, Any]) -> dict[str, Any]:
@@ -49,11 +50,11 @@ def read_certified(
     evidence_where: str,
     gpu_class: str | None = None,
 ) -> Table:
-    """A table and its evidence file read as one certified table (parse_certified), for whoever judges
-    or writes evidence."""
-    return parse_certified(
-        join(table_bytes, evidence_bytes, where, evidence_where, gpu_class), where, gpu_class
-    )
+    """A table and its evidence file read as one certified table (what parse_certified gives), for
+    whoever judges or writes evidence. `join` has read each file through its own format, which
+    together are the certified table's: only the rules are left to apply (the evidence's own included)."""
+    joined = join(table_bytes, evidence_bytes, where, evidence_where, gpu_class)
+    return _rules(joined, where, gpu_class, whole=True)
 
 
 def join(

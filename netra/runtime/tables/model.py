@@ -1,5 +1,11 @@
-"""The typed table model the readers make: a table, its entries, their candidates and what their
-maturity rests on; with the format's schema version and the certification notes a table carries."""
+"""The typed table model: the format of a table, a certified table and an evidence file, declared once
+(each record's fields with their types, bounds and meaning: `table_format`, `evidence_format`), and
+what the readers make of it (a table, its entries, their candidates and what their maturity rests
+on); with the format's schema version and the certification notes a table carries.
+
+The declaration is the single source of the format: the readers check through it (netra.runtime.tables
+.schema), and the shipped JSON Schema files and the field tables of docs/tables.md are generated from
+it (`python -m netra.runtime.tables.schema --write`; a test fails when a committed one differs)."""
 
 from __future__ import annotations
 
@@ -26,6 +32,13 @@ UNCERTIFIED_NOTE = (
     "Awaiting hardware certification: no {target} candidate has been certified by `netra certify` for "
     "the machine code locked now, so none is accepted."
 )
+# What certify's memory checkers (sanitizer) and profiler can say of a candidate: "skipped" and
+# "unavailable" are never "clean" (netra.runtime.tables.format says why).
+SANITIZER_RESULTS = ("clean", "findings", "skipped", "unavailable")
+PROFILE_RESULTS = ("measured", "skipped", "unavailable")
+# The table's summary of a candidate's hardware evidence record: what its maturity rests on (the
+# record's fields of these names, and its memory checkers' and profiler's result).
+SUMMARY_FIELDS = ("run", "text_sha256", "passed", "reason", "max_rel_deviation", "tolerance")
 HINT = "regenerate the table with `netra lock` (hardware evidence comes from `netra certify`)"
 
 
@@ -103,6 +116,16 @@ class HardwareEvidence:
     tolerance: float
     sanitizer: str = "skipped"  # memory checkers, SANITIZER_RESULTS: only "clean" may be served by default
     profile: str = "skipped"  # PROFILE_RESULTS
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> HardwareEvidence:
+        """The summary of a whole hardware evidence record (its memory checkers' and profiler's result)."""
+        return cls(
+            run=record["run"], text_sha256=record["text_sha256"], passed=record["passed"],
+            reason=record["reason"], max_rel_deviation=record["max_rel_deviation"],
+            tolerance=record["tolerance"], sanitizer=record["sanitizer"]["result"],
+            profile=record["profile"]["result"],
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

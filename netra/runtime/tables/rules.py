@@ -12,8 +12,17 @@ from netra.core.ops import FAMILIES, contract_key
 from netra.core.types import ModelFallback
 from netra.errors import TableError
 from netra.runtime.kernarg import BY_VALUE_TYPES, KernargArg, KernargLayout
-from netra.runtime.tables.model import HINT, Candidate, Dispatch, Entry, HardwareEvidence, Launch, Table
-from netra.runtime.tables.schema import PROFILE_RESULTS, SANITIZER_RESULTS
+from netra.runtime.tables.model import (
+    HINT,
+    PROFILE_RESULTS,
+    SANITIZER_RESULTS,
+    Candidate,
+    Dispatch,
+    Entry,
+    HardwareEvidence,
+    Launch,
+    Table,
+)
 
 
 def _kernarg_layout(
@@ -142,11 +151,10 @@ def _candidate(
         sz, pr = hw_raw["sanitizer"], hw_raw["profile"]
         if not whole and (sz not in SANITIZER_RESULTS or pr not in PROFILE_RESULTS):
             raise ValueError("not a summary")  # only unread (vouched) data gets here: the full read names it
-        hw = HardwareEvidence(
+        hw = HardwareEvidence.of(hw_raw) if whole else HardwareEvidence(
             run=hw_raw["run"], text_sha256=hw_raw["text_sha256"], passed=hw_raw["passed"],
             reason=hw_raw["reason"], max_rel_deviation=hw_raw["max_rel_deviation"],
-            tolerance=hw_raw["tolerance"], sanitizer=sz["result"] if whole else sz,
-            profile=pr["result"] if whole else pr,
+            tolerance=hw_raw["tolerance"], sanitizer=sz, profile=pr,
         )  # fmt: skip
         if kind != "hardware":
             p.add(at, f"hardware evidence in a table certified {kind!r}")

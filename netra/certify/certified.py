@@ -1,0 +1,127 @@
+"""The certified table a run makes: the installed table (typed) with this run's evidence, order, maturity
+and dispatch (`table`), checked by the runtime's own reader and against the install's lock before it
+is returned; and the two files it is written to (`write`: the table, and its evidence file beside it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from netra import __version__, targets
+from netra.certify import measure
+from netra.certify.ranking import PREFILL_ROWS, Result, rank
+from netra.errors import CertificationError, NetraError
+from netra.runtime import tables
+
+if TYPE_CHECKING:
+    from netra.runtime.catalog import Catalog
+    from netra.runtime.lockfile import Lock
+
+
+def run_info(
+    dev: Any, table: tables.Table, lock: Lock, rows: tuple[int, ...], replays: int, seed: int
+) -> dict[str, Any]:
+    """The certification run the evidence refers to: the machine, its software and the protocol."""
+    tc = lock.toolchains[table.gpu_class]
+    vendor = targets.get(table.gpu_class).vendor
+    return {
+        "device": dev.device_name(),
+        "driver": vendor.driver(),
+        "runtime": f"{vendor.runtime} {dev.driver_version()}",
+        "toolchain": {"flavour": tc.flavour, "version": tc.version},
+        "clocks": vendor.clocks(),
+        "netra": __version__,
+        "seed": seed,
+        "protocol": {
+            "rows": list(rows), "warmup": measure.WARMUP, "replays": replays, "prefill_rows": PREFILL_ROWS,
+        },
+    }  # fmt: skip
+
+
+def _record(r: Result) -> dict[str, Any]:
+    """A candidate's whole hardware evidence record (run 0: this run) from what was measured."""
+    return {
+        "run": 0,
+        "text_sha256": r.candidate.text_sha256,
+        "passed": r.passed,
+        "reason": r.reason,
+        "reference": "float64",
+        "max_rel_deviation": r.max_rel_deviation,
+        "tolerance": r.tolerance,
+        "cases": r.cases,
+        "counts": dict(sorted(r.counts.items())),
+        "timings": r.timings,
+        "sanitizer": r.sanitizer,
+        "profile": r.profile,
+    }
+
+
+def _candidate(r: Result) -> tables.Candidate:
+    record = _record(r)
+    return dataclasses.replace(
+        r.candidate,
+        maturity=r.maturity,
+        evidence={**r.candidate.evidence, "hardware": record},
+        hardware=tables.HardwareEvidence.of(record),
+    )
+
+
+def table(
+    cat: Catalog, run: dict[str, Any], results: dict[str, list[Result]], logs: Path | None = None
+) -> tables.Table:
+    """The installed table with this run's evidence, order, maturity and dispatch (each entry's `results`
+    by its key), as the runtime reads it back; when that check fails, the unchecked table is kept in
+    `logs` beside the tools' logs."""
+    installed = cat.table
+    entries = {}
+    for key, e in installed.entries.items():
+        ranked, dispatch = rank(results[key])
+        entries[key] = dataclasses.replace(
+            e, candidates=tuple(_candidate(r) for r in ranked), dispatch=dispatch
+        )
+    made = dataclasses.replace(
+        installed,
+        certification="hardware",
+        note=tables.HARDWARE_NOTE.format(target=installed.gpu_class),
+        runs=(run,),
+        entries=entries,
+    )
+    raw = tables.to_json(made)
+    where = f"certified {installed.gpu_class} table"
+    try:
+        checked = tables.parse_certified(raw, where, installed.gpu_class)
+        wrong = tables.against_lock(checked, cat.lock)
+        if wrong:
+            raise CertificationError(
+                f"{where}: disagrees with the install's lock ({wrong[0]})", "reinstall and certify again"
+            )
+    except NetraError:
+        if logs is not None:
+            (logs / f"{installed.gpu_class}.unchecked.json").write_text(
+                tables.dumps(raw)
+            )  # the certified form
+        raise
+    return checked
+
+
+def evidence_out(out: Path) -> Path:
+    """Where certify writes the evidence file of the table it writes to `out` (beside it)."""
+    return out.with_name(f"{out.stem}.evidence.json")
+
+
+def write(table: tables.Table, out: Path) -> None:
+    """The certified table as its two files: the table at `out`, its evidence beside it (committed as
+    release/tables/<class>.json and release/evidence/<class>.json). Both or neither."""
+    from netra.core import files
+
+    serving, evidence = tables.split(tables.to_json(table))
+    assert evidence is not None  # certify writes hardware evidence
+    ev = evidence_out(out)
+    files.atomic_write(ev, tables.dumps(evidence).encode())
+    try:
+        files.atomic_write(out, tables.dumps(serving).encode())
+    except BaseException:
+        ev.unlink(missing_ok=True)
+        raise
