@@ -85,9 +85,12 @@ def expected(p: dict[str, int], case: Case, a: int, b: int) -> dict[str, np.ndar
     with np.errstate(divide="ignore", invalid="ignore"):
         w0 = np.where(s_lo > 0, (dev.reshape(groups) + np.abs(v) * sb[..., None]) / s_lo, np.inf)
     window = w0 + TOLERANCES["quotient"] * (np.abs(v) + w0)
-    # what an accepted code's dequantized value may differ from h by: its distance to v (half a step,
-    # or a step and the window) times s, plus |code| times the scale's bound
-    half = np.maximum((np.abs(v) + window) / 16, 2.0**-10) + window
+    # what an accepted code's dequantized value may differ from h by: its distance to v (half a step of
+    # the binade of |v| + window, 2^-10 among the subnormals, plus the window) times s, plus |code| times
+    # the scale's bound
+    with np.errstate(divide="ignore"):
+        binade = np.floor(np.log2(np.abs(v) + window))
+    half = np.maximum(np.exp2(binade - 4), 2.0**-10) + window
     allow = ((np.abs(v) + half) * sb[..., None] + half * s[..., None]).reshape(pairs, n_i)
     return {
         "hq": gq.q,
