@@ -320,6 +320,12 @@ def test_gate_up_allows_one_step_only_near_a_midpoint(small: dict[str, list[cf.C
     got["hq"][i] += 1
     v = cf.judge(UP, SMALL, case, got, e)
     assert not v.passed and "one step off farther than the bound" in v.reason
+    # the same code is accepted where the exact h / s lies on the midpoint between the two codes
+    mid = (ref.fp8_e4m3_decode(got["hq"][i]) + ref.fp8_e4m3_decode(e["hq"][i])) / 2
+    at_mid = {**e, "scaled": e["scaled"].copy()}
+    at_mid["scaled"][i] = mid
+    v = cf.judge(UP, SMALL, case, got, at_mid)
+    assert v.passed and v.counts["fp8_one_step_at_midpoint"] == 1, v.reason
 
 
 def test_down_refuses_a_wrong_expert_a_slot_order_swap_and_one_ulp_beyond_the_bound(
