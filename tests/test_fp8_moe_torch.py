@@ -172,6 +172,13 @@ def test_int64_ids_take_the_composite_with_the_reason() -> None:
     assert torch.equal(y32.view(torch.int16), y64.view(torch.int16))
 
 
+def test_an_expanded_out_is_refused_and_nothing_written() -> None:
+    out = torch.zeros(1, H, dtype=torch.bfloat16).expand(2, H)
+    with pytest.raises(ContractError, match="out out has elements that share one memory location") as e:
+        nt.fp8_moe(*make(2), out=out)
+    assert "\n" not in str(e.value) and not out.any()
+
+
 def test_out_must_be_bf16_of_the_call_shape() -> None:
     with pytest.raises(ContractError, match="out must be a bf16 tensor of shape \\[2, 256\\]"):
         nt.fp8_moe(*make(2), out=torch.empty(2, H))
