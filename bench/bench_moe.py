@@ -1,9 +1,10 @@
 """The routed FP8 MoE at decode (issue 28) on the H200: nt.fp8_moe against the read limit and its peers.
 
 Run it on the GPU machine with a python that has torch with CUDA, cupy and the netra wheel installed, and
-vLLM's public source fetched for the run (never committed; its Triton kernel is imported from there):
+vLLM's public code fetched for the run and never committed: an unpacked vLLM wheel, whose Triton kernel
+is imported from there (docs/performance.md says how to make it and what its import needs):
 
-    python bench/bench_moe.py --vllm-src /path/to/vllm --json OUT.json
+    python bench/bench_moe.py --vllm-src /path/to/unpacked/vllm-wheel --json OUT.json
 
 `python bench/bench_moe.py` puts bench/, not the tree, on sys.path: the installed netra is the one
 measured (the first line printed says which install it is). On a machine without a GPU,
@@ -418,6 +419,13 @@ class Vllm:
         self.compute_type = tl.bfloat16
         new, old = "invoke_fused_moe_triton_kernel", "invoke_fused_moe_kernel"  # its name now, and before
         self.invoke = getattr(self.module, new, None) or getattr(self.module, old)
+        kernel = getattr(self.module, "fused_moe_kernel", None)
+        if not callable(getattr(type(kernel), "__getitem__", None)):  # a JITFunction launches as kernel[grid]
+            raise RuntimeError(
+                "vLLM replaced its Triton kernels by placeholders (vllm.triton_utils.HAS_TRITON is False): "
+                "it found no active Triton driver or no vllm distribution metadata beside vllm/"
+            )
+        self.version = metadata.version("vllm")
         from netra.torch import composite
 
         self.glue_how = "torch.compile (composite.silu_mul_fp8_quant; the slot sum in fp32)"
@@ -702,7 +710,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--bound", type=float, default=0.05, help="the guard's bound against the composite")
     ap.add_argument("--policy", nargs="+", choices=POLICIES, default=list(POLICIES),
                     help="netra.torch policies tried in order; the first serving nt.fp8_moe is timed")  # fmt: skip
-    ap.add_argument("--vllm-src", type=Path, default=None, help="a vLLM source tree (fetched for the run)")
+    ap.add_argument(
+        "--vllm-src", type=Path, default=None, help="an unpacked vLLM wheel (fetched for the run)"
+    )
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile of the composite")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None, help="write every row and the environment here")
@@ -716,8 +726,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--rounds and --graph-calls must be at least 1")
     if not 0 < args.bound < 1:
         ap.error(f"--bound {args.bound}: a fraction of a row's largest value, between 0 and 1")
-    if args.vllm_src is not None and not (args.vllm_src / VLLM_MOE / "fused_moe.py").is_file():
-        ap.error(f"--vllm-src {args.vllm_src}: no {VLLM_MOE}/fused_moe.py under it; pass a vLLM source tree")
+    if args.vllm_src is not None:
+        if not (args.vllm_src / VLLM_MOE / "fused_moe.py").is_file():
+            ap.error(
+                f"--vllm-src {args.vllm_src}: no {VLLM_MOE}/fused_moe.py under it; pass an unpacked vLLM wheel"
+            )
+        if not any(args.vllm_src.glob("vllm-*.dist-info/METADATA")):
+            ap.error(f"--vllm-src {args.vllm_src}: no vllm-*.dist-info beside vllm/ (vLLM disables its Triton "
+                     "kernels without it); pass an unpacked vLLM wheel (docs/performance.md)")  # fmt: skip
     if args.json is not None and not args.json.parent.is_dir():
         ap.error(f"--json {args.json}: its folder does not exist")
     return args
@@ -749,7 +765,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             vllm = Vllm(torch, args.vllm_src)
             vllm_why = ""
-            env["vllm"] = {"src": str(args.vllm_src), "commit": vllm.commit()}
+            env["vllm"] = {"src": str(args.vllm_src), "version": vllm.version, "commit": vllm.commit()}
         except Exception as e:  # its import needs what its source needs: say what failed, time the rest
             vllm_why = f"importing fused_moe from {args.vllm_src} failed: {one_line(e)}"
     if vllm_why:

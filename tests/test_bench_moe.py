@@ -73,8 +73,12 @@ def test_the_cpu_smoke_run_writes_every_row_and_says_why_nothing_is_timed(tmp_pa
 
 def test_bad_arguments_are_one_line_each_and_nothing_is_written(tmp_path: Path) -> None:
     out = tmp_path / "moe.json"
+    checkout = tmp_path / "vllm-checkout"  # vLLM's layout without the wheel's metadata, as a git clone is
+    (checkout / "vllm/model_executor/layers/fused_moe").mkdir(parents=True)
+    (checkout / "vllm/model_executor/layers/fused_moe/fused_moe.py").write_text("")
     for args, code, want in [
         (["--cpu-smoke", "--tokens", "65"], 2, "--tokens 65: each M must be 1 to 64"),
+        (["--cpu-smoke", "--vllm-src", str(checkout)], 2, "no vllm-*.dist-info beside vllm/"),
         (
             ["--cpu-smoke", "--vllm-src", str(tmp_path)],
             2,
