@@ -619,7 +619,7 @@ def smoke_row(torch: Any, nt: Any, composite: Any, p: dict[str, int], row: Row, 
 
 def timed_row(torch: Any, nt: Any, composite: Any, p: dict[str, int], row: Row, args: argparse.Namespace,
               reader: Reader, buf: Any, l2: int, vllm: Vllm | None, vllm_why: str, compiled: Any,
-              calls: int) -> dict[str, dict[str, Any]]:  # fmt: skip
+              compile_why: str, calls: int) -> dict[str, dict[str, Any]]:  # fmt: skip
     """One row on the GPU: guards first, then every implementation's graph, replayed in interleaved rounds."""
     out: dict[str, dict[str, Any]] = {}
     graphs: dict[str, Graph] = {}
@@ -669,7 +669,7 @@ def timed_row(torch: Any, nt: Any, composite: Any, p: dict[str, int], row: Row, 
     few = len(row.layers)
     capture("eager", [functools.partial(composite.fp8_moe, *row.args(c)) for c in range(few)])
     if compiled is None:
-        out["compile"] = entry("skipped", "--no-compile")
+        out["compile"] = entry("skipped" if args.no_compile else "failed", compile_why)
     else:
         capture("compile", [functools.partial(compiled, *row.args(c)) for c in range(few)])
     # interleaved rounds
@@ -785,6 +785,7 @@ def main(argv: list[str] | None = None) -> None:
         layers = Layers(torch, p, layer_count, args.seed + 1000 * ci, dev)
         buf = compiled = None
         compile_s = None
+        compile_why = "--no-compile" if args.no_compile else "cpu smoke: torch.compile is not run"
         if gpu:
             most = p["experts"] * per_expert
             buf = torch.ones(max(2 * most, 3 * l2 + most) + 8192, dtype=torch.uint8, device=dev)
@@ -792,10 +793,13 @@ def main(argv: list[str] | None = None) -> None:
                 torch._dynamo.reset()
                 compiled = torch.compile(composite.fp8_moe, dynamic=True)
                 t0 = time.perf_counter()
-                for m in (1, 2):  # dynamo specializes M=1; M=2 makes the dynamic graph every other M runs
-                    compiled(*Row(torch, composite, p, m, "uniform", 1, layers, 7, dev).args(0))
-                torch.cuda.synchronize()
-                compile_s = time.perf_counter() - t0
+                try:
+                    for m in (1, 2):  # dynamo specializes M=1; M=2 makes the graph every other M runs
+                        compiled(*Row(torch, composite, p, m, "uniform", 1, layers, 7, dev).args(0))
+                    torch.cuda.synchronize()
+                    compile_s = time.perf_counter() - t0
+                except Exception as e:  # the compile row's finding, reported in every row
+                    compiled, compile_why = None, f"torch.compile failed: {one_line(e)}"
         print(f"\n{name} {p}: {per_expert / 1e6:.2f} MB per expert, {layer_count} layer copies, {calls} calls "
               f"per graph" + (f", torch.compile {compile_s:.0f} s" if compile_s is not None else ""))  # fmt: skip
         for m in args.tokens:
@@ -807,24 +811,35 @@ def main(argv: list[str] | None = None) -> None:
                 if gpu:
                     assert reader is not None
                     impls = timed_row(torch, nt, composite, p, row, args, reader, buf, l2, vllm, vllm_why,
-                                      compiled, calls)  # fmt: skip
+                                      compiled, compile_why, calls)  # fmt: skip
                 else:
                     impls = smoke_row(torch, nt, composite, p, row, args, vllm_why)
                 rec = {"contract": name, "params": p, "tokens": m, "routing": mode, "experts_hit": row.experts_hit,
                        "bytes_read": nbytes, "layer_copies": len(layers), "calls_per_graph": calls, "impls": impls}  # fmt: skip
                 rows.append(rec)
                 print(line(rec))
+                if args.json:  # after every row: a run stopped part way keeps what it measured
+                    write_json(args, env, rows)
                 if gpu:
                     torch.cuda.empty_cache()
         del layers, buf, compiled
         if gpu:
             torch.cuda.empty_cache()
     if args.json:
-        doc = {"bench": "bench_moe", "mode": "cpu-smoke" if args.cpu_smoke else "gpu", "environment": env,
-               "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-               "impls": list(IMPLS), "rows": rows}  # fmt: skip
-        args.json.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        write_json(args, env, rows, done=True)
         print(f"wrote {args.json}")
+
+
+def write_json(
+    args: argparse.Namespace, env: dict[str, Any], rows: list[dict[str, Any]], done: bool = False
+) -> None:
+    """The document so far, replaced whole (written beside, then renamed): `complete` once every row ran."""
+    doc = {"bench": "bench_moe", "mode": "cpu-smoke" if args.cpu_smoke else "gpu", "environment": env,
+           "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+           "impls": list(IMPLS), "rows": rows, "complete": done}  # fmt: skip
+    part = args.json.with_name(args.json.name + ".part")
+    part.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    part.replace(args.json)
 
 
 def line(rec: dict[str, Any]) -> str:

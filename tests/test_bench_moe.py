@@ -37,6 +37,7 @@ def test_the_cpu_smoke_run_writes_every_row_and_says_why_nothing_is_timed(tmp_pa
     assert r.returncode == 0 and "Traceback" not in r.stderr, log(r)
     doc = json.loads(out.read_text())
     assert doc["bench"] == "bench_moe" and doc["mode"] == "cpu-smoke" and doc["impls"] == IMPLS, doc
+    assert doc["complete"] is True and sorted(p.name for p in tmp_path.iterdir()) == ["moe.json"], doc
     env = doc["environment"]
     assert env["gpu"] is None and env["netra_install"]["kind"] == "source", env
     assert env["torch"] and env["python"] and env["netra"] and len(env["commit"]) == 40, env
