@@ -770,6 +770,8 @@ def main(argv: list[str] | None = None) -> None:
             vllm_why = f"importing fused_moe from {args.vllm_src} failed: {one_line(e)}"
     if vllm_why:
         print(f"vllm: skipped: {vllm_why}")
+    print(f"guard before timing: nt.fp8_moe bitwise equal across two runs; netra and vllm within {args.bound:g} of "
+          "the composite (largest difference in a row / largest composite value in it)")  # fmt: skip
 
     reader = Reader(torch) if gpu else None
     l2 = (
@@ -848,7 +850,8 @@ def line(rec: dict[str, Any]) -> str:
     for name in IMPLS:
         e = rec["impls"][name]
         if e.get("us") is not None:
-            extra = f" {e['served']['policy']}" if name == "netra" else ""
+            served = e.get("served") or {}
+            extra = f", {served['policy']}: {'/'.join(served['tactics'].values())}" if served else ""
             cells.append(f"{name} {e['us']:.1f} us ({100 * e['of_read_limit']:.0f}%{extra})")
         else:
             cells.append(f"{name} {e['status']}" + (f" ({e['reason']})" if e["reason"] else ""))
