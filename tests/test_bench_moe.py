@@ -107,3 +107,31 @@ def test_without_a_gpu_the_timed_run_says_so_in_one_line(tmp_path: Path) -> None
         r.stderr.strip() == "bench_moe: no CUDA device visible to torch (--cpu-smoke runs the CPU check)"
     ), log(r)
     assert not out.exists()
+
+
+@pytest.mark.gpu
+def test_on_the_h200_the_timed_rows_run_and_l2_does_not_serve_the_read_limit(tmp_path: Path) -> None:
+    """The smallest timed run against the installed wheel (`tools/gpu-session tests WHEELHOUSE OUT
+    tests/test_bench_moe.py`): Qwen3-30B-A3B at one token, both routings, no vLLM, no torch.compile.
+    One token's 8 experts are 37.7 MB: read from HBM that is about 10.5 us on the H200
+    (docs/gpu-runs/moe-explore-2026-12-04); under 6 us would mean L2 served the rotation."""
+    out = tmp_path / "moe.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), "--contracts", "Qwen3-30B-A3B", "--tokens", "1", "--rounds", "3",
+                        "--no-compile", "--json", str(out)], cwd=tmp_path, env=clean_env(), capture_output=True,
+                       text=True, timeout=TIMEOUT, check=False)  # fmt: skip
+    assert r.returncode == 0 and "Traceback" not in r.stderr, log(r)
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is True and doc["mode"] == "gpu" and doc["environment"]["gpu"], doc["environment"]
+    assert [(x["tokens"], x["routing"]) for x in doc["rows"]] == [(1, "uniform"), (1, "same")], doc["rows"]
+    for row in doc["rows"]:
+        im = row["impls"]
+        assert row["experts_hit"] == 8 and row["layer_copies"] >= 4, row  # 4 x 37.7 MB > 3 x 50 MB of L2
+        assert im["read_limit"]["status"] == "timed" and 6 < im["read_limit"]["us"] < 40, im["read_limit"]
+        assert im["eager"]["status"] == "timed" and im["eager"]["us"] > im["read_limit"]["us"], im["eager"]
+        net = im["netra"]
+        if net["status"] == "timed":  # served at some policy: guarded, then timed in strict mode
+            assert net["guard"]["deterministic"] is True and net["guard"]["rel_to_composite"] <= 0.05, net
+            assert net["served"]["policy"] in ("accepted", "experiment") and net["us"] > 0, net
+        else:
+            assert net["status"] == "skipped" and net["reason"].startswith("not served: "), net
+        assert im["vllm"]["status"] == "skipped" and im["compile"]["status"] == "skipped", im
