@@ -817,7 +817,8 @@ def main(argv: list[str] | None = None) -> None:
                 else:
                     impls = smoke_row(torch, nt, composite, p, row, args, vllm_why)
                 rec = {"contract": name, "params": p, "tokens": m, "routing": mode, "experts_hit": row.experts_hit,
-                       "bytes_read": nbytes, "layer_copies": len(layers), "calls_per_graph": calls, "impls": impls}  # fmt: skip
+                       "bytes_read": nbytes, "layer_copies": len(layers), "bytes_per_rotation": nbytes * len(layers),
+                       "calls_per_graph": calls, "impls": impls}  # fmt: skip
                 rows.append(rec)
                 print(line(rec))
                 if args.json:  # after every row: a run stopped part way keeps what it measured

@@ -55,6 +55,7 @@ def test_the_cpu_smoke_run_writes_every_row_and_says_why_nothing_is_timed(tmp_pa
             assert SMOKE["topk"] <= hit <= min(SMOKE["experts"], SMOKE["topk"] * row["tokens"]), row
         assert row["bytes_read"] == int(hit * expert_bytes(SMOKE)), row
         assert row["layer_copies"] == 2 and row["calls_per_graph"] % row["layer_copies"] == 0, row
+        assert row["bytes_per_rotation"] == row["bytes_read"] * row["layer_copies"], row
         im = row["impls"]
         assert all("us" not in e for e in im.values()), im  # nothing is timed on CPU
         eager = im["eager"]
@@ -125,7 +126,7 @@ def test_on_the_h200_the_timed_rows_run_and_l2_does_not_serve_the_read_limit(tmp
     assert [(x["tokens"], x["routing"]) for x in doc["rows"]] == [(1, "uniform"), (1, "same")], doc["rows"]
     for row in doc["rows"]:
         im = row["impls"]
-        assert row["experts_hit"] == 8 and row["layer_copies"] >= 4, row  # 4 x 37.7 MB > 3 x 50 MB of L2
+        assert row["experts_hit"] == 8 and row["bytes_per_rotation"] >= 3 * 50 * 2**20, row  # past L2, 3x
         assert im["read_limit"]["status"] == "timed" and 6 < im["read_limit"]["us"] < 40, im["read_limit"]
         assert im["eager"]["status"] == "timed" and im["eager"]["us"] > im["read_limit"]["us"], im["eager"]
         net = im["netra"]
