@@ -773,7 +773,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"guard before timing: nt.fp8_moe bitwise equal across two runs; netra and vllm within {args.bound:g} of "
           "the composite (largest difference in a row / largest composite value in it)")  # fmt: skip
 
-    reader = Reader(torch) if gpu else None
+    reader = None
+    if gpu:
+        try:
+            reader = Reader(torch)
+        except Exception as e:  # no read limit, no percentages: nothing worth timing
+            sys.exit(
+                f"bench_moe: the read kernels could not be built ({one_line(e)}); install cupy for this CUDA"
+            )
     l2 = (
         (getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or L2_DEFAULT)
         if gpu
