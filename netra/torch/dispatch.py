@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from netra import targets
-from netra.core.ops import CHAINS, FAMILIES
+from netra.core.ops import CHAINS, FAMILIES, contract_key
 from netra.errors import (
     ContractError,
     CudaError,
@@ -613,7 +613,9 @@ def kernel_for(contract: str, rows: int = 1, device: Any = None) -> Any:
 def prepare(device: Any = None, keys: list[str] | None = None) -> dict[str, str]:
     """Make every contract of the device's certified table (or `keys`) launchable now: catalog opened,
     kernels selected and their code objects verified, modules loaded. Returns contract -> the tactic
-    served ("r8"; with a row-count dispatch "w1 (rows <= 16), w8") or "fallback <code>: <reason>";
+    served ("r8"; with a row-count dispatch "w1 (rows <= 16), w8") or "fallback <code>: <reason>", and
+    for the routed MoE's first stage also the chain (`fp8_moe(...)`: both stages, and the current
+    stream's zeroed workspace made, so that a CUDA graph captured next finds it);
     "*" stands for every contract where the host itself is the reason (no CUDA device, a ROCm torch,
     no certified table for the class). Never raises for the host: run it at startup (to fail on an
     altered install before taking traffic) and before capturing CUDA graphs."""
@@ -648,4 +650,11 @@ def prepare(device: Any = None, keys: list[str] | None = None) -> dict[str, str]
             out[c.key] = ", ".join(
                 kern.tactic if top == _ALL_ROWS else f"{kern.tactic} (rows <= {top})" for top, kern in k.rules
             )
+    # a chain (the routed MoE) whose first stage was asked for: its stages and its stream's workspace,
+    # made now so that a CUDA graph captured next finds them (the zeroing is not captured)
+    from netra.torch import moe
+
+    for c in contracts_:
+        if c.op == moe.STAGES[0].name:
+            out[contract_key(moe.OP, dict(c.params))] = moe.prepare(index, dict(c.params))
     return out

@@ -139,15 +139,34 @@ def _workspace(index: int, stream: int, nbytes: int) -> torch.Tensor:
     return ws
 
 
-def _chain(params: dict[str, int], served: tuple[Any, ...]) -> Any:
-    """launch(out, given, tokens): the stages in order, each with its workspace carved from one buffer."""
-    top = CHAIN.max_dispatch
-    plans = [fam.launch.plan({**params, "tokens": top}) for fam in STAGES]
+def _layout(params: dict[str, int]) -> tuple[list[Any], list[int], int]:
+    """Each stage's workspace plan at the chain's most tokens, where it starts in the one buffer, and the
+    buffer's size."""
+    plans = [fam.launch.plan({**params, "tokens": CHAIN.max_dispatch}) for fam in STAGES]
     at, bases = 0, []
     for p in plans:
         bases.append(at)
         at += -(-p.workspace_bytes // 256) * 256
-    total = at
+    return plans, bases, at
+
+
+def prepare(index: int, params: dict[str, int]) -> str:
+    """Make the chain launchable on cuda:`index` before traffic or a CUDA graph capture: both stages'
+    kernels (netra.torch.dispatch.kernels) and the zeroed workspace of the current stream. Returns the
+    stages' tactics, or the fallback naming the stage that is not served."""
+    k = _stage_kernels(index, params)
+    if isinstance(k, Route):
+        return f"fallback {k.code}: {k.reason}"
+    _workspace(index, torch.cuda.current_stream(index).cuda_stream, _layout(params)[2])
+    return " then ".join(
+        f"{fam.name} " + ", ".join(kern.tactic for _, kern in served.rules)
+        for fam, served in zip(STAGES, k, strict=True)
+    )
+
+
+def _chain(params: dict[str, int], served: tuple[Any, ...]) -> Any:
+    """launch(out, given, tokens): the stages in order, each with its workspace carved from one buffer."""
+    plans, bases, total = _layout(params)
     link_shapes = {o.name: o for o in STAGES[0].outputs}
 
     def launch(out: torch.Tensor, given: dict[str, torch.Tensor], tokens: int) -> None:
