@@ -188,3 +188,21 @@ def test_torch_compile_fullgraph() -> None:
     eager = logits(model, tokens)
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
     assert torch.equal(logits(compiled, tokens), eager)
+
+
+def test_the_package_imports_no_engine() -> None:
+    """`import netra.integrations` imports neither torch nor an engine; the transformers integration imports
+    torch (through netra.torch) but not transformers."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    code = (
+        "import sys, netra.integrations\n"
+        "assert not {'torch', 'transformers', 'vllm'} & set(sys.modules)\n"
+        "import netra.integrations.transformers\n"
+        "assert 'torch' in sys.modules and not {'transformers', 'vllm'} & set(sys.modules)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
