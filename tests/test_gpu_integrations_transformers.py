@@ -1,8 +1,8 @@
 """On an H200: Hugging Face transformers models of the published shapes (two decoder layers of each config in
 tests/hf_models.py whose norm widths sm_90 certifies) with netra.integrations.transformers.apply_netra:
 every norm call served by the certified kernel under strict mode, the logits those of the unpatched model
-(bit-equal for Gemma-2, whose norm rounds once as netra's does; within a bf16 tolerance for the Llama-style
-norms, which round twice), and a CUDA graph of the forward equal to eager.
+within a bf16 tolerance (the kernel reduces in another order than torch, and the Llama-style norms round
+twice where netra rounds once), and a CUDA graph of the forward equal to eager.
 
 Run on the GPU machine against an installed wheel (docs/gpu.md), with the image's transformers:
 
@@ -57,10 +57,9 @@ def test_published_shapes_served_certified(name: str) -> None:
         assert set(stats) == {r.contract for r in report.replaced}
         assert all(set(paths) == {"certified"} for paths in stats.values()), stats
         assert sum(p["certified"] for p in stats.values()) == len(report.replaced)
-        if all(r.exact for r in report.replaced):
-            assert torch.equal(after, before)
-        else:
-            torch.testing.assert_close(after.float(), before.float(), atol=0.05, rtol=0.05)
+        # not bit for bit even for Gemma-2: the kernel sums the squares in its own order, torch's mean in
+        # another (the kernel is certified against the float64 reference, docs/certify.md)
+        torch.testing.assert_close(after.float(), before.float(), atol=0.05, rtol=0.05)
         report.restore()
 
 
