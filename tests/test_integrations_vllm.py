@@ -9,7 +9,9 @@ mode; with every call sent to netra.torch (NETRA_VLLM=netra) the outputs match v
 norm bit for bit, RMSNorm's within one bf16 ulp: vLLM rounds x * rsqrt to bf16 before * w, netra rounds
 once; the fused add within one more: vLLM normalizes the unrounded fp32 sum, netra the bf16 residual_out),
 the residual is bf16(x + residual) exactly and updated in place where vLLM's kernel does it; and vLLM's
-QuantFP8 disagrees with netra's fp8_group_quant on small groups, which is why it is not registered.
+QuantFP8 disagrees with netra's fp8_group_quant on small groups, which is why it is not registered;
+torch.compile (fullgraph) traces the plugin's forward in both routes; a contract's route on a torch without
+CUDA is vLLM's forward, with netra.torch's reason in routes().
 The served path on an H200 is tests/test_gpu_integrations_vllm.py.
 """
 
@@ -99,6 +101,21 @@ def test_quant_fp8_is_not_netras_op(results: dict[str, Any]) -> None:
     out = results["quant_fp8"]
     assert out["typical"] == {"codes_equal": True, "scales_equal": True}
     assert out["small"]["scales_equal"] is False
+
+
+def test_torch_compile_fullgraph_equals_eager(results: dict[str, Any]) -> None:
+    assert results["compiled"] == {
+        f"{mode}-{label}": [True, True] for mode in ("netra", "auto") for label in ("rms", "gemma")
+    }
+
+
+def test_route_without_cuda_is_vllms_forward_with_the_reason(results: dict[str, Any]) -> None:
+    out = results["route"]
+    assert out["served"] is False
+    assert list(out["routes"]) == ["rmsnorm(hidden=4096,weight_offset=0) on cuda:0"]
+    assert out["routes"]["rmsnorm(hidden=4096,weight_offset=0) on cuda:0"].startswith(
+        "vllm: device: this torch "
+    )
 
 
 def test_bad_mode_is_one_line(vllm_python: str) -> None:

@@ -161,6 +161,43 @@ def quant_fp8() -> dict[str, Any]:
     return res
 
 
+@check
+def compiled() -> dict[str, Any]:
+    """torch.compile (aot_eager, fullgraph) of the plugin's forward_cuda, with and without the residual, in
+    both routes: no graph break, the outputs of eager."""
+    import os
+
+    import netra.integrations.vllm as plug
+
+    out = {}
+    for mode in ("netra", "auto"):
+        os.environ["NETRA_VLLM"] = mode
+        plug.register()
+        with _config(["all"]), torch.no_grad():
+            norm, gemma = _layers(256)
+            x, r = torch.randn(3, 256).to(torch.bfloat16), torch.randn(3, 256).to(torch.bfloat16)
+            for label, layer in (("rms", norm), ("gemma", gemma)):
+                torch._dynamo.reset()
+                fn = torch.compile(layer.forward_cuda, backend="aot_eager", fullgraph=True)
+                ey, er = layer.forward_cuda(x.clone(), r.clone())
+                cy, cr = fn(x.clone(), r.clone())
+                out[f"{mode}-{label}"] = [
+                    bool(torch.equal(layer.forward_cuda(x), fn(x))),
+                    bool(torch.equal(ey, cy) and torch.equal(er, cr)),
+                ]
+    os.environ["NETRA_VLLM"] = "auto"
+    plug.register()
+    return out
+
+
+@check
+def route() -> dict[str, Any]:
+    """The per-contract route on a torch without CUDA: vLLM's forward, with netra.torch's reason."""
+    import netra.integrations.vllm as plug
+
+    return {"served": plug._served("rmsnorm(hidden=4096,weight_offset=0)", 0), "routes": plug.routes()}
+
+
 if __name__ == "__main__":
     names = sys.argv[1:] or list(CHECKS)
     print(json.dumps({name: CHECKS[name]() for name in names}, sort_keys=True))
