@@ -94,7 +94,11 @@ def test_netra_route_numerics_against_vllm(results: dict[str, Any]) -> None:
 def test_strict_mode_refuses_vllms_forward(results: dict[str, Any]) -> None:
     out = results["strict"]
     assert out["code"] == "vllm"
-    assert out["raised"].startswith("rmsnorm(hidden=256,weight_offset=0): vLLM's RMSNorm would run its own")
+    assert out["raised"] == (
+        "rmsnorm(hidden=256,weight_offset=0): vLLM's RMSNorm runs its own forward: x, the residual or w is not "
+        "a bf16 contiguous CUDA tensor; hint: serve the call with bf16 contiguous CUDA tensors at a width this "
+        "GPU's table serves (netra catalog), or leave strict mode"
+    )
 
 
 def test_quant_fp8_is_not_netras_op(results: dict[str, Any]) -> None:
@@ -116,6 +120,10 @@ def test_route_without_cuda_is_vllms_forward_with_the_reason(results: dict[str, 
     assert out["routes"]["rmsnorm(hidden=4096,weight_offset=0) on cuda:0"].startswith(
         "vllm: device: this torch "
     )
+
+
+def test_a_variant_without_contract_runs_vllms_forward(results: dict[str, Any]) -> None:
+    assert results["variant"] == {"equal": True, "stats": {}, "raised": "a norm without weight"}
 
 
 def test_bad_mode_is_one_line(vllm_python: str) -> None:

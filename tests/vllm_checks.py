@@ -191,6 +191,36 @@ def compiled() -> dict[str, Any]:
 
 
 @check
+def variant() -> dict[str, Any]:
+    """A layer variant netra has no contract for (RMSNorm without weight) runs vLLM's forward even when every
+    call is sent to netra, and strict mode names the variant."""
+    import os
+
+    from vllm.model_executor.layers.layernorm import RMSNorm
+
+    import netra.integrations.vllm as plug
+    import netra.torch as nt
+
+    os.environ["NETRA_VLLM"] = "netra"
+    plug.register()
+    with _config(["all"]), torch.no_grad():
+        layer = RMSNorm(256, eps=1e-6, has_weight=False, dtype=torch.bfloat16)
+        x = torch.randn(3, 256).to(torch.bfloat16)
+        nt.reset_stats()
+        equal = bool(torch.equal(layer.forward_cuda(x), layer.forward_native(x)))
+        stats = nt.stats()
+        try:
+            with nt.strict():
+                layer.forward_cuda(x)
+            raised = None
+        except nt.StrictModeError as e:
+            raised = e.reason
+    os.environ["NETRA_VLLM"] = "auto"
+    plug.register()
+    return {"equal": equal, "stats": stats, "raised": raised}
+
+
+@check
 def route() -> dict[str, Any]:
     """The per-contract route on a torch without CUDA: vLLM's forward, with netra.torch's reason."""
     import netra.integrations.vllm as plug

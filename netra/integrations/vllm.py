@@ -15,8 +15,9 @@ Routing is per shape: a call goes to netra.torch only where this GPU's table ser
 policy (`nt.kernel_for`), with bf16 contiguous CUDA tensors and none of vLLM's variants netra has no
 contract for (no weight, a variance over part of the row, batch-invariant mode); every other call runs
 vLLM's own forward, and `routes()` says why, once per contract and device. In strict mode (`nt.strict()`)
-a call routed to vLLM raises StrictModeError instead. NETRA_VLLM=netra sends every call to netra.torch
-(its counted composite where nothing is served), NETRA_VLLM=vllm none; the default is auto.
+a call routed to vLLM raises StrictModeError instead. NETRA_VLLM=netra sends every call netra has a
+contract for to netra.torch (its counted composite where nothing is served), NETRA_VLLM=vllm none; the
+default is auto.
 
 vLLM calls a CustomOp's forward_cuda only where custom ops are on: with torch.compile (inductor) its
 default is custom_ops=["none"], which runs forward_native, vLLM's reference that this plugin never
@@ -73,30 +74,37 @@ def _served(key: str, index: int) -> bool:
     return _decisions[(key, index)][0]
 
 
-def _netra(layer: Any, op: str, weight_offset: int, x: torch.Tensor, residual: torch.Tensor | None) -> bool:
-    """Whether netra.torch runs this call: the per-call checks, then the contract's route."""
-    how = _MODE
-    if how != "auto":
-        return how == "netra"
-    w = layer.weight
+def _netra(
+    layer: Any, op: str, weight_offset: int, x: torch.Tensor, residual: torch.Tensor | None, variant: str
+) -> bool:
+    """Whether netra.torch runs this call: the layer's variant, the per-call checks, then the contract's
+    route. `variant` names what netra has no contract for ("" if nothing)."""
     key = contract_key(op, {"hidden": x.shape[-1], "weight_offset": weight_offset})
-    plain = (
+    index = x.device.index or 0
+    if variant:
+        why = variant
+    elif _MODE != "auto":
+        return _MODE == "netra"
+    elif not (
         x.is_cuda
         and x.dtype == torch.bfloat16
-        and w.dtype == torch.bfloat16
+        and layer.weight.dtype == torch.bfloat16
         and x.is_contiguous()
         and (residual is None or (residual.dtype == torch.bfloat16 and residual.is_contiguous()))
-    )
-    if plain and _served(key, x.device.index or 0):
+    ):
+        why = "x, the residual or w is not a bf16 contiguous CUDA tensor"
+    elif _served(key, index):
         return True
+    else:
+        why = _decisions[(key, index)][1]
     if nt.is_strict():
-        reason = _decisions.get((key, x.device.index or 0), (False, "a call netra does not take"))[1]
         raise StrictModeError(
-            f"{key}: vLLM's {type(layer).__mro__[1].__name__} would run its own forward ({reason or 'x is not a bf16 contiguous CUDA tensor'})",
-            "serve it, or leave strict mode",
+            f"{key}: vLLM's {type(layer).__mro__[1].__name__} runs its own forward: {why}",
+            "serve the call with bf16 contiguous CUDA tensors at a width this GPU's table serves "
+            "(netra catalog), or leave strict mode",
             contract=key,
             code="vllm",
-            reason=reason,
+            reason=why,
         )
     return False
 
@@ -116,12 +124,15 @@ def register() -> None:
         """vLLM's RMSNorm, its forward_cuda through netra.torch where the contract is served."""
 
         def forward_cuda(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> Any:
-            if (
-                self.has_weight
-                and self.variance_size_override is None
-                and not _batch_invariant()
-                and _netra(self, "fused_add_rmsnorm" if residual is not None else "rmsnorm", 0, x, residual)
-            ):
+            op = "fused_add_rmsnorm" if residual is not None else "rmsnorm"
+            variant = (
+                "a norm without weight"
+                if not self.has_weight
+                else "a variance over part of the row"
+                if self.variance_size_override is not None
+                else _batch_invariant()
+            )
+            if _netra(self, op, 0, x, residual, variant):
                 eps = self.variance_epsilon
                 if residual is None:
                     return nt.rmsnorm(x, self.weight.data, eps)
@@ -133,7 +144,7 @@ def register() -> None:
 
         def forward_cuda(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> Any:
             op = "fused_add_rmsnorm" if residual is not None else "rmsnorm"
-            if not _batch_invariant() and _netra(self, op, 1, x, residual):
+            if _netra(self, op, 1, x, residual, _batch_invariant()):
                 eps = self.variance_epsilon
                 if residual is None:
                     return nt.rmsnorm(x, self.weight.data, eps, 1)
@@ -155,7 +166,8 @@ def register() -> None:
         _REGISTERED[name] = ours
 
 
-def _batch_invariant() -> bool:
+def _batch_invariant() -> str:
+    """What netra has no contract for in vLLM's batch-invariant mode ("" when it is off)."""
     from vllm import envs
 
-    return bool(envs.VLLM_BATCH_INVARIANT)
+    return "vLLM's batch-invariant mode" if envs.VLLM_BATCH_INVARIANT else ""
