@@ -206,3 +206,32 @@ def test_the_package_imports_no_engine() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_class_computed_otherwise_keeps_its_code() -> None:
+    """The rules are checked, not assumed: a class under a supported name whose forward is not netra's
+    rmsnorm (here eps outside the root, as a transformers release could write it) fails the probe and
+    stays transformers' code, named in the report; the real classes of the model are still served."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    class Changed(LlamaRMSNorm):  # type: ignore[misc]
+        def forward(self, x: Any) -> Any:
+            xf = x.float()
+            y = xf / (xf.pow(2).mean(-1, keepdim=True).sqrt() + self.variance_epsilon)
+            return self.weight * y.to(x.dtype)
+
+    Changed.__module__, Changed.__name__ = LlamaRMSNorm.__module__, LlamaRMSNorm.__name__
+    Changed.__qualname__ = LlamaRMSNorm.__qualname__
+    model = hf_models.build(hf_models.tiny("Llama-3.1-8B"), torch.float32)
+    changed = Changed(256, eps=1e-5)
+    changed.weight = model.model.norm.weight
+    model.model.norm = changed
+    before = logits(model, ids())
+    report = apply_netra(model)
+    assert report.kept == {
+        "model.norm": "transformers.models.llama.modeling_llama.LlamaRMSNorm's forward is not netra's rmsnorm "
+        "on a probe (fp32, CPU): this transformers (5.17.0) computes it otherwise than the one the rule was "
+        "written for"
+    }
+    assert len(report.replaced) == 4 and model.model.norm is changed
+    assert torch.equal(logits(model, ids()), before)

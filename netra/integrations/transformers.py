@@ -17,7 +17,8 @@ module boundary to swap for fused_add_rmsnorm, and the report says so.
 
 A class is supported when its forward is netra's rmsnorm (docs/ops/rmsnorm.md) up to rounding, read from
 the transformers this was tested with (the test extra's pin): in fp32 the outputs are bit-equal for
-every supported class. In bf16 Gemma's classes round once, as netra does (bit-equal); the Llama-style
+every supported class, and apply_netra checks that on a probe (one module of each class, copied to the
+CPU in fp32) before it replaces any, so a transformers that computes a class otherwise keeps its code. In bf16 Gemma's classes round once, as netra does (bit-equal); the Llama-style
 classes round x * rsqrt(...) to the input dtype before multiplying by w, a second rounding netra's
 definition leaves out, so their outputs can differ from transformers' by one bf16 ulp.
 
@@ -26,6 +27,8 @@ Matching is by the class's module and name, so this imports neither transformers
 
 from __future__ import annotations
 
+import copy
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +36,8 @@ import torch
 
 import netra.torch as nt
 from netra.errors import IntegrationError
+from netra.torch.composite import f32
+from netra.torch.composite import rmsnorm as composite_rmsnorm
 
 
 @dataclass(frozen=True)
@@ -136,8 +141,28 @@ class Report:
         return "\n".join(lines)
 
 
-def _plan(module: torch.nn.Module) -> tuple[NetraRMSNorm | None, str]:
-    """The replacement of one module, or None and why it keeps transformers' code."""
+def _probe(module: torch.nn.Module, eps: float, weight_offset: int) -> str:
+    """ "" if the module's own forward is netra's rmsnorm on a probe (fp32 on CPU, where both are bit-equal
+    for every rule), else why not: the rule is checked against the transformers installed, not assumed."""
+    if module.weight.device.type == "meta":
+        return ""  # nothing to compute with yet; the class's rule stands
+    clone = copy.deepcopy(module).to("cpu", torch.float32)
+    x = torch.randn(2, clone.weight.shape[0], generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        theirs = clone(x)
+        ours = composite_rmsnorm(x, clone.weight, f32(eps), weight_offset)
+    if isinstance(theirs, torch.Tensor) and torch.equal(theirs, ours):
+        return ""
+    version = getattr(sys.modules.get("transformers"), "__version__", "unknown")
+    return (
+        f"{class_name(module)}'s forward is not netra's rmsnorm on a probe (fp32, CPU): "
+        f"this transformers ({version}) computes it otherwise than the one the rule was written for"
+    )
+
+
+def _plan(module: torch.nn.Module, probed: dict[type, str]) -> tuple[NetraRMSNorm | None, str]:
+    """The replacement of one module, or None and why it keeps transformers' code. `probed` holds each
+    class's probe result, so that a class is probed once per apply_netra."""
     cls = class_name(module)
     if isinstance(module, NetraRMSNorm):
         return None, f"already served by netra.torch (an earlier apply_netra, replacing {module.replaces})"
@@ -150,6 +175,10 @@ def _plan(module: torch.nn.Module) -> tuple[NetraRMSNorm | None, str]:
         return None, f"{cls} without a 1-D floating-point weight Parameter"
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         return None, f"{cls}.{rule.eps} is {eps!r}, not a number"
+    if type(module) not in probed:
+        probed[type(module)] = _probe(module, float(eps), rule.weight_offset)
+    if probed[type(module)]:
+        return None, probed[type(module)]
     return NetraRMSNorm(weight, float(eps), rule.weight_offset, cls), ""
 
 
@@ -171,6 +200,7 @@ def apply_netra(model: torch.nn.Module, *, strict: bool = False) -> Report:
         )
     report = Report(type(model).__name__)
     plans: dict[int, tuple[torch.nn.Module, NetraRMSNorm]] = {}
+    probed: dict[type, str] = {}
     for name, module in model.named_modules():
         cls = class_name(module)
         if cls in _LAYERS:
@@ -180,7 +210,7 @@ def apply_netra(model: torch.nn.Module, *, strict: bool = False) -> Report:
             )
         if not _is_norm(module):
             continue
-        replacement, why = _plan(module)
+        replacement, why = _plan(module, probed)
         if replacement is None:
             report.kept[name] = why
             continue
