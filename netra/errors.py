@@ -167,3 +167,8 @@ class StrictModeError(NetraError):
         self.contract = contract
         self.code = code
         self.reason = reason
+
+
+class IntegrationError(NetraError, ValueError):
+    """An engine integration (netra.integrations) was given something it cannot serve: the message names
+    the model or module, the hint the fix; nothing was changed."""

@@ -14,7 +14,8 @@
     with nt.strict(): ...                          # any fallback raises StrictModeError
 
 The operators are torch.ops.netra.* (netra.torch.ops); importing this package registers them and
-imports torch. `import netra` never imports this package, and nothing else in netra imports torch.
+imports torch. `import netra` never imports this package, and nothing else in netra imports torch but
+netra.integrations, which is built on it.
 """
 
 try:

@@ -1,0 +1,195 @@
+"""Published model configurations, written down from each model's config.json on the Hugging Face Hub (the
+values that shape the norms and the decoder; no network at test time), and tiny random models built from
+them with the real transformers.
+
+`published(name)` is the config as released (the GPU tests run it with two layers: the published norm
+widths); `tiny(name)` shrinks what costs CPU time (layers, hidden, heads, vocab, experts) and keeps what
+decides the norms' numerics: the architecture, eps, Gemma's (1 + w), Qwen3's 128-wide q/k norms.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# model -> (model_type, the published config.json values used here)
+PUBLISHED: dict[str, tuple[str, dict[str, Any]]] = {
+    # meta-llama/Llama-3.1-8B
+    "Llama-3.1-8B": (
+        "llama",
+        {
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "num_hidden_layers": 32,
+            "rms_norm_eps": 1e-05,
+            "rope_theta": 500000.0,
+            "vocab_size": 128256,
+            "max_position_embeddings": 131072,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+        },
+    ),
+    # mistralai/Mistral-7B-v0.3
+    "Mistral-7B-v0.3": (
+        "mistral",
+        {
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "num_hidden_layers": 32,
+            "rms_norm_eps": 1e-05,
+            "rope_theta": 1000000.0,
+            "vocab_size": 32768,
+            "max_position_embeddings": 32768,
+            "sliding_window": None,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+        },
+    ),
+    # Qwen/Qwen2.5-7B
+    "Qwen2.5-7B": (
+        "qwen2",
+        {
+            "hidden_size": 3584,
+            "intermediate_size": 18944,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "num_hidden_layers": 28,
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 1000000.0,
+            "vocab_size": 152064,
+            "max_position_embeddings": 131072,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+        },
+    ),
+    # Qwen/Qwen3-8B
+    "Qwen3-8B": (
+        "qwen3",
+        {
+            "hidden_size": 4096,
+            "intermediate_size": 12288,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "num_hidden_layers": 36,
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 1000000.0,
+            "vocab_size": 151936,
+            "max_position_embeddings": 40960,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+        },
+    ),
+    # Qwen/Qwen3-30B-A3B
+    "Qwen3-30B-A3B": (
+        "qwen3_moe",
+        {
+            "hidden_size": 2048,
+            "intermediate_size": 6144,
+            "moe_intermediate_size": 768,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 4,
+            "head_dim": 128,
+            "num_hidden_layers": 48,
+            "num_experts": 128,
+            "num_experts_per_tok": 8,
+            "norm_topk_prob": True,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 1000000.0,
+            "vocab_size": 151936,
+            "max_position_embeddings": 40960,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+        },
+    ),
+    # google/gemma-7b
+    "Gemma-7B": (
+        "gemma",
+        {
+            "hidden_size": 3072,
+            "intermediate_size": 24576,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 16,
+            "head_dim": 256,
+            "num_hidden_layers": 28,
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 10000.0,
+            "vocab_size": 256000,
+            "max_position_embeddings": 8192,
+            "hidden_activation": "gelu_pytorch_tanh",
+        },
+    ),
+    # google/gemma-2-9b
+    "Gemma-2-9B": (
+        "gemma2",
+        {
+            "hidden_size": 3584,
+            "intermediate_size": 14336,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 8,
+            "head_dim": 256,
+            "num_hidden_layers": 42,
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 10000.0,
+            "vocab_size": 256000,
+            "max_position_embeddings": 8192,
+            "query_pre_attn_scalar": 256,
+            "sliding_window": 4096,
+            "attn_logit_softcapping": 50.0,
+            "final_logit_softcapping": 30.0,
+            "hidden_activation": "gelu_pytorch_tanh",
+        },
+    ),
+}
+# Gemma's norm weights are stored as w in x * (1 + w); Llama's as w in x * w.
+OFFSET = {name: 1 if mt.startswith("gemma") else 0 for name, (mt, _) in PUBLISHED.items()}
+# Norm modules per decoder layer: input and post-attention, Gemma-2's pre/post feed-forward, Qwen3's q/k.
+NORMS_PER_LAYER = {"llama": 2, "mistral": 2, "qwen2": 2, "gemma": 2, "gemma2": 4, "qwen3": 4, "qwen3_moe": 4}
+_SHRINK = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "vocab_size": 512}
+
+
+def published(name: str, layers: int | None = None) -> Any:
+    """The transformers config of `name` as released (with `layers` decoder layers if given)."""
+    from transformers import AutoConfig
+
+    model_type, values = PUBLISHED[name]
+    values = dict(values)
+    if layers is not None:
+        values["num_hidden_layers"] = layers
+    return AutoConfig.for_model(model_type, **values)
+
+
+def tiny(name: str) -> Any:
+    """The config of `name` shrunk for CPU: two layers, hidden 256, two heads (head_dim 128, so Qwen3's q/k
+    norms keep their published width), eight experts; eps, offsets and softcaps as published."""
+    from transformers import AutoConfig
+
+    model_type, values = PUBLISHED[name]
+    values = {**values, **_SHRINK, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 128}
+    if model_type == "qwen3_moe":
+        values.update(moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2)
+    if model_type == "gemma2":
+        values.update(query_pre_attn_scalar=128, sliding_window=16)
+    return AutoConfig.for_model(model_type, **values)
+
+
+def build(config: Any, dtype: Any, device: str = "cpu", seed: int = 0) -> Any:
+    """A random model of `config` in eval mode, its norm weights random too (the published init, ones or
+    zeros, would hide a weight or an offset applied wrongly)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    with torch.device(device):  # made where it runs: the published embeddings are gigabytes
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name and p.dim() == 1:
+                p.normal_(0.0, 0.5)
+    return model

@@ -1,0 +1,237 @@
+"""netra.integrations.transformers on CPU, with the real transformers (the test extra's pin) and tiny random
+models built from published configs (tests/hf_models.py; no network).
+
+On CPU netra.torch runs its composite for every norm call (the `device` fallback, counted), so these check
+the wiring the GPU serves through the same calls: every supported norm module replaced, its weight, eps and
+offset passed on, outputs equal to the unpatched model's (bit for bit in fp32 for every architecture and in
+bf16 for Gemma's, within one bf16 ulp per norm output for the Llama-style classes, which round twice where
+netra rounds once: docs/ops/rmsnorm.md), every call counted, and restore() undoing it all. The published
+shapes, served certified under strict mode and in CUDA graphs, are tests/test_gpu_integrations_transformers.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import hf_models  # noqa: E402
+
+import netra.torch as nt  # noqa: E402
+from netra.errors import IntegrationError  # noqa: E402
+from netra.integrations.transformers import NetraRMSNorm, apply_netra  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("torch_state")
+MODELS = sorted(hf_models.PUBLISHED)
+
+
+def ids(batch: int = 2, seq: int = 7) -> Any:
+    return torch.randint(0, 512, (batch, seq), generator=torch.Generator().manual_seed(1))
+
+
+def logits(model: Any, tokens: Any) -> Any:
+    with torch.no_grad():
+        return model(tokens).logits
+
+
+def norm_modules(model: Any) -> list[str]:
+    return sorted(n for n, m in model.named_modules() if "Norm" in type(m).__name__)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_fp32_outputs_equal_and_every_call_counted(name: str) -> None:
+    model = hf_models.build(hf_models.tiny(name), torch.float32)
+    tokens = ids()
+    before = logits(model, tokens)
+    originals = dict(model.named_modules())
+    norms = norm_modules(model)
+    model_type = hf_models.PUBLISHED[name][0]
+    assert len(norms) == 2 * hf_models.NORMS_PER_LAYER[model_type] + 1  # two layers and the final norm
+
+    report = apply_netra(model)
+    assert sorted(r.name for r in report.replaced) == norms
+    assert report.kept == {}
+    assert all(isinstance(model.get_submodule(n), NetraRMSNorm) for n in norms)
+    offset = hf_models.OFFSET[name]
+    assert {r.contract for r in report.replaced} >= {f"rmsnorm(hidden=256,weight_offset={offset})"}
+    assert list(report.not_fused) == [
+        f"transformers.models.{model_type}.modeling_{model_type}.{_layer(model)}"
+    ]
+
+    nt.reset_stats()
+    after = logits(model, tokens)
+    assert torch.equal(before, after)
+    stats = nt.stats()
+    # one call per norm module per forward, every one the composite on CPU (the `device` fallback)
+    assert sum(n for paths in stats.values() for n in paths.values()) == len(norms)
+    assert {code for paths in stats.values() for code in paths} == {"device"}
+    assert set(stats) == {r.contract for r in report.replaced}
+
+    report.restore()
+    assert all(model.get_submodule(n) is originals[n] for n in norms)
+    assert torch.equal(logits(model, tokens), before)
+
+
+def _layer(model: Any) -> str:
+    return type(model.model.layers[0]).__name__
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_bf16_norm_outputs_against_transformers(name: str) -> None:
+    """Every norm module's output on the inputs the model gives it: Gemma's bit-equal, the Llama-style
+    classes within one bf16 ulp (they round x * rsqrt to bf16 before * w; netra rounds once)."""
+    model = hf_models.build(hf_models.tiny(name), torch.bfloat16)
+    tokens = ids()
+    seen: dict[str, Any] = {}
+
+    def keep(name: str) -> Any:
+        def hook(module: Any, args: Any, out: Any) -> None:  # returns None: the output stays
+            seen.setdefault(name, (args[0], out))
+
+        return hook
+
+    hooks = [m.register_forward_hook(keep(n)) for n, m in model.named_modules() if "Norm" in type(m).__name__]
+    before = logits(model, tokens)
+    for h in hooks:
+        h.remove()
+    report = apply_netra(model)
+    exact = {r.exact for r in report.replaced}
+    assert exact == {hf_models.OFFSET[name] == 1}
+    for n, (x, hf) in seen.items():
+        with torch.no_grad():
+            ours = model.get_submodule(n)(x)
+        assert ours.dtype == hf.dtype == torch.bfloat16
+        if exact == {True}:
+            assert torch.equal(ours, hf), n
+        else:
+            assert _ulps(ours, hf) <= 1, n
+    if exact == {True}:
+        assert torch.equal(logits(model, tokens), before)
+
+
+def _ulps(a: Any, b: Any) -> int:
+    """The largest distance between two bf16 tensors in units in the last place (same-sign values)."""
+    ia, ib = a.view(torch.int16).int(), b.view(torch.int16).int()
+    same = (a.sign() == b.sign()) | (a == 0) | (b == 0)
+    assert bool(same.all())
+    return int((ia - ib).abs().max())
+
+
+def test_state_dict_and_parameters_unchanged() -> None:
+    """The replacement holds the original's Parameter: loading, saving and device moves see one tensor."""
+    model = hf_models.build(hf_models.tiny("Qwen3-8B"), torch.float32)
+    keys = list(model.state_dict())
+    weight = model.model.layers[0].self_attn.q_norm.weight
+    apply_netra(model)
+    assert list(model.state_dict()) == keys
+    assert model.model.layers[0].self_attn.q_norm.weight is weight
+    assert model.model.layers[0].self_attn.q_norm.eps == pytest.approx(1e-6)
+
+
+def test_unsupported_norms_are_reported_and_strict_refuses() -> None:
+    """A norm class without a rule (Phi-3's) stays transformers' code and the report says why; strict=True
+    refuses with one line and changes nothing."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(
+        "phi3", hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, vocab_size=512, pad_token_id=0,
+    )  # fmt: skip
+    model = hf_models.build(config, torch.float32)
+    with pytest.raises(IntegrationError, match=r"^apply_netra\(strict=True\): Phi3ForCausalLM\.model\.") as e:
+        apply_netra(model, strict=True)
+    assert "\n" not in str(e.value)
+    assert not any(isinstance(m, NetraRMSNorm) for m in model.modules())
+
+    report = apply_netra(model)
+    assert report.replaced == []
+    assert set(report.kept) == set(norm_modules(model))
+    assert all("Phi3RMSNorm has no rule here" in why for why in report.kept.values())
+    assert "kept model.norm: transformers.models.phi3.modeling_phi3.Phi3RMSNorm has no rule" in str(report)
+
+
+def test_twice_and_restore() -> None:
+    model = hf_models.build(hf_models.tiny("Gemma-2-9B"), torch.float32)
+    first = apply_netra(model)
+    second = apply_netra(model)
+    assert second.replaced == []
+    assert all(why.startswith("already served by netra.torch") for why in second.kept.values())
+    first.restore()
+    assert not any(isinstance(m, NetraRMSNorm) for m in model.modules())
+    assert first.as_dict()["replaced"][0]["contract"] == "rmsnorm(hidden=256,weight_offset=1)"
+
+
+def test_not_a_model() -> None:
+    with pytest.raises(
+        IntegrationError, match=r"^apply_netra: expected a torch.nn.Module .*, got dict; hint:"
+    ):
+        apply_netra({})  # type: ignore[arg-type]
+
+
+def test_strict_mode_refuses_the_composite() -> None:
+    """nt.strict() around the forward: on CPU every norm call would run the composite, so the first raises."""
+    model = hf_models.build(hf_models.tiny("Llama-3.1-8B"), torch.bfloat16)
+    apply_netra(model, strict=True)
+    with nt.strict(), pytest.raises(nt.StrictModeError, match=r"rmsnorm\(hidden=256,weight_offset=0\)"):
+        logits(model, ids())
+
+
+def test_torch_compile_fullgraph() -> None:
+    """torch.compile of the patched model (aot_eager, fullgraph): the norms trace as netra operators and
+    the outputs equal eager."""
+    model = hf_models.build(hf_models.tiny("Qwen3-30B-A3B"), torch.float32)
+    apply_netra(model)
+    tokens = ids(1, 5)
+    eager = logits(model, tokens)
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    assert torch.equal(logits(compiled, tokens), eager)
+
+
+def test_the_package_imports_no_engine() -> None:
+    """`import netra.integrations` imports neither torch nor an engine; the transformers integration imports
+    torch (through netra.torch) but not transformers."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    code = (
+        "import sys, netra.integrations\n"
+        "assert not {'torch', 'transformers', 'vllm'} & set(sys.modules)\n"
+        "import netra.integrations.transformers\n"
+        "assert 'torch' in sys.modules and not {'transformers', 'vllm'} & set(sys.modules)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_class_computed_otherwise_keeps_its_code() -> None:
+    """The rules are checked, not assumed: a class under a supported name whose forward is not netra's
+    rmsnorm (here eps outside the root, as a transformers release could write it) fails the probe and
+    stays transformers' code, named in the report; the real classes of the model are still served."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    class Changed(LlamaRMSNorm):  # type: ignore[misc]
+        def forward(self, x: Any) -> Any:
+            xf = x.float()
+            y = xf / (xf.pow(2).mean(-1, keepdim=True).sqrt() + self.variance_epsilon)
+            return self.weight * y.to(x.dtype)
+
+    Changed.__module__, Changed.__name__ = LlamaRMSNorm.__module__, LlamaRMSNorm.__name__
+    Changed.__qualname__ = LlamaRMSNorm.__qualname__
+    model = hf_models.build(hf_models.tiny("Llama-3.1-8B"), torch.float32)
+    changed = Changed(256, eps=1e-5)
+    changed.weight = model.model.norm.weight
+    model.model.norm = changed
+    before = logits(model, ids())
+    report = apply_netra(model)
+    assert report.kept == {
+        "model.norm": "transformers.models.llama.modeling_llama.LlamaRMSNorm's forward is not netra's rmsnorm "
+        "on a probe (fp32, CPU): this transformers (5.17.0) computes it otherwise than the one the rule was "
+        "written for"
+    }
+    assert len(report.replaced) == 4 and model.model.norm is changed
+    assert torch.equal(logits(model, ids()), before)

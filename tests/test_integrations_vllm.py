@@ -1,0 +1,139 @@
+"""netra.integrations.vllm against the real vLLM (0.32.0) on its CPU platform, in the venv tools/vllm-venv
+makes once and keeps (requirements/vllm.txt; about two minutes and 2.1 GB the first time).
+
+Each check runs in that venv (tests/vllm_checks.py, one process each, netra from this tree) and reports JSON:
+vLLM's own plugin loader finds netra's entry point and its out-of-tree classes replace RMSNorm and
+GemmaRMSNorm at construction; forward_cuda (what vLLM calls on a CUDA platform with custom ops on) routes a
+call netra does not serve (here: CPU tensors) to vLLM's own forward, bit for bit, and refuses it in strict
+mode; with every call sent to netra.torch (NETRA_VLLM=netra) the outputs match vLLM's forward_native (Gemma's
+norm bit for bit, RMSNorm's within one bf16 ulp: vLLM rounds x * rsqrt to bf16 before * w, netra rounds
+once; the fused add within one more: vLLM normalizes the unrounded fp32 sum, netra the bf16 residual_out),
+the residual is bf16(x + residual) exactly and updated in place where vLLM's kernel does it; and vLLM's
+QuantFP8 disagrees with netra's fp8_group_quant on small groups, which is why it is not registered;
+torch.compile (fullgraph) traces the plugin's forward in both routes; a contract's route on a torch without
+CUDA is vLLM's forward, with netra.torch's reason in routes().
+The served path on an H200 is tests/test_gpu_integrations_vllm.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from typing import Any
+
+import pytest
+from conftest import REPO
+
+CHECKS = REPO / "tests" / "vllm_checks.py"
+TOOL = REPO / "tools" / "vllm-venv"
+
+
+@pytest.fixture(scope="module")
+def vllm_python() -> str:
+    r = subprocess.run([str(TOOL)], capture_output=True, text=True, timeout=1200, check=False)
+    assert r.returncode == 0, f"tools/vllm-venv failed:\n{r.stdout}\n{r.stderr[-4000:]}"
+    return r.stdout.strip().splitlines()[-1]
+
+
+ENV = {"VLLM_TARGET_DEVICE": "cpu", "PYTHONPATH": str(REPO)}  # vLLM's CPU platform; netra from this tree
+
+
+@pytest.fixture(scope="module")
+def results(vllm_python: str) -> dict[str, Any]:
+    """Every check of tests/vllm_checks.py, run once in the vLLM venv."""
+    r = subprocess.run(
+        [vllm_python, str(CHECKS)], capture_output=True, text=True, timeout=600, check=False, cwd="/",
+        env={**os.environ, **ENV, "NETRA_VLLM": "auto"},
+    )  # fmt: skip
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr[-4000:]}"
+    out: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+    return out
+
+
+def test_plugin_registers_through_vllms_loader(results: dict[str, Any]) -> None:
+    out = results["plugin"]
+    assert out["oot"] == {
+        "GemmaRMSNorm": "netra.integrations.vllm.NetraGemmaRMSNorm",
+        "RMSNorm": "netra.integrations.vllm.NetraRMSNorm",
+    }
+    assert out["types"] == ["NetraRMSNorm", "NetraGemmaRMSNorm"]
+    assert out["bases"] == ["RMSNorm", "GemmaRMSNorm"]
+    # an out-of-tree op is named by the class it replaces: custom_ops=["+RMSNorm"] turns it on
+    assert out["names"] == ["RMSNorm", "GemmaRMSNorm"]
+    assert out["enabled"] == [True, True] and out["enabled_by_name"] == [True, False]
+    assert out["cpu_dispatch"] == "forward_cpu"  # vLLM's CPU platform never calls forward_cuda
+
+
+def test_unserved_calls_run_vllms_forward(results: dict[str, Any]) -> None:
+    out = results["numerics_auto"]
+    for label in ("rms256", "rms4096", "gemma256", "gemma4096"):
+        case = out[label]
+        assert case["equal"] and case["fused_ulps"] == 0 and case["residual_equal"], (label, case)
+        assert case["stats"] == {}, (label, case)  # netra.torch was never called
+    assert out["routes"] == {}  # CPU tensors never reach the per-contract route
+
+
+def test_netra_route_numerics_against_vllm(results: dict[str, Any]) -> None:
+    out = results["numerics_netra"]
+    for hidden in (256, 4096):
+        rms, gemma = out[f"rms{hidden}"], out[f"gemma{hidden}"]
+        # vLLM normalizes the fp32 sum x + residual, netra the residual_out it rounded to bf16
+        # (docs/ops/fused_add_rmsnorm.md): one ulp apart at most, even where the norm rounds once
+        assert gemma["equal"] and gemma["fused_ulps"] <= 1 and gemma["residual_equal"], gemma
+        assert not gemma["residual_in_place"]  # vLLM's Gemma path returns a new residual
+        assert rms["ulps"] <= 1 and rms["fused_ulps"] <= 2 and rms["residual_equal"], rms
+        assert rms["residual_in_place"]  # as vLLM's fused_add_rms_norm kernel
+        for offset, case in ((0, rms), (1, gemma)):
+            assert case["stats"] == {
+                f"rmsnorm(hidden={hidden},weight_offset={offset})": {"device": 2},
+                f"fused_add_rmsnorm(hidden={hidden},weight_offset={offset})": {"device": 1},
+            }
+
+
+def test_strict_mode_refuses_vllms_forward(results: dict[str, Any]) -> None:
+    out = results["strict"]
+    assert out["code"] == "vllm"
+    assert out["raised"] == (
+        "rmsnorm(hidden=256,weight_offset=0): vLLM's RMSNorm runs its own forward: x, the residual or w is not "
+        "a bf16 contiguous CUDA tensor; hint: serve the call with bf16 contiguous CUDA tensors at a width this "
+        "GPU's table serves (netra catalog), or leave strict mode"
+    )
+
+
+def test_quant_fp8_is_not_netras_op(results: dict[str, Any]) -> None:
+    out = results["quant_fp8"]
+    assert out["typical"] == {"codes_equal": True, "scales_equal": True}
+    assert out["small"]["scales_equal"] is False
+
+
+def test_torch_compile_fullgraph_equals_eager(results: dict[str, Any]) -> None:
+    assert results["compiled"] == {
+        f"{mode}-{label}": [True, True] for mode in ("netra", "auto") for label in ("rms", "gemma")
+    }
+
+
+def test_route_without_cuda_is_vllms_forward_with_the_reason(results: dict[str, Any]) -> None:
+    out = results["route"]
+    assert out["served"] is False
+    assert list(out["routes"]) == ["rmsnorm(hidden=4096,weight_offset=0) on cuda:0"]
+    assert out["routes"]["rmsnorm(hidden=4096,weight_offset=0) on cuda:0"].startswith(
+        "vllm: device: this torch "
+    )
+
+
+def test_a_variant_without_contract_runs_vllms_forward(results: dict[str, Any]) -> None:
+    assert results["variant"] == {"equal": True, "stats": {}, "raised": "a norm without weight"}
+
+
+def test_bad_mode_is_one_line(vllm_python: str) -> None:
+    r = subprocess.run(
+        [vllm_python, "-c", "import netra.integrations.vllm as v; v.register()"],
+        capture_output=True, text=True, timeout=600, check=False, cwd="/",
+        env={**os.environ, **ENV, "NETRA_VLLM": "fast"},
+    )  # fmt: skip
+    assert r.returncode != 0
+    assert (
+        "IntegrationError: NETRA_VLLM='fast' is not a routing mode; hint: set NETRA_VLLM to one of auto, netra, vllm"
+        in r.stderr
+    )
