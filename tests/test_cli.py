@@ -238,7 +238,7 @@ def test_a_contract_not_built_for_a_class_is_said_by_catalog_and_explain(install
     assert line.startswith(f"netra: error: {key} is not built for gfx950: no gfx950 template"), line
     cat = valid("catalog", installed_venv.run("netra", "catalog", "--json").stdout)
     gaps = {(f["gpu_class"], f["contract"]) for f in cat["fallbacks"] if "gpu_class" in f}
-    assert ("gfx950", key) in gaps and len({c for _, c in gaps}) == 9
+    assert ("gfx950", key) in gaps and len({c for _, c in gaps}) == 13  # 9 fused, 4 routed-MoE stages
     assert f"not built for gfx950: {key} (Llama-3.1-8B): " in installed_venv.run("netra", "catalog").stdout
 
 

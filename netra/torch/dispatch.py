@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from netra import targets
-from netra.core.ops import CHAINS, FAMILIES, contract_key
+from netra.core.ops import CHAINS, FAMILIES
 from netra.errors import (
     ContractError,
     CudaError,
@@ -652,9 +652,14 @@ def prepare(device: Any = None, keys: list[str] | None = None) -> dict[str, str]
             )
     # a chain (the routed MoE) whose first stage was asked for: its stages and its stream's workspace,
     # made now so that a CUDA graph captured next finds them (the zeroing is not captured)
-    from netra.torch import moe
-
     for c in contracts_:
-        if c.op == moe.STAGES[0].name:
-            out[contract_key(moe.OP, dict(c.params))] = moe.prepare(index, dict(c.params))
+        for first, make in CHAIN_PREPARERS.items():
+            if c.op == first:
+                key, said = make(index, dict(c.params))
+                out[key] = said
     return out
+
+
+# A chain's operator module registers how it is made ready (netra.torch.moe), keyed by its first stage:
+# prepare() calls it without importing it.
+CHAIN_PREPARERS: dict[str, Callable[[int, dict[str, int]], tuple[str, str]]] = {}

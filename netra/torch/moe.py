@@ -150,15 +150,16 @@ def _layout(params: dict[str, int]) -> tuple[list[Any], list[int], int]:
     return plans, bases, at
 
 
-def prepare(index: int, params: dict[str, int]) -> str:
+def prepare(index: int, params: dict[str, int]) -> tuple[str, str]:
     """Make the chain launchable on cuda:`index` before traffic or a CUDA graph capture: both stages'
     kernels (netra.torch.dispatch.kernels) and the zeroed workspace of the current stream. Returns the
-    stages' tactics, or the fallback naming the stage that is not served."""
+    contract and the stages' tactics, or the fallback naming the stage that is not served."""
+    key = contract_key(OP, params)
     k = _stage_kernels(index, params)
     if isinstance(k, Route):
-        return f"fallback {k.code}: {k.reason}"
+        return key, f"fallback {k.code}: {k.reason}"
     _workspace(index, torch.cuda.current_stream(index).cuda_stream, _layout(params)[2])
-    return " then ".join(
+    return key, " then ".join(
         f"{fam.name} " + ", ".join(kern.tactic for _, kern in served.rules)
         for fam, served in zip(STAGES, k, strict=True)
     )
@@ -260,3 +261,12 @@ def reset() -> None:
         _plans.clear()
     with _spaces_lock:
         _spaces.clear()
+
+
+def _register() -> None:
+    from netra.torch import dispatch
+
+    dispatch.CHAIN_PREPARERS[STAGES[0].name] = prepare
+
+
+_register()
