@@ -1118,6 +1118,11 @@ def test_doctor_and_catalog_say_where_a_resealed_installs_own_files_disagree(
         assert c.returncode == 1 and "Traceback" not in c.stderr and c.stdout == "", log(c)
         (line,) = [ln for ln in c.stderr.splitlines() if ln.startswith("netra: error: ")]
         assert all(f in line for f in catalog_says), log(c)
+        # The anchor outside the install: the release's lock digest, which no reseal can keep.
+        with zipfile.ZipFile(wheel) as z:
+            released = _sha(z.read(DATA + "manifest.lock"))
+        e = venv.run("netra", "doctor", "--json", "--expect-lock", released)
+        assert e.returncode == 1 and json.loads(e.stdout)["expect_lock"]["code"] == "lock_differs", log(e)
     finally:
         _pip_install(venv, wheel)
     assert venv.run("netra", "doctor").returncode == 0
