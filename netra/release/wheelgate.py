@@ -177,9 +177,43 @@ def _wheel_problems(z: zipfile.ZipFile, lock: Lock, lock_bytes: bytes | None) ->
             out.append(Problem("altered", name, f"sha256 {_short(got)}, locked {_short(m.sha256)}"))
         elif m.kind == "table":
             out += _table_problems(name, blob, m, lock, _evidence_of(m, expected, present, z))
+    out += _sbom_problems(z, names, lock, packaged_lock)
     reported = {p.member for p in out}
     out += [p for p in _record_problems(z, names) if p.member not in reported]  # one line per member
     return out
+
+
+def _sbom_problems(
+    z: zipfile.ZipFile, names: list[str], lock: Lock, packaged_lock: bytes | None
+) -> list[Problem]:
+    """The SBOM at PEP 770's place, a CycloneDX document, byte for byte what the packaged lock generates
+    (netra.release.sbom: a pure function of the lock's bytes and the version the dist-info names)."""
+    import json
+
+    from netra.release import sbom
+
+    dist_infos = sorted({n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info")})
+    if len(dist_infos) != 1:
+        return []  # _record_problems names it
+    name = sbom.member(dist_infos[0])
+    if name not in names:
+        return [Problem("missing", name, "the SBOM the lock generates (PEP 770)")]
+    blob = z.read(name)
+    try:
+        doc = json.loads(blob)
+        if not isinstance(doc, dict) or (doc.get("bomFormat"), doc.get("specVersion")) != (
+            "CycloneDX",
+            sbom.SPEC_VERSION,
+        ):
+            raise ValueError(f"not bomFormat CycloneDX, specVersion {sbom.SPEC_VERSION}")
+    except ValueError as e:  # json's errors included
+        return [Problem("altered", name, f"not a CycloneDX {sbom.SPEC_VERSION} JSON document ({e})")]
+    if packaged_lock is None:
+        return []  # the lock is reported missing: nothing to generate it from
+    version = dist_infos[0].removesuffix(".dist-info").rpartition("-")[2]
+    if blob != sbom.generate(lock, packaged_lock, version):
+        return [Problem("altered", name, f"differs from the SBOM its lock generates for version {version}")]
+    return []
 
 
 def _evidence_of(
