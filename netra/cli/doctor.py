@@ -22,10 +22,10 @@ from netra.cli.proof import (
     Item,
     RecordEntry,
     _absent,
+    _agreement,
     _check,
     _check_build_record,
     _data_paths,
-    _disagreements,
     _expected,
     _items,
     _name,
@@ -34,7 +34,6 @@ from netra.cli.proof import (
     _problems,
     _record_digest,
     _Report,
-    _table_problems,
     _total_size,
     _verified,
     _walk,
@@ -49,7 +48,7 @@ from netra.runtime.lockfile import Lock
 
 # The checks live in netra.cli.proof; every name stays importable from here, as before the split
 # (bench/bench_doctor.py and tools/reliability-probe use verify, wheel_record, _items, _check).
-__all__ = ["LOCK_CODES", "SCHEMA", "SHOWN", "_KEPT", "_MODELS", "_PACKAGE", "_PARALLEL_BYTES", "_PARALLEL_FILES", "Item", "RecordEntry", "_Report", "_absent", "_cause_lines", "_check", "_check_build_record", "_data_paths", "_disagreements", "_distribution", "_expected", "_install_lines", "_items", "_name", "_no_gpu_served", "_not_gated", "_package_files", "_problems", "_record_digest", "_table_problems", "_total_size", "_verified", "_walk", "causes", "certification", "expected_digest", "install_info", "render", "run", "verify", "wheel_record"]  # fmt: skip
+__all__ = ["LOCK_CODES", "SCHEMA", "SHOWN", "_KEPT", "_MODELS", "_PACKAGE", "_PARALLEL_BYTES", "_PARALLEL_FILES", "Item", "RecordEntry", "_Report", "_absent", "_agreement", "_cause_lines", "_check", "_check_build_record", "_data_paths", "_distribution", "_expected", "_install_lines", "_items", "_name", "_no_gpu_served", "_not_gated", "_package_files", "_problems", "_record_digest", "_total_size", "_verified", "_walk", "causes", "certification", "expected_digest", "install_info", "render", "run", "verify", "wheel_record"]  # fmt: skip
 
 SCHEMA = 1
 
