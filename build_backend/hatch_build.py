@@ -3,7 +3,8 @@
 wheel (standard): initialize runs netra.release.staging.stage(), which runs netra.release.build.build() (the same
 pipeline as `netra build`: tree vs lock, assembly, .text and static gates) in a temporary directory
 and stages exactly the files netra.runtime.layout.members() names (lock, build.json, tables, manifests, code
-objects); the hook force-includes them under netra/_data; finalize checks the finished wheel with netra.release.wheelgate and deletes it on any
+objects) and the SBOM the lock generates; the hook force-includes them under netra/_data (the SBOM
+under the dist-info's sboms/, PEP 770); finalize checks the finished wheel with netra.release.wheelgate and deletes it on any
 problem. wheel (editable): packages no data (docs/release.md says where the runtime looks instead).
 sdist: initialize refuses a tree that does not match its lock; finalize checks the sdist carries
 every locked and build file.
@@ -183,6 +184,7 @@ class NetraGateHook(BuildHookInterface):
             raise
         for data_path, src in staged.files.items():
             build_data["force_include"][str(src)] = f"{layout.PACKAGE_DATA}/{data_path}"
+        build_data["sbom_files"].append(str(staged.sbom))  # PEP 770: <name>.dist-info/sboms/
         build_data["tag"] = _TAG
         build_data["pure_python"] = True
         self._lock, self._lock_bytes, self._lock_name = (

@@ -1079,22 +1079,33 @@ GAP = (
     'reason = "said not built, though it is"\n'
 )
 
-# edit, what doctor's problem line says, what `netra catalog`'s error line says (its paths are absolute)
-RESEALED: dict[str, tuple[Callable[[dict[str, bytes]], None], str, list[str]]] = {
+# edit, what doctor's problem line says, what `netra catalog`'s error line says (its paths are absolute),
+# what `netra verify-wheel`'s says (its paths are the wheel's members)
+RESEALED: dict[str, tuple[Callable[[dict[str, bytes]], None], str, list[str], list[str]]] = {
     "a lock without the sm_90 toolchain section": (
         _drop_toolchain,
         "no [toolchains.sm_90] entry records what built it",
         ["no [toolchains.sm_90] entry records what built it"],
+        ["manifest.lock: ", "no [toolchains.sm_90] entry records what built it"],
     ),
     "the sm_90 evidence file and its lock entry removed": (
         _drop_evidence,
         "missing: the sm_90 table is certified on hardware and its evidence lives here",
         ["missing: the sm_90 table is certified on hardware and its evidence lives here"],
+        [
+            "invalid 1: netra/_data/evidence/sm_90.json (missing: the sm_90 table is certified on hardware and "
+            "its evidence lives here",
+        ],
     ),
     "an sm_90 evidence record contradicting its table summary": (
         _member_edit("release/evidence/sm_90.json", _contradict_a_summary),
         "differs from its summary in tables/sm_90.json (max_rel_deviation)",
         ["evidence/sm_90.json", "differs from its summary in ", "tables/sm_90.json (max_rel_deviation)"],
+        [
+            "invalid 1: netra/_data/evidence/sm_90.json (",
+            "differs from its summary in ",
+            "netra/_data/tables/sm_90.json (max_rel_deviation)",
+        ],
     ),
     "a gfx950 fallback for a contract gfx950 builds": (
         _member_edit(GEMMA, lambda b: b + GAP.encode()),
@@ -1104,6 +1115,10 @@ RESEALED: dict[str, tuple[Callable[[dict[str, bytes]], None], str, list[str]]] =
             "the install's files disagree: ",
             "gemma-2-9b.toml: the Gemma-2-9B fallback says gfx950 does not "
             "build rmsnorm(hidden=3584,weight_offset=1), but the lock has",
+        ],
+        [
+            "invalid 1: netra/_data/manifests/models/gemma-2-9b.toml (the Gemma-2-9B fallback says gfx950 does not "
+            "build rmsnorm(hidden=3584,weight_offset=1), but the lock has"
         ],
     ),
 }
@@ -1122,8 +1137,9 @@ def test_doctor_and_catalog_say_where_a_resealed_installs_own_files_disagree(
     """Each install re-sealed consistently (lock, build.json and RECORD recomputed after the edit), so
     every hash vouches for it; `verify-wheel --lock` refused each, doctor accepted each (issue 29).
     What the files say to each other is checked whatever the hashes vouch for: doctor fails naming the
-    disagreement, and `netra catalog` refuses rather than list both sides of it."""
-    _, says, catalog_says = RESEALED[case]
+    disagreement, `netra catalog` refuses rather than list both sides of it, and `verify-wheel` on the
+    wheel alone refuses it for the same reason (one verifier; it accepted the fallback case before)."""
+    _, says, catalog_says, gate_says = RESEALED[case]
     try:
         _pip_install(venv, resealed[case])
         r = venv.run("netra", "doctor")
@@ -1134,6 +1150,14 @@ def test_doctor_and_catalog_say_where_a_resealed_installs_own_files_disagree(
         assert c.returncode == 1 and "Traceback" not in c.stderr and c.stdout == "", log(c)
         (line,) = [ln for ln in c.stderr.splitlines() if ln.startswith("netra: error: ")]
         assert all(f in line for f in catalog_says), log(c)
+        # One verifier (netra.runtime.verifier): the wheel gate, checking the resealed wheel against the
+        # lock it carries, refuses it for what doctor names, by construction.
+        refused(venv.run("netra", "verify-wheel", resealed[case]), *gate_says)
+        # The anchor outside the install: the release's lock digest, which no reseal can keep.
+        with zipfile.ZipFile(wheel) as z:
+            released = _sha(z.read(DATA + "manifest.lock"))
+        e = venv.run("netra", "doctor", "--json", "--expect-lock", released)
+        assert e.returncode == 1 and json.loads(e.stdout)["expect_lock"]["code"] == "lock_differs", log(e)
     finally:
         _pip_install(venv, wheel)
     assert venv.run("netra", "doctor").returncode == 0

@@ -124,6 +124,47 @@ def test_require_gpu_needs_a_gpu_of_a_certified_class(py: str, tmp_path: Path) -
     assert rc == 1 and "no GPU on this host has accepted kernels" in rep["problems"][-1]
 
 
+def test_expect_lock_proves_the_install_is_the_release_meant(py: str, pkg: Path) -> None:
+    """--expect-lock SHA256 (the release's published lock digest): the one anchor outside the install.
+    The right digest passes and says so; any other is a one-line problem with a stable code; a
+    malformed digest and --expect-wheel (an install cannot know its wheel's hash) are usage errors."""
+    digest = hashlib.sha256((pkg / "_data" / "manifest.lock").read_bytes()).hexdigest()
+    ok = _run(py, "-m", "netra", "doctor", "--json", "--expect-lock", "SHA256:" + digest.upper())
+    rep = json.loads(ok.stdout)
+    assert ok.returncode == 0 and rep["ok"], ok.stdout + ok.stderr
+    assert rep["expect_lock"] == {"expected": digest, "found": digest, "code": "lock_match"}
+    human = _run(py, "-m", "netra", "doctor", "--expect-lock", digest)
+    assert human.returncode == 0 and "the expected digest (--expect-lock)" in human.stdout, human.stdout
+
+    other = hashlib.sha256(b"another release's lock").hexdigest()
+    bad = _run(py, "-m", "netra", "doctor", "--json", "--expect-lock", other)
+    rep = json.loads(bad.stdout)
+    assert bad.returncode == 1 and rep["intact"] and not rep["ok"], bad.stdout
+    assert rep["expect_lock"] == {"expected": other, "found": digest, "code": "lock_differs"}
+    (line,) = rep["problems"]
+    assert line.startswith("lock_differs (--expect-lock): ") and other in line and digest in line, line
+    human = _run(py, "-m", "netra", "doctor", "--expect-lock", other)
+    assert human.returncode == 1 and f"problem: {line}" in human.stdout.splitlines(), human.stdout
+    assert human.stdout.rstrip().endswith("result: FAILED (1 problem(s))"), human.stdout
+    assert [c for c in doctor.LOCK_CODES] == schemas_codes(), "the schema's codes are doctor's"
+
+    for argv, says in (
+        (["--expect-lock", "abc"], "--expect-lock 'abc': not a sha256 (64 hexadecimal digits)"),
+        (["--expect-wheel", digest], "an install cannot know the sha256 of the wheel it came from"),
+    ):
+        r = _run(py, "-m", "netra", "doctor", *argv)
+        assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr, r.stderr
+        (err,) = r.stderr.strip().splitlines()
+        assert err.startswith("netra: error: ") and says in err and "--expect-lock" in err, err
+
+
+def schemas_codes() -> list[str]:
+    from netra.cli import schemas
+
+    expect = schemas.load("doctor")["properties"]["expect_lock"]["oneOf"][1]
+    return list(expect["properties"]["code"]["enum"])
+
+
 def test_doctor_fast_text_reader_agrees_with_pyelftools_on_every_code_object(py: str, pkg: Path) -> None:
     """netra.core.elf's struct reader (the runtime's and doctor's fast path) and pyelftools (the reference)
     find the same machine code in every shipped code object of both classes."""

@@ -134,6 +134,20 @@ def test_publish_workflow_uploads_what_tools_release_built_by_trusted_publishing
     )
 
 
+def test_publish_workflow_pins_every_action_by_commit() -> None:
+    """A tag can be moved to other code; a full commit SHA cannot. Every `uses:` in publish.yml names
+    one (the tag in a comment), and docs/release.md's table lists the same commits."""
+    flow = (REPO / ".github/workflows/publish.yml").read_text()
+    docs = (REPO / "docs/release.md").read_text()
+    uses = re.findall(r"^\s*(?:-\s+)?uses:\s*(\S+)(.*)$", flow, re.M)
+    assert len(uses) == 6, uses
+    for ref, rest in uses:
+        action, _, pin = ref.partition("@")
+        assert re.fullmatch(r"[0-9a-f]{40}", pin), f"{ref}: pin {action} to a full commit SHA"
+        assert re.fullmatch(r" # v\d+(\.\d+)*( \(.*\))?", rest), f"{ref}: name its tag in a comment"
+        assert f"`{action}`" in docs and f"`{pin}`" in docs, f"docs/release.md lists {action} at {pin}"
+
+
 def test_tools_are_executable_and_strict() -> None:
     for tool in ("tools/release", "tools/lock-requirements", "tools/supported-pythons"):
         path = REPO / tool

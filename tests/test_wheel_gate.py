@@ -111,6 +111,90 @@ def test_wheel_carries_exactly_the_locked_members_with_locked_hashes(
     assert wheelgate.check_wheel(built_wheel, lock, raw) == []
 
 
+def _cyclonedx_1_6() -> object:
+    """A validator of the official CycloneDX 1.6 JSON schema, as the cyclonedx-python-lib package ships it
+    (with the SPDX and JSF schemas it references), read as files: the SBOM is checked against the
+    standard's own schema, not a copy written here."""
+    import importlib.util
+
+    jsonschema = pytest.importorskip("jsonschema")
+    referencing = pytest.importorskip("referencing")
+    spec = importlib.util.find_spec("cyclonedx")
+    assert spec is not None and spec.submodule_search_locations, (
+        "pip install cyclonedx-python-lib (test extra)"
+    )
+    res = Path(next(iter(spec.submodule_search_locations))) / "schema" / "_res"
+    schema = json.loads((res / "bom-1.6.SNAPSHOT.schema.json").read_text())
+    assert schema["$id"] == "http://cyclonedx.org/schema/bom-1.6.schema.json"
+    registry = referencing.Registry()
+    for name in ("spdx.SNAPSHOT.schema.json", "jsf-0.82.SNAPSHOT.schema.json"):
+        contents = json.loads((res / name).read_text())
+        resource = referencing.Resource.from_contents(
+            contents, default_specification=referencing.jsonschema.DRAFT7
+        )
+        registry = registry.with_resource(f"http://cyclonedx.org/schema/{name}", resource)
+    return jsonschema.Draft7Validator(schema, registry=registry)
+
+
+def test_wheel_carries_the_sbom_its_lock_generates(
+    built_wheel: Path, repo_copy: Path, tmp_path: Path
+) -> None:
+    """PEP 770: <name>.dist-info/sboms/ holds a CycloneDX 1.6 SBOM, listed in RECORD, valid against the
+    official schema, naming every locked file and code object by their locked hashes and each class's
+    toolchain, deterministic (no timestamp, no machine path) and byte for byte what the lock generates;
+    the gate refuses a wheel whose SBOM is missing, not CycloneDX, or not what its lock generates."""
+    from netra import __version__
+    from netra.release import sbom
+
+    raw, lock = lock_of(repo_copy)
+    with zipfile.ZipFile(built_wheel) as z:
+        names = z.namelist()
+        (dist_info,) = {n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info")}
+        member = f"{dist_info}/sboms/netra-kernel.cdx.json"
+        assert member == sbom.member(dist_info) and member in names, names
+        blob = z.read(member)
+        record = z.read(f"{dist_info}/RECORD").decode()
+    assert f"\n{member},sha256=" in "\n" + record, "listed in RECORD"
+    assert blob == sbom.generate(lock, raw, __version__) == sbom.generate(lock, raw, __version__)
+    doc = json.loads(blob)
+    _cyclonedx_1_6().validate(doc)  # type: ignore[attr-defined]
+    assert (doc["bomFormat"], doc["specVersion"], doc["version"]) == ("CycloneDX", "1.6", 1)
+    assert "timestamp" not in doc["metadata"] and str(repo_copy) not in blob.decode()
+    assert doc["serialNumber"].startswith("urn:uuid:")
+    props = {p["name"]: p["value"] for p in doc["metadata"]["component"]["properties"]}
+    assert props["netra:lock_sha256"] == sha256_bytes(raw)
+    by_ref = {c["bom-ref"]: c for c in doc["components"]}
+    for a in lock.artifacts:
+        c = by_ref[f"artifact:{a.name}"]
+        assert c["hashes"] == [{"alg": "SHA-256", "content": a.text_sha256}] and c["name"] == DATA + a.file
+    for f in lock.files:
+        assert by_ref[f"file:{f.path}"]["hashes"] == [{"alg": "SHA-256", "content": f.sha256}], f.path
+    tools = {(c["name"], c["version"]) for c in doc["components"] if c["type"] == "application"}
+    assert tools == {(t.flavour, t.version) for t in lock.toolchains.values()} and len(tools) >= 2, tools
+    assert [c["bom-ref"] for c in doc["components"]] == sorted(by_ref), "sorted: deterministic"
+
+    def without(m: dict[str, bytes]) -> None:
+        del m[member]
+
+    def not_json(m: dict[str, bytes]) -> None:
+        m[member] = b"{not json"
+
+    def one_hash(m: dict[str, bytes]) -> None:
+        a = lock.artifacts[0]
+        m[member] = m[member].replace(a.text_sha256.encode(), b"0" * 64, 1)
+
+    for edit, kind, says in (
+        (without, "missing", "the SBOM the lock generates (PEP 770)"),
+        (not_json, "altered", "not a CycloneDX 1.6 JSON document"),
+        (one_hash, "altered", f"differs from the SBOM its lock generates for version {__version__}"),
+    ):
+        doctored = rewrite(built_wheel, tmp_path / edit.__name__ / built_wheel.name, edit, reseal=True)
+        problems = wheelgate.check_wheel(doctored, lock, raw)
+        assert [(p.kind, p.member) for p in problems] == [(kind, member)] and says in problems[0].detail, (
+            problems
+        )
+
+
 def test_build_reports_through_hatch_display(session_build: Build) -> None:
     """Counts and time come from the hook via hatch's display (they reach the frontend's output)."""
     text = output(session_build.process)

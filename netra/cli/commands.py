@@ -156,6 +156,16 @@ def parser() -> argparse.ArgumentParser:
     as_json(d, "doctor")
     d.add_argument("--require-gpu", action="store_true", help="also exit 1 unless a certified GPU is found")
     d.add_argument(
+        "--expect-lock",
+        metavar="SHA256",
+        help="also exit 1 unless the installed lock's sha256 is this one (the release's published lock digest)",
+    )
+    d.add_argument(
+        "--expect-wheel",
+        metavar="SHA256",
+        help="refused: an install cannot know its wheel's sha256; check the wheel before installing it",
+    )
+    d.add_argument(
         "--sysfs-nodes", help="KFD topology nodes (default: /sys/class/kfd/kfd/topology/nodes)"
     ).complete = _DIR  # type: ignore[attr-defined]
     d.set_defaults(func=cmd_doctor)

@@ -22,10 +22,10 @@ from netra.cli.proof import (
     Item,
     RecordEntry,
     _absent,
+    _agreement,
     _check,
     _check_build_record,
     _data_paths,
-    _disagreements,
     _expected,
     _items,
     _name,
@@ -34,7 +34,6 @@ from netra.cli.proof import (
     _problems,
     _record_digest,
     _Report,
-    _table_problems,
     _total_size,
     _verified,
     _walk,
@@ -49,7 +48,7 @@ from netra.runtime.lockfile import Lock
 
 # The checks live in netra.cli.proof; every name stays importable from here, as before the split
 # (bench/bench_doctor.py and tools/reliability-probe use verify, wheel_record, _items, _check).
-__all__ = ["SCHEMA", "SHOWN", "_KEPT", "_MODELS", "_PACKAGE", "_PARALLEL_BYTES", "_PARALLEL_FILES", "Item", "RecordEntry", "_Report", "_absent", "_cause_lines", "_check", "_check_build_record", "_data_paths", "_disagreements", "_distribution", "_expected", "_install_lines", "_items", "_name", "_no_gpu_served", "_not_gated", "_package_files", "_problems", "_record_digest", "_table_problems", "_total_size", "_verified", "_walk", "causes", "certification", "install_info", "render", "run", "verify", "wheel_record"]  # fmt: skip
+__all__ = ["LOCK_CODES", "SCHEMA", "SHOWN", "_KEPT", "_MODELS", "_PACKAGE", "_PARALLEL_BYTES", "_PARALLEL_FILES", "Item", "RecordEntry", "_Report", "_absent", "_agreement", "_cause_lines", "_check", "_check_build_record", "_data_paths", "_distribution", "_expected", "_install_lines", "_items", "_name", "_no_gpu_served", "_not_gated", "_package_files", "_problems", "_record_digest", "_total_size", "_verified", "_walk", "causes", "certification", "expected_digest", "install_info", "render", "run", "verify", "wheel_record"]  # fmt: skip
 
 SCHEMA = 1
 
@@ -78,11 +77,52 @@ def certification(lock: Lock | None, read: dict[str, tables.Table], inst: Instal
     return out
 
 
+LOCK_CODES = ("lock_match", "lock_differs", "lock_unreadable")  # expect_lock.code: stable, for scripts
+
+
+def expected_digest(typed: str) -> str:
+    """--expect-lock's value: a sha256 in hex (any case, an optional `sha256:` prefix), else a usage error."""
+    import re
+
+    from netra.errors import UsageError
+
+    digest = typed.strip().lower().removeprefix("sha256:")
+    if not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise UsageError(
+            f"netra doctor --expect-lock {typed!r}: not a sha256 (64 hexadecimal digits)",
+            "pass the release's published lock digest, e.g. `sha256sum release/manifest.lock` at its commit",
+        )
+    return digest
+
+
+def _expect_lock(expected: str, found: str | None) -> tuple[dict[str, Any], str | None]:
+    """The anchor outside the install: the lock digest a host was told to expect. Everything else in the
+    install is held to the lock (tables and manifests by sha256, code objects by .text), so a lock with
+    the expected bytes makes the data the release meant; a resealed install has its own lock digest."""
+    if found is None:
+        code = "lock_unreadable"
+        why = f"this install's lock is missing or unreadable, so it cannot be the expected {expected}"
+    elif found != expected:
+        code = "lock_differs"
+        why = (
+            f"this install's lock sha256 {found} is not the expected {expected}: it is not the release you "
+            "meant, whatever its files say to each other"
+        )
+    else:
+        return {"expected": expected, "found": found, "code": "lock_match"}, None
+    return {"expected": expected, "found": found, "code": code}, f"{code} (--expect-lock): {why}"
+
+
 def run(
-    inst: Install | None = None, *, sysfs_nodes: str | None = None, require_gpu: bool = False
+    inst: Install | None = None,
+    *,
+    sysfs_nodes: str | None = None,
+    require_gpu: bool = False,
+    expect_lock: str | None = None,
 ) -> dict[str, Any]:
-    """The whole report (see docs/doctor.md). ok is False when anything is missing or altered, or when
-    require_gpu is set and no GPU of a certified class was found."""
+    """The whole report (see docs/doctor.md). ok is False when anything is missing or altered, when
+    require_gpu is set and no GPU of a certified class was found, or when expect_lock (a lock digest)
+    is not the installed lock's sha256."""
     t0 = time.perf_counter()
     inst = inst or installed.locate()
     v = verify(inst)
@@ -113,6 +153,12 @@ def run(
         )
     problems = list(v["problems"])
     intact = not problems
+    expected = None
+    if expect_lock is not None:
+        expected, refusal = _expect_lock(expect_lock, v["lock"]["sha256"])
+        if refusal is not None:
+            problems.append(refusal)
+            v["causes"].append({"fix": None, "note": _ANCHOR_NOTE, "problems": [refusal]})
     if require_gpu and not any(g["serves_by_default"] for g in gpu_list):
         problems.append(_no_gpu_served(gpu_list, certified, needs))
         v["causes"].append({"fix": None, "note": "", "problems": [problems[-1]]})
@@ -137,10 +183,17 @@ def run(
         "host": host,
         "needs": needs,
         "require_gpu": require_gpu,
+        "expect_lock": expected,
         "ok": not problems,
         "problems": problems,
         "seconds": {"verify": round(verify_s, 6), "total": round(time.perf_counter() - t0, 6)},
     }
+
+
+_ANCHOR_NOTE = (
+    "install the release you meant from a wheel whose sha256 is the one published for it (docs/release.md, "
+    "verifying a release), then run this again"
+)
 
 
 def _no_gpu_served(gpu_list: list[dict[str, Any]], certified: dict[str, Any], needs: dict[str, Any]) -> str:
@@ -277,6 +330,9 @@ def render(r: dict[str, Any]) -> str:
         )
         what = f"{lk.get('toolchain', '?')}, {lk.get('artifacts', '?')} artifacts"
         lines.append(f"lock: sha256 {lk['sha256']} ({what}), {bind}{rec}")
+    ex = r.get("expect_lock")
+    if ex and ex["code"] == "lock_match":
+        lines.append("lock: the expected digest (--expect-lock): this install's data is the release it names")
     f = r["files"]
     bad = (
         len(f["missing"])

@@ -17,7 +17,7 @@ from netra.cli.support import (
     _root,
 )
 from netra.core.types import MATURITIES
-from netra.errors import NetraError
+from netra.errors import NetraError, UsageError
 
 
 def _inventory(args: argparse.Namespace) -> Any:
@@ -259,7 +259,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """Verify this install and report the host; exit 1 when anything is missing or altered."""
     from netra.cli import doctor
 
-    report = doctor.run(sysfs_nodes=args.sysfs_nodes, require_gpu=args.require_gpu)
+    if args.expect_wheel is not None:
+        raise UsageError(
+            "netra doctor --expect-wheel: an install cannot know the sha256 of the wheel it came from (pip "
+            "keeps no copy of it, and RECORD hashes the installed files, not the archive)",
+            "check the wheel's published sha256 before installing it (`sha256sum` the file, or pip's "
+            "--require-hashes), then prove the install with --expect-lock, the release's lock digest",
+        )
+    expect = doctor.expected_digest(args.expect_lock) if args.expect_lock is not None else None
+    report = doctor.run(sysfs_nodes=args.sysfs_nodes, require_gpu=args.require_gpu, expect_lock=expect)
     if args.json:
         _json(report)
     else:

@@ -4,6 +4,10 @@ Every file the lock implies is checked: tables and manifests by sha256 against t
 object twice (whole file against build.json, machine code .text against the lock), the lock against
 build.json's binding and the wheel's RECORD. Every missing or altered file is listed; nothing stops at
 the first problem. What verify returns is the install half of doctor's report.
+
+What each file must be is netra.runtime.verifier's to say (its findings, rendered here as the report's
+`checks`, `invalid_tables` and `disagreements`): the wheel gate and the catalog ask the same functions,
+so the three cannot disagree on a file. This module reads the installed tree and renders.
 """
 
 from __future__ import annotations
@@ -15,10 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from netra import targets
 from netra.core.text import integer
 from netra.errors import NetraError
-from netra.runtime import installed, layout, tables
+from netra.runtime import installed, layout, tables, verifier
 from netra.runtime.installed import Install
 from netra.runtime.lockfile import Lock, LockedArtifact
 
@@ -36,6 +39,7 @@ class Item:
     sha256: str | None  # whole-file sha256 expected
     expected_from: str  # "lock", "build.json"
     artifact: LockedArtifact | None = None  # for code objects: what the lock says of it
+    same_toolchain: bool = False  # a code object built (build.json says) with the toolchain the lock records
 
     @property
     def path(self) -> str:
@@ -59,31 +63,31 @@ def _check(item: Item, below: Any) -> tuple[int, dict[str, Any] | None, bytes | 
         )
     except NetraError as e:
         return 0, {"path": item.name, "kind": item.kind, "problem": "unreadable", "detail": e.message}, None
-    out: dict[str, Any] = {}
-    got = hashlib.sha256(data).hexdigest()
-    if item.sha256 is not None and got != item.sha256:
-        out["sha256"] = {"expected": item.sha256, "found": got, "from": item.expected_from}
     a = item.artifact
-    if a is not None and got != a.code_sha256:
-        # Not the exact bytes `netra lock` examined (another toolchain built it): hold its machine
-        # code and launch data to the lock.
-        tgt = targets.get(a.target)
-        try:
-            text = tgt.text_sha256(data, a.name, item.name)
-            if text != a.text_sha256:
-                out["text_sha256"] = {"expected": a.text_sha256, "found": text, "from": "lock"}
-            else:
-                launch = tgt.launch_digest(data, a.name, item.name)
-                if launch != a.launch_sha256:
-                    out["launch_sha256"] = {"expected": a.launch_sha256, "found": launch, "from": "lock"}
-        except NetraError as e:
-            out["parse"] = e.message
+    if a is not None:
+        found = verifier.code_object(
+            item.name, data, a, recorded=item.sha256, same_toolchain=item.same_toolchain
+        )
+    else:
+        found = verifier.locked_file(item.name, item.kind, data, item.sha256, item.expected_from)
+    out = _checks(found)
     if not out:
         return len(data), None, data if item.kind in _KEPT else None
     return len(data), {"path": item.name, "kind": item.kind, "problem": "altered", "checks": out}, None
 
 
 _KEPT = ("table", "evidence", "manifest")  # intact files read again, for what they say to each other
+
+
+def _checks(found: list[verifier.Finding]) -> dict[str, Any]:
+    """The verifier's findings on one file as the report's `checks`: {check: {expected, found, from}}, or
+    the reader's message for a file that could not be read as what it is."""
+    return {
+        f.check: f.detail
+        if f.check == "parse"
+        else {"expected": f.expected, "found": f.found, "from": f.source}
+        for f in found
+    }
 
 
 def _absent(e: NetraError) -> str:
@@ -269,13 +273,16 @@ def _items(inst: Install, lock: Lock, record: Any) -> list[Item]:
     root = str(inst.root)
     if inst.kind == "wheel":
         code = record.code_objects if record is not None else {}
+        built = record.toolchains if record is not None else {}
         for m in layout.members(lock):
             if m.kind in ("lock", "build_record"):
                 continue  # checked by binding, before everything else
             if m.kind == "code_object":
                 rec = code.get(m.data_path)
+                a = lock.artifact(m.origin)
+                same = a is not None and built.get(a.target) == lock.toolchains.get(a.target)
                 items.append(Item(root, m.data_path, m.kind, rec.sha256 if rec else None,
-                                  "build.json", lock.artifact(m.origin)))  # fmt: skip
+                                  "build.json", a, same))  # fmt: skip
             else:
                 items.append(Item(root, m.data_path, m.kind, m.sha256, "lock"))
         return items
@@ -353,8 +360,7 @@ def verify(inst: Install) -> dict[str, Any]:
     if inst.kind == "wheel":
         known = {it.name for it in items} | {"manifest.lock", layout.BUILD_RECORD}
         rep.files["unexpected"] = [rel for rel in _walk(str(inst.root)) if rel not in known]
-    rep.files["invalid_tables"] = _table_problems(inst, lock, intact, rep)
-    rep.files["disagreements"] = _disagreements(inst, lock, intact, rep)
+    rep.files["invalid_tables"], rep.files["disagreements"] = _agreement(inst, lock, intact, rep)
     _problems(inst, rep)
     return _verified(rep, lock_info, lock)
 
@@ -377,43 +383,28 @@ def causes(fixes: list[str], by_fix: dict[str | None, tuple[str, list[str]]]) ->
     return [{"fix": f, "note": by_fix[f][0], "problems": list(by_fix[f][1])} for f in order if f in by_fix]
 
 
-def _table_problems(
+def _agreement(
     inst: Install, lock: Lock, intact: dict[str, bytes], rep: _Report
-) -> list[dict[str, str]]:
-    """Every intact table must follow the table rules and reference exactly the class's locked artifacts.
-
-    Hash first: a table whose bytes hash to what a vouched lock records (the lock build.json binds,
-    build.json as RECORD holds it) is the one the gated build read through the table format, so the
-    format is not read again; its rules and its agreement with the lock still are (tables.parse), and
-    so is its agreement with its evidence file (tables.evidence_agrees: a hardware-certified class has
-    one, listed in the lock, holding exactly the records the table summarizes), whatever the hashes
-    vouch for: a resealed install recomputes them all. Unvouched, each table is read with its evidence
-    as one certified table."""
-    out = []
+) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """What the intact files say to each other (netra.runtime.verifier.agreement, as the wheel gate
+    asks it): every table with its evidence file to its rules and to the lock, and every documented gap
+    against the lock, whatever the hashes vouch for (a resealed install recomputes them all). When RECORD
+    vouches for build.json (and so for the lock), a table is not read through its format again."""
     where = _data_paths(inst, lock)
-    for f in lock.files_with_role("table"):
-        cls = tables.gpu_class_of(f.path)
-        name = where[f.path]
-        if cls is None or name is None or name not in intact:
-            continue
-        ev = where.get(tables.evidence_path(cls))
-        if ev is not None and ev not in intact:
-            continue  # the evidence file is reported missing or altered on its own
-        ev_name = ev or tables.evidence_path(cls)
-        try:
-            if rep.vouched:
-                t = tables.loads(intact[name], name, cls, vouched=True)
-                tables.evidence_agrees(intact[name], intact.get(ev or ""), name, ev_name, cls)
-            else:
-                t = tables.read_certified(intact[name], intact.get(ev or ""), name, ev_name, cls)
-            wrong = tables.against_lock(t, lock)
-        except NetraError as e:
-            wrong = [e.message]
-        if wrong:
-            out.append({"path": str(name), "gpu_class": cls, "problem": wrong[0], "count": str(len(wrong))})
-        else:
-            rep.tables[cls] = t
-    return out
+    by_name = {name: path for path, name in where.items() if name is not None}
+    said = verifier.agreement(
+        lock,
+        {by_name[n]: data for n, data in intact.items() if n in by_name},
+        lambda path: where.get(path) or _data_path(inst, path),
+        vouched=rep.vouched,
+    )
+    rep.tables.update(said.tables)
+    invalid = [
+        {"path": name, "gpu_class": tables.gpu_class_of(by_name[name]) or "", "problem": found[0].detail,
+         "count": str(len(found))}
+        for name, found in said.invalid.items()
+    ]  # fmt: skip
+    return invalid, [{"path": f.member, "problem": f.detail} for f in said.disagreements]
 
 
 def _data_paths(inst: Install, lock: Lock) -> dict[str, str | None]:
@@ -421,35 +412,11 @@ def _data_paths(inst: Install, lock: Lock) -> dict[str, str | None]:
     return {f.path: layout.data_path(f.path) if inst.kind == "wheel" else f.path for f in lock.files}
 
 
-def _disagreements(inst: Install, lock: Lock, intact: dict[str, bytes], rep: _Report) -> list[dict[str, str]]:
-    """What the install's intact files say against each other beyond the tables' own checks: a model
-    manifest's or a table's fallback saying a class does not build a contract the lock has that class's
-    artifacts for (`netra catalog` would list both). Each file's hash may be right (a resealed
-    install): this is about what they say, which no hash vouches for."""
-    from netra.core import models
-    from netra.core import toml as _toml
-
-    out: list[dict[str, str]] = []
-    where = _data_paths(inst, lock)
-    for f in lock.files_with_role("manifest"):
-        name = where.get(f.path)
-        if not f.path.startswith(_MODELS) or name is None or name not in intact:
-            continue
-        try:
-            m = models.parse(_toml.loads(intact[name].decode("utf-8")), name)
-        except (NetraError, UnicodeDecodeError, _toml.TOMLDecodeError) as e:
-            out.append(
-                {"path": name, "problem": f"not a readable model manifest ({getattr(e, 'message', e)})"}
-            )
-            continue
-        out += [{"path": name, "problem": p} for p in tables.gaps_against_lock(m.fallbacks, lock, name)]
-    for cls, t in sorted(rep.tables.items()):
-        name = where.get(tables.table_path(cls)) or tables.table_path(cls)
-        out += [{"path": name, "problem": p} for p in tables.gaps_against_lock(t.fallbacks, lock, name)]
-    return out
+def _data_path(inst: Install, path: str) -> str:
+    return (layout.data_path(path) or path) if inst.kind == "wheel" else path
 
 
-_MODELS = "manifests/models/"
+_MODELS = verifier.MODELS
 
 
 def _problems(inst: Install, rep: _Report) -> None:

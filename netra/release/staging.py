@@ -1,7 +1,7 @@
 """What a wheel carries under netra/_data, built, gated and written to a folder for the packager.
 
 The hatch hook force-includes exactly these files; the wheel gate then checks the finished archive
-against the same lock. Every byte staged is a byte hashed here, so edits to the tree while a build
+against the same lock, and the SBOM the lock generates goes to the wheel's dist-info. Every byte staged is a byte hashed here, so edits to the tree while a build
 runs cannot slip into the wheel, and file modes come from here, never from the umask.
 """
 
@@ -11,10 +11,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from netra import __version__
 from netra.core import files
 from netra.core.hashing import sha256_bytes
 from netra.errors import IntegrityError
-from netra.release import build
+from netra.release import build, sbom
 from netra.runtime import layout
 from netra.runtime.lockfile import LOCK_PATH, Lock
 
@@ -25,6 +26,7 @@ class Staged:
     lock_bytes: bytes
     report: build.Report
     files: dict[str, Path]  # data path under netra/_data -> staged file
+    sbom: Path  # the SBOM generated from the lock (netra.release.sbom), for <name>.dist-info/sboms/
 
 
 def stage(
@@ -65,4 +67,8 @@ def stage(
         staged[m.data_path] = dest
     if files.read_bytes(root, LOCK_PATH, limit=files.LOCK_LIMIT, where=LOCK_PATH) != lock_bytes:
         raise IntegrityError(f"{LOCK_PATH} changed during the build", "build again")
-    return Staged(lock=lock, lock_bytes=lock_bytes, report=report, files=staged)
+    bom = work / sbom.FOLDER / sbom.FILE
+    bom.parent.mkdir(parents=True, exist_ok=True)
+    bom.write_bytes(sbom.generate(lock, lock_bytes, __version__))
+    os.chmod(bom, 0o644)
+    return Staged(lock=lock, lock_bytes=lock_bytes, report=report, files=staged, sbom=bom)

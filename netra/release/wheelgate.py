@@ -25,9 +25,9 @@ from netra import targets
 from netra.core.hashing import sha256_bytes
 from netra.errors import NetraError, WheelGateError
 from netra.release import manifests
-from netra.runtime import layout, tables
+from netra.runtime import layout, verifier
 from netra.runtime import lockfile as lock_mod
-from netra.runtime.layout import BUILD_RECORD, PACKAGE_DATA, Member, members
+from netra.runtime.layout import BUILD_RECORD, PACKAGE_DATA, members
 from netra.runtime.lockfile import LOCK_PATH, Lock
 
 KINDS = ("missing", "altered", "unexpected", "invalid")
@@ -166,57 +166,93 @@ def _wheel_problems(z: zipfile.ZipFile, lock: Lock, lock_bytes: bytes | None) ->
                     "altered", prefix + BUILD_RECORD, e.message.removeprefix(prefix + BUILD_RECORD + ": ")
                 )
             )
+    intact: dict[str, bytes] = {}  # tracked files whose bytes are the locked ones, by lock path
     for name, m in sorted(expected.items()):
         if name not in present or m.kind in ("lock", "build_record"):
             continue
         blob = z.read(name)
         if m.kind == "code_object":
-            out += _code_object_problems(name, blob, m, lock, record)
-        elif m.sha256 is not None and sha256_bytes(blob) != m.sha256:
-            got = sha256_bytes(blob)
-            out.append(Problem("altered", name, f"sha256 {_short(got)}, locked {_short(m.sha256)}"))
-        elif m.kind == "table":
-            out += _table_problems(name, blob, m, lock, _evidence_of(m, expected, present, z))
+            a = lock.artifact(m.origin)
+            assert a is not None
+            rec = record.code_objects.get(m.data_path) if record else None
+            same = record is not None and record.toolchains.get(a.target) == lock.toolchains.get(a.target)
+            found = verifier.code_object(
+                name, blob, a, recorded=rec.sha256 if rec else None, same_toolchain=same
+            )
+        else:
+            found = verifier.locked_file(name, m.kind, blob, m.sha256)
+            if not found:
+                intact[m.origin] = blob
+        if found:
+            out.append(_altered(verifier.first(found)))
+    # What the intact files say to each other, as doctor asks it: tables with their evidence, to
+    # their rules and the lock; every documented gap against the lock.
+    said = verifier.agreement(lock, intact, lambda path: prefix + (layout.data_path(path) or path))
+    for name, found in said.invalid.items():
+        out.append(_invalid_table(name, found))
+    out += [Problem("invalid", f.member, f.detail.removeprefix(f.member + ": ")) for f in said.disagreements]
+    out += _sbom_problems(z, names, lock, packaged_lock)
     reported = {p.member for p in out}
     out += [p for p in _record_problems(z, names) if p.member not in reported]  # one line per member
     return out
 
 
-def _evidence_of(
-    table: Member, expected: dict[str, Member], present: set[str], z: zipfile.ZipFile
-) -> tuple[str, bytes | None] | None:
-    """The member name and intact bytes of a table's evidence file (bytes None: missing or altered,
-    which is reported as such); None when the lock tracks no evidence for its class."""
-    cls = tables.gpu_class_of(table.origin)
-    for name, m in expected.items():
-        if m.kind == "evidence" and tables.evidence_class_of(m.origin) == cls:
-            blob = z.read(name) if name in present else None
-            return name, blob if blob is not None and sha256_bytes(blob) == m.sha256 else None
-    return None
-
-
-def _table_problems(
-    name: str, blob: bytes, m: Member, lock: Lock, evidence: tuple[str, bytes | None] | None
+def _sbom_problems(
+    z: zipfile.ZipFile, names: list[str], lock: Lock, packaged_lock: bytes | None
 ) -> list[Problem]:
-    """A shipped table must parse, hold its evidence file to its summaries (read as one certified
-    table) and reference exactly the locked artifacts of its class."""
-    cls = tables.gpu_class_of(m.origin)
+    """The SBOM at PEP 770's place, a CycloneDX document, byte for byte what the packaged lock generates
+    (netra.release.sbom: a pure function of the lock's bytes and the version the dist-info names)."""
+    import json
+
+    from netra.release import sbom
+
+    dist_infos = sorted({n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info")})
+    if len(dist_infos) != 1:
+        return []  # _record_problems names it
+    name = sbom.member(dist_infos[0])
+    if name not in names:
+        return [Problem("missing", name, "the SBOM the lock generates (PEP 770)")]
+    blob = z.read(name)
     try:
-        if evidence is not None and evidence[1] is None:  # the evidence member is reported on its own
-            table = tables.loads(blob, name, cls)
-        else:
-            ev_name, ev_blob = evidence or (name.replace("/tables/", "/evidence/"), None)
-            table = tables.read_certified(blob, ev_blob, name, ev_name, cls)
-    except NetraError as e:
-        for member in (name, *(evidence[:1] if evidence else ())):
-            if e.message.startswith(member + ": "):
-                return [Problem("invalid", member, e.message.removeprefix(member + ": "))]
-        return [Problem("invalid", name, e.message)]
-    wrong = tables.against_lock(table, lock)
-    if wrong:
-        more = f" and {len(wrong) - 2} more" if len(wrong) > 2 else ""
-        return [Problem("invalid", name, "disagrees with the lock: " + "; ".join(wrong[:2]) + more)]
+        doc = json.loads(blob)
+        if not isinstance(doc, dict) or (doc.get("bomFormat"), doc.get("specVersion")) != (
+            "CycloneDX",
+            sbom.SPEC_VERSION,
+        ):
+            raise ValueError(f"not bomFormat CycloneDX, specVersion {sbom.SPEC_VERSION}")
+    except ValueError as e:  # json's errors included
+        return [Problem("altered", name, f"not a CycloneDX {sbom.SPEC_VERSION} JSON document ({e})")]
+    if packaged_lock is None:
+        return []  # the lock is reported missing: nothing to generate it from
+    version = dist_infos[0].removesuffix(".dist-info").rpartition("-")[2]
+    if blob != sbom.generate(lock, packaged_lock, version):
+        return [Problem("altered", name, f"differs from the SBOM its lock generates for version {version}")]
     return []
+
+
+def _altered(f: verifier.Finding | None) -> Problem:
+    """A member whose bytes are not the bound ones, in the gate's words (the verifier's most specific
+    finding on it: one problem per member)."""
+    assert f is not None
+    short = f"{_short(f.found or '')}, locked {_short(f.expected or '')}"
+    detail = {
+        "text_sha256": f".text sha256 {short}",
+        "parse": f.detail.removeprefix(f.member + ": "),
+        "launch_sha256": f"launch digest (descriptor and metadata) {short}",
+        "sha256": f"sha256 {short}" if f.source == "lock" else f"sha256 differs from {BUILD_RECORD}",
+        "code_sha256": f"sha256 {short} for the same toolchain",
+    }[f.check]
+    return Problem("altered", f.member, detail)
+
+
+def _invalid_table(name: str, found: list[verifier.Finding]) -> Problem:
+    """A shipped table that breaks its rules (or its evidence file does), or disagrees with the lock."""
+    if found[0].check == "rules":
+        f = found[0]
+        return Problem("invalid", f.member, f.detail.removeprefix(f.member + ": "))
+    wrong = [f.detail for f in found]
+    more = f" and {len(wrong) - 2} more" if len(wrong) > 2 else ""
+    return Problem("invalid", name, "disagrees with the lock: " + "; ".join(wrong[:2]) + more)
 
 
 def _lock_problems(name: str, packaged: bytes, lock: Lock, lock_bytes: bytes | None) -> list[Problem]:
@@ -242,50 +278,6 @@ def parse_lock(raw: bytes, where: str) -> Lock:
 def read_lock(path: str | Path) -> tuple[bytes, Lock]:
     """One bounded read of a lock file: its bytes and their parse."""
     return lock_mod.read_with_bytes(path)
-
-
-def _code_object_problems(
-    name: str, blob: bytes, m: Member, lock: Lock, record: layout.Record | None
-) -> list[Problem]:
-    """.text and launch digest against the lock, the whole file against build.json (and against the lock
-    when the wheel's record says it was built with the locked toolchain)."""
-    a = lock.artifact(m.origin)
-    assert a is not None
-    tgt = targets.get(a.target)
-    try:
-        got = tgt.text_sha256(blob, a.name, name)
-        if got != a.text_sha256:
-            return [Problem("altered", name, f".text sha256 {_short(got)}, locked {_short(a.text_sha256)}")]
-        launch = tgt.launch_digest(blob, a.name, name)
-    except NetraError as e:
-        return [Problem("altered", name, e.message.removeprefix(name + ": "))]
-    except Exception as e:
-        return [Problem("altered", name, f"not a readable code object ({type(e).__name__}: {e})")]
-    if launch != a.launch_sha256:
-        return [
-            Problem(
-                "altered",
-                name,
-                f"launch digest (descriptor and metadata) {_short(launch)}, locked {_short(a.launch_sha256)}",
-            )
-        ]
-    whole = sha256_bytes(blob)
-    rec = record.code_objects.get(m.data_path) if record else None
-    if rec is not None and rec.sha256 != whole:
-        return [Problem("altered", name, f"sha256 differs from {BUILD_RECORD}")]
-    if (
-        record is not None
-        and record.toolchains.get(a.target) == lock.toolchains.get(a.target)
-        and whole != a.code_sha256
-    ):
-        return [
-            Problem(
-                "altered",
-                name,
-                f"sha256 {_short(whole)}, locked {_short(a.code_sha256)} for the same toolchain",
-            )
-        ]
-    return []
 
 
 def packaged_lock(wheel: str | Path) -> bytes:

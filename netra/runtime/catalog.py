@@ -9,8 +9,9 @@
 Opening a catalog reads the packaged lock and the class's table and checks the table (sha256 against
 the lock) and the binding of build.json to the lock. In a wheel install whose bytes RECORD vouches for,
 each table entry is held to the rules and the lock the first time it is read (tables.serve), and each
-code object is checked the first time it is selected (whole-file sha256 against build.json, whose .text
-sha256 must equal the lock's); both are then kept in memory, so repeated selection does no file access
+code object is checked the first time it is selected (netra.runtime.verifier, as doctor and the wheel
+gate check it: whole-file sha256 against build.json, whose .text sha256 must equal the lock's); both
+are then kept in memory, so repeated selection does no file access
 and no hashing. Anything missing or altered
 raises an IntegrityError subclass naming the file, the GPU class, what was expected, and the fix; no
 environment variable or argument turns that into a warning.
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from netra.core.ops import FAMILIES
-from netra.core.types import MATURITIES
+from netra.core.types import MATURITIES, Toolchain
 from netra.errors import (
     AlteredFileError,
     ContractError,
@@ -142,6 +143,8 @@ class Catalog:
         table: Table,
         certified: tuple[str, ...],
         built: Mapping[str, CodeRecord] | None,
+        *,
+        built_with: Mapping[str, Toolchain] | None = None,
     ) -> None:
         self.install = install
         self.lock = lock
@@ -149,6 +152,10 @@ class Catalog:
         self.gpu_class = table.gpu_class
         self.certified_classes = certified
         self._built = built  # build.json code_objects (wheel), None in a source checkout
+        # build.json's toolchain for this class is the lock's: its code objects are the locked bytes
+        self._same_toolchain = built_with is not None and built_with.get(
+            self.gpu_class
+        ) == lock.toolchains.get(self.gpu_class)
         self._mutex = threading.Lock()
         self._code: dict[str, bytes] = {}
         self._selected: dict[tuple[Any, str, str | None], Kernel | Fallback] = {}
@@ -339,40 +346,38 @@ class Catalog:
                 else f".text sha256 {c.text_sha256}"
             )
             raise MissingFileError(f"{what} is missing (expected {want})", inst.rebuild)
-        got = _sha256(data)
-        if self._built is not None:
-            want = self._built[c.file].sha256
-            if got != want:
-                raise AlteredFileError(
-                    f"{what} is altered: sha256 {got}, expected {want} (build.json, .text locked as "
-                    f"{c.text_sha256})",
-                    inst.rebuild,
-                )
-        if got == locked.code_sha256:
-            return data  # byte for byte what `netra lock` examined: descriptor and metadata included
-        # Built with another toolchain than the locked one (or a source checkout built so): read the
-        # code object's machine code and launch data and hold them to the lock.
-        from netra import targets
+        # The one verifier's code-object check (netra.runtime.verifier, as doctor and the wheel gate
+        # make it): hashing only, unless the bytes are not exactly those the lock examined.
+        from netra.runtime import verifier
 
-        tgt = targets.get(self.gpu_class)
-        try:
-            text = tgt.text_sha256(data, c.symbol, str(path))
-            launch = tgt.launch_digest(data, c.symbol, str(path)) if text == c.text_sha256 else ""
-        except NetraError as e:
+        recorded = self._built[c.file].sha256 if self._built is not None else None
+        found = verifier.code_object(
+            str(path), data, locked, recorded=recorded, same_toolchain=self._same_toolchain
+        )
+        if not found:
+            return data
+        f = next((f for f in found if f.check == "sha256"), None) or verifier.first(found)
+        assert f is not None
+        if f.check == "sha256":
             raise AlteredFileError(
-                f"{what} is not a readable code object ({e.message})", inst.rebuild
-            ) from None
-        if text != c.text_sha256:
-            raise AlteredFileError(
-                f"{what} differs from the lock: .text sha256 {text}, locked {c.text_sha256}", inst.rebuild
-            )
-        if launch != locked.launch_sha256:
-            raise AlteredFileError(
-                f"{what} differs from the lock: what it launches with (descriptor and metadata) hashes to "
-                f"{launch}, locked {locked.launch_sha256}",
+                f"{what} is altered: sha256 {f.found}, expected {f.expected} (build.json, .text locked as "
+                f"{c.text_sha256})",
                 inst.rebuild,
             )
-        return data
+        if f.check == "parse":
+            said = (
+                f.detail
+                if f.detail.startswith("not a readable")
+                else f"not a readable code object ({f.detail})"
+            )
+            raise AlteredFileError(f"{what} is {said}", inst.rebuild) from None
+        said = {
+            "text_sha256": f".text sha256 {f.found}, locked {f.expected}",
+            "launch_sha256": f"what it launches with (descriptor and metadata) hashes to {f.found}, locked "
+            f"{f.expected}",
+            "code_sha256": f"sha256 {f.found}, locked {f.expected} for the toolchain build.json records",
+        }[f.check]
+        raise AlteredFileError(f"{what} differs from the lock: {said}", inst.rebuild)
 
     def verify(self) -> None:
         """Check every code object this table references now, instead of at first selection."""
@@ -390,15 +395,16 @@ def installed_lock(inst: Install) -> tuple[Lock, dict[str, CodeRecord] | None]:
     In a wheel install build.json must have been made for this very lock (its lock_sha256) and be
     intact (its own record_sha256); its JSON copy of the lock is then what is read.
     """
-    lock, built, _ = _installed_lock(inst)
+    lock, built, _, _ = _installed_lock(inst)
     return lock, built
 
 
 def _installed_lock(
     inst: Install, *, every_class: bool = True
-) -> tuple[Lock, dict[str, CodeRecord] | None, bool]:
-    """installed_lock, and whether the lock is vouched for: build.json's bytes are the ones the wheel's
-    RECORD holds and bind the installed lock's (what the gated build checked, not checked again).
+) -> tuple[Lock, dict[str, CodeRecord] | None, bool, dict[str, Toolchain] | None]:
+    """installed_lock, whether the lock is vouched for (build.json's bytes are the ones the wheel's
+    RECORD holds and bind the installed lock's: what the gated build checked, not checked again) and
+    the toolchains build.json says built the code objects (None in a source checkout).
     `every_class` False: the caller serves one class and holds that class's entries to their files."""
     from netra.runtime import layout
     from netra.runtime import lockfile as lock_mod
@@ -410,7 +416,7 @@ def _installed_lock(
         )
     if inst.build_record is None:
         try:
-            return lock_mod.loads(raw, str(inst.lock_file)), None, False
+            return lock_mod.loads(raw, str(inst.lock_file)), None, False, None
         except NetraError as e:
             raise AlteredFileError(
                 f"{inst.lock_file}: not a readable lock ({e.message})", inst.reinstall
@@ -425,7 +431,7 @@ def _installed_lock(
         rec_raw, raw, str(inst.build_record), str(inst.lock_file), inst.reinstall, vouched=vouched,
         files_of_every_class=every_class,
     )  # fmt: skip
-    return record.lock, record.code_objects, vouched
+    return record.lock, record.code_objects, vouched, record.toolchains
 
 
 def certified_classes(lock: Lock) -> tuple[str, ...]:
@@ -461,7 +467,7 @@ def _default_install() -> Install:
 
 
 def _open(inst: Install, gpu_class: str) -> Catalog:
-    lock, built, vouched = _installed_lock(inst, every_class=False)
+    lock, built, vouched, built_with = _installed_lock(inst, every_class=False)
     certified = certified_classes(lock)
     if gpu_class not in certified:
         raise UncertifiedGPUClassError(
@@ -509,7 +515,7 @@ def _open(inst: Install, gpu_class: str) -> Catalog:
                 + (f" and {len(absent) - 1} more" if len(absent) > 1 else ""),
                 inst.reinstall,
             )
-    return Catalog(inst, lock, table, certified, built)
+    return Catalog(inst, lock, table, certified, built, built_with=built_with)
 
 
 def open_catalog(
