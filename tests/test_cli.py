@@ -465,6 +465,8 @@ def test_certify_json_follows_its_schema(tmp_path: Path) -> None:
         (["explain", "fused_add_rmsnorm(hidden=4096)"], 2, "op fused_add_rmsnorm takes parameters hidden, weight_offset, got hidden"),
         (["explain", "NETRA_RMSNORM_H4096_WO0_W8"], 1, "did you mean 'netra_rmsnorm_h4096_wo0_w8'"),
         (["explain", "rmsnorm(hidden=4097,weight_offset=0)"], 1, "did you mean 'rmsnorm(hidden=4096,weight_offset=0)'"),
+        # a family whose other shapes the manifests document as fallbacks (gfx950's gaps, Qwen3's 5120): one line
+        (["explain", "fused_add_rmsnorm(hidden=4097,weight_offset=0)"], 1, "did you mean 'fused_add_rmsnorm(hidden=4096,"),
         (["certify", "--gpu-class", "gfx951"], 2, "did you mean 'gfx950'?"),
     ],
 )  # fmt: skip
