@@ -198,17 +198,18 @@ def test_template_message_reaches_the_user_when_a_range_is_declared_too_wide(tmp
 
 def test_lock_check_names_each_difference(tmp_path: Path) -> None:
     root = copy_sources(tmp_path)
-    model = root / "manifests" / "models" / "llama-3.1-8b.toml"
-    model.write_text(model.read_text().replace("inter = 14336", "inter = 12288"))
+    # the expert activation of Qwen3-30B-A3B: the only model of inter 768 (no model has 640)
+    model = root / "manifests" / "models" / "qwen3-30b-a3b.toml"
+    model.write_text(model.read_text().replace("inter = 768\ngroup = 128", "inter = 640\ngroup = 128"))
     r = netra("lock", "--check", "--root", str(root), "-q")
     assert r.returncode == 1
-    assert "file manifests/models/llama-3.1-8b.toml: sha256 locked" in r.stdout
+    assert "file manifests/models/qwen3-30b-a3b.toml: sha256 locked" in r.stdout
     assert (
-        "artifact netra_silu_mul_fp8_quant_i12288_g128_b256: the sources declare it but the lock lacks it"
+        "artifact netra_silu_mul_fp8_quant_i640_g128_b256: the sources declare it but the lock lacks it"
         in r.stdout
     )
     assert (
-        "artifact netra_silu_mul_fp8_quant_i14336_g128_b256: locked but the sources no longer declare it"
+        "artifact netra_silu_mul_fp8_quant_i768_g128_b256: locked but the sources no longer declare it"
         in r.stdout
     )
     assert "out of date" in r.stderr
