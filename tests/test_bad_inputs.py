@@ -440,6 +440,22 @@ MANIFEST_DAMAGE: dict[str, tuple[str, Callable[[str], str], list[str]]] = {
         ),
         ["manifests/gfx950/tactics.toml", "(b256): duplicate of entry 0"],
     ),
+    "tactics: rows_per_block where the grid does not read it": (
+        "manifests/sm_90/tactics.toml",
+        _sub1(
+            r'^name = "d3"\ntemplate = "fp8_moe_down"\n',
+            'name = "d3"\ntemplate = "fp8_moe_down"\nrows_per_block = 1\n',
+        ),
+        ["manifests/sm_90/tactics.toml", "rows_per_block does not apply to fp8_moe_down"],
+    ),
+    "tactics: no rows_per_block where the grid reads it": (
+        "manifests/sm_90/tactics.toml",
+        _sub1(
+            r'^name = "t256s"\ntemplate = "rmsnorm"\nblock = 256\nrows_per_block = 1\n',
+            'name = "t256s"\ntemplate = "rmsnorm"\nblock = 256\n',
+        ),
+        ["manifests/sm_90/tactics.toml", "rows_per_block is required on sm_90"],
+    ),
     "tactics: wrong type": (
         "manifests/gfx950/tactics.toml",
         _sub1(r"^block = 256", 'block = "256"'),

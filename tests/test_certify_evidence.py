@@ -534,7 +534,13 @@ def test_certify_without_the_tools_is_one_line_naming_the_tool_and_writes_nothin
 
 
 @pytest.mark.parametrize(
-    "key", ["rmsnorm(hidden=128,weight_offset=0)", "silu_mul_fp8_quant(inter=768,group=128)"]
+    "key",
+    [
+        "rmsnorm(hidden=128,weight_offset=0)",
+        "silu_mul_fp8_quant(inter=768,group=128)",
+        "fp8_moe_gate_up(experts=8,topk=2,hidden=256,inter=128)",
+        "fp8_moe_down(experts=8,topk=2,hidden=256,inter=128)",
+    ],
 )
 def test_judging_from_files_equals_judging_in_process(key: str, tmp_path: Path) -> None:
     import numpy as np
@@ -545,6 +551,9 @@ def test_judging_from_files_equals_judging_in_process(key: str, tmp_path: Path) 
     op, rest = key.split("(")
     params = {k: int(v) for k, v in (x.split("=") for x in rest.rstrip(")").split(","))}
     made = prepare.cases(op, params, [1, 4], 0, str(tmp_path))
+    if op.startswith("fp8_moe"):  # the experts every case shares are written once
+        w = "w13" if op == "fp8_moe_gate_up" else "w2"
+        assert len({cf.inputs[w][0] for cf in made.cases.values()}) == 1
     for cf in made.cases.values():
         for a, b in prepare.spans(cf):
             prepare.expected(op, params, cf, a, b)
@@ -562,6 +571,10 @@ def test_judging_from_files_equals_judging_in_process(key: str, tmp_path: Path) 
                     assert np.array_equal(prepare.load(a), exp[k], equal_nan=True), (cf.key, k)
                 if op == "rmsnorm":
                     got = {"y": ref.f64_to_bf16_rne(exp["y"])}
+                elif op == "fp8_moe_gate_up":  # pair-indexed outputs: topk rows per token
+                    got = {"hq": exp["hq"].copy(), "hs": exp["hs"].astype(np.float32)}
+                elif op == "fp8_moe_down":
+                    got = {"out": exp["out"].copy()}
                 else:
                     got = {"q": exp["q"].copy(), "scales": exp["scales"].astype(np.float32)}
                 if spoil and j == len(cfs) - 1:

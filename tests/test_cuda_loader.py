@@ -42,6 +42,11 @@ def test_served_resolves_the_certified_dispatch_to_kernels() -> None:
     cat = _sm90_catalog()
     for key, entry in cat.table.entries.items():
         served = cat.served(key)
+        if not isinstance(served, tuple):  # a contract added after the certification run: not served yet
+            assert served.code == "below_policy" and all(
+                c.evidence["hardware"] is None for c in entry.candidates
+            )
+            continue
         if entry.dispatch:
             assert [(top, k.tactic) for top, k in served] == [(d.max_rows, d.tactic) for d in entry.dispatch]
             for rows in (1, 16, 64, 512, 8192, 32768):

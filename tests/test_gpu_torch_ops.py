@@ -144,9 +144,14 @@ def test_the_installed_wheel_with_a_certified_sm_90_table_is_used() -> None:
     assert torch.cuda.get_device_capability(0) == (9, 0)
     cat = open_catalog("sm_90")
     assert cat.table.certification == "hardware"
-    fused = sorted(set(cat.contracts()) - set(SERVED))  # tests/test_gpu_torch_fused.py serves those
-    assert set(SERVED) <= set(cat.contracts()) and len(fused) == 9, cat.contracts()
-    assert all(k.startswith(("fused_add_rmsnorm", "rmsnorm_fp8_group_quant")) for k in fused), fused
+    assert set(SERVED) <= set(cat.contracts()), cat.contracts()
+    # the fused families and the routed MoE (tests/test_gpu_torch_fused.py, tests/test_gpu_moe.py serve
+    # those); any other contract (issue 30's model shapes) has no accepted candidate until certified
+    others = sorted(set(cat.contracts()) - set(SERVED))
+    unfused = [
+        k for k in others if not k.startswith(("fused_add_rmsnorm", "rmsnorm_fp8_group_quant", "fp8_moe_"))
+    ]
+    assert not [k for k in unfused if cat.select(k, policy="accepted")], unfused
     served = nt.prepare(DEV, SERVED)
     for key, what in sorted(served.items()):
         print(f"{key}: {what}")

@@ -56,12 +56,13 @@ def sha(path: Path) -> str:
 def test_catalog_shares_artifacts_between_models() -> None:
     cat = manifests.load(REPO)
     per_class = {t: len([a for a in cat.artifacts if a.target == t]) for t in cat.targets()}
-    assert per_class["gfx950"] == 21 and per_class["sm_90"] == 64
+    assert per_class["gfx950"] == 39 and per_class["sm_90"] == 140
     contracts = {t: {a.key for a in cat.artifacts if a.target == t} for t in cat.targets()}
-    assert len(contracts["gfx950"]) == 12 and len(contracts["sm_90"]) == 21
-    # the nine fused contracts: sm_90 only, each documented as not built for gfx950 by every model using it
+    assert len(contracts["gfx950"]) == 24 and len(contracts["sm_90"]) == 44
+    # the 16 fused norm contracts and 4 routed MoE ones: NVIDIA only, each documented as not built for
+    # gfx950 by every model using it
     fused = contracts["sm_90"] - contracts["gfx950"]
-    assert len(fused) == 9 and all(k.startswith(("fused_", "rmsnorm_fp8")) for k in fused)
+    assert len(fused) == 20 and all(k.startswith(("fused_", "rmsnorm_fp8", "fp8_moe_")) for k in fused)
     gaps = {(f.gpu_class, f.contract, f.model) for f in cat.fallbacks if f.gpu_class}
     for a in cat.artifacts:
         if a.key in fused:
@@ -71,7 +72,7 @@ def test_catalog_shares_artifacts_between_models() -> None:
         by_key.setdefault((a.key, a.tactic.name), []).append(a)
     assert all(len(v) == 1 for v in by_key.values())  # one artifact per contract and tactic
     shared = next(a for a in cat.artifacts if a.key == "rmsnorm(hidden=4096,weight_offset=0)")
-    assert set(shared.used_by) == {"Llama-3.1-8B", "Qwen3-235B-A22B"}
+    assert set(shared.used_by) == {"Llama-3.1-8B", "Mistral-7B-v0.3", "Qwen3-235B-A22B", "Qwen3-8B"}
     assert all("qwen" not in a.name.lower() and "llama" not in a.name.lower() for a in cat.artifacts)
 
 
@@ -197,17 +198,18 @@ def test_template_message_reaches_the_user_when_a_range_is_declared_too_wide(tmp
 
 def test_lock_check_names_each_difference(tmp_path: Path) -> None:
     root = copy_sources(tmp_path)
-    model = root / "manifests" / "models" / "llama-3.1-8b.toml"
-    model.write_text(model.read_text().replace("inter = 14336", "inter = 12288"))
+    # the expert activation of Qwen3-30B-A3B: the only model of inter 768 (no model has 640)
+    model = root / "manifests" / "models" / "qwen3-30b-a3b.toml"
+    model.write_text(model.read_text().replace("inter = 768\ngroup = 128", "inter = 640\ngroup = 128"))
     r = netra("lock", "--check", "--root", str(root), "-q")
     assert r.returncode == 1
-    assert "file manifests/models/llama-3.1-8b.toml: sha256 locked" in r.stdout
+    assert "file manifests/models/qwen3-30b-a3b.toml: sha256 locked" in r.stdout
     assert (
-        "artifact netra_silu_mul_fp8_quant_i12288_g128_b256: the sources declare it but the lock lacks it"
+        "artifact netra_silu_mul_fp8_quant_i640_g128_b256: the sources declare it but the lock lacks it"
         in r.stdout
     )
     assert (
-        "artifact netra_silu_mul_fp8_quant_i14336_g128_b256: locked but the sources no longer declare it"
+        "artifact netra_silu_mul_fp8_quant_i768_g128_b256: locked but the sources no longer declare it"
         in r.stdout
     )
     assert "out of date" in r.stderr

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.usefixtures("torch_state")
 import netra.torch as nt  # noqa: E402
 from netra.certify import conformance as cf  # noqa: E402
 from netra.certify import reference as ref  # noqa: E402
+from netra.core.ops import FAMILIES  # noqa: E402
 from netra.errors import AlteredFileError, ContractError, CudaError, KernargError, StrictModeError  # noqa: E402
 from netra.loaders import cuda as cuda_loader  # noqa: E402  (the loader netra.torch reaches through Vendor.open_loader)
 from netra.loaders import launch as loader_launch  # noqa: E402
@@ -500,11 +501,14 @@ def _tables() -> list[tuple[str, Any]]:
 
 
 def _values(op: str, rng: np.random.Generator) -> tuple:
-    """Random values for the family's arguments in order: pointers, then rows (and eps for the norms)."""
+    """Random values for the family's arguments in order: pointers (tensors, workspaces), then its
+    runtime values (rows or tokens, and eps for the norms)."""
     names = dispatch.NAMES[op]
     ptr = [int(v) * 256 for v in rng.integers(1, 2**40, size=len(names))]
-    rows = int(rng.integers(1, 2**32))
-    scalar = {"rows": rows, "eps": float(rng.uniform(0, 1))}
+    scalar = {  # the family's runtime values (rows or tokens, eps), by their kernarg types
+        v.name: int(rng.integers(1, 2**32)) if v.integral else float(rng.uniform(0, 1))
+        for v in FAMILIES[op].launch.values
+    }
     return tuple(scalar[n] if n in scalar else ptr[i] for i, n in enumerate(names))
 
 

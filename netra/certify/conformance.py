@@ -50,6 +50,7 @@ __all__ = [
     "bytes_moved",
     "cases",
     "expected",
+    "expected_rows",
     "judge",
     "numerics",
     "outputs",
@@ -116,8 +117,9 @@ def cases(
     rows_per_block, large_rows; values at scales 1e-3, 1 and 1e3, zeros, one huge value per group,
     exact FP8 midpoints (quantizers), tied logits (router). Deterministic in (op, params, seed)."""
     _check(op, params)
-    if rows_per_block < 1 or large_rows < 1:
-        raise ValueError("rows_per_block and large_rows must be positive")
+    if rows_per_block < 0 or large_rows < 1:
+        raise ValueError("rows_per_block must be >= 0 (0: the grid does not read it) and large_rows positive")
+    rows_per_block = max(rows_per_block, 1)
     result: list[Case] = _NUMERICS[op].cases(params, rows_per_block, large_rows, seed)
     return result
 
@@ -145,6 +147,15 @@ def expected(op: str, params: dict[str, int], case: Case, *, workers: int = 1) -
     _check(op, params)
     mod = _NUMERICS[op]
     return _by_rows(lambda a, b: mod.expected(params, case, a, b), case.rows, workers)
+
+
+def expected_rows(op: str, params: dict[str, int], case: Case, a: int, b: int) -> dict[str, np.ndarray]:
+    """The reference of dispatch rows a..b of a whole case (one worker's span): the family's numerics
+    index the inputs themselves (a routed MoE's experts are not rows), and an output indexed by pair has
+    topk rows per token."""
+    _check(op, params)
+    result: dict[str, np.ndarray] = _NUMERICS[op].expected(params, case, a, b)
+    return result
 
 
 def _shape_errors(op: str, params: dict[str, int], case: Case, got: dict[str, np.ndarray]) -> list[str]:

@@ -42,6 +42,7 @@ class Buffers:
         # name -> (base, size, dtype, shape)
         self.outputs: dict[str, tuple[int, int, Any, tuple[int, ...]]] = {}
         self.args: dict[str, Any] = {}
+        self.zeroed: dict[str, tuple[int, int]] = {}  # workspaces the kernel must leave all zero: (at, size)
 
     def input(self, name: str, data: bytes | memoryview) -> None:
         p = self.dev.alloc(len(data))
@@ -64,6 +65,31 @@ class Buffers:
         self.outputs[name] = (base, size, dtype, shape)
         self.args[name] = base + GUARD
         self._poison(base, size)
+
+    def workspaces(self, op: str, params: dict[str, int], rows: int) -> None:
+        """The family's workspaces for `rows` (its launch model's plan), in one allocation filled with
+        zeros: a zeroed workspace (self-resetting counters) must hold zeros again after every launch."""
+        from netra.core.ops import FAMILIES
+
+        fam = FAMILIES[op]
+        if not fam.launch.workspaces:
+            return
+        plan = fam.launch.plan(fam.env(params, rows))
+        base = self.dev.alloc(max(plan.workspace_bytes, 1))
+        self.ptrs.append(base)
+        self.dev.fill(base, 0, max(plan.workspace_bytes, 1))
+        for w in fam.launch.workspaces:
+            self.args[w.name] = base + plan.offsets[w.name]
+            if w.zeroed:
+                self.zeroed[w.name] = (base + plan.offsets[w.name], plan.sizes[w.name])
+
+    def unreset(self) -> list[str]:
+        """One line per zeroed workspace a launch left non-zero (the next call would read stale counters)."""
+        return [
+            f"workspace {name}: not all zero after the launch (its counters must reset themselves)"
+            for name, (at, size) in self.zeroed.items()
+            if size and self.dev.download(at, size) != bytes(size)
+        ]
 
     def _poison(self, base: int, size: int) -> None:
         self.dev.fill(base, FENCE, GUARD)
@@ -113,18 +139,39 @@ def case_buffers(dev: Any, entry: tables.Entry, case: Any) -> Buffers:
             buf.input(name, raw_bytes(arr))
         for name, (dtype, shape) in conformance.outputs(entry.op, entry.params, case.rows).items():
             buf.output(name, dtype, shape)
+        buf.workspaces(entry.op, entry.params, case.rows)
     except BaseException:
         buf.free()
         raise
     return buf
 
 
-def launch(dev: Any, kernel: Any, buf: Buffers, case: Any) -> tuple[dict[str, bytes], list[str]]:
-    """Run the kernel once on a case's buffers (poisoned again first); its outputs and guard problems."""
-    buf.poison()
-    dev.launch(kernel, case.rows, 0, {**buf.args, **case.scalars, "rows": case.rows})
-    dev.synchronize()
-    return buf.read_raw()
+def values(op: str, buf: Buffers, scalars: dict[str, Any], rows: int) -> dict[str, Any]:
+    """A launch's kernel arguments by name: the buffers, the case's scalars and the dispatch value (rows,
+    or what the family calls it: tokens)."""
+    from netra.core.ops import FAMILIES
+
+    return {**buf.args, **scalars, FAMILIES[op].dispatch: rows}
+
+
+def launch(dev: Any, kernel: Any, buf: Buffers, case: Any, op: str) -> tuple[dict[str, bytes], list[str]]:
+    """Run the kernel twice on a case's buffers (poisoned again before each); its outputs and the
+    problems found: guards written, zeroed workspaces left non-zero, a second run whose bytes differ
+    from the first (every certified kernel is bitwise deterministic)."""
+    args = values(op, buf, case.scalars, case.rows)
+    runs = []
+    problems: list[str] = []
+    for _ in range(2):
+        buf.poison()
+        dev.launch(kernel, case.rows, 0, args)
+        dev.synchronize()
+        raw, fences = buf.read_raw()
+        problems += fences + buf.unreset()
+        runs.append(raw)
+    if runs[0] != runs[1]:
+        differ = sorted(n for n in runs[0] if runs[0][n] != runs[1][n])
+        problems.append(f"not deterministic: a second launch wrote different bytes to {', '.join(differ)}")
+    return runs[0], sorted(set(problems))
 
 
 Judged = tuple[bool, str, float | None, float, dict[str, int]]
@@ -175,7 +222,7 @@ def correctness(
     for case in cases:
         buf = case_buffers(dev, entry, case)
         try:
-            raw, fences = launch(dev, kernel, buf, case)
+            raw, fences = launch(dev, kernel, buf, case, entry.op)
             got = {
                 name: np.frombuffer(raw[name], dtype=dtype).reshape(shape)
                 for name, (_, _, dtype, shape) in buf.outputs.items()
@@ -189,10 +236,19 @@ def correctness(
     return aggregate(out)
 
 
-def timing_inputs(like: Any, rows: int, seed: int) -> dict[str, Any]:
+def timing_inputs(
+    like: Any, rows: int, seed: int, op: str = "", params: dict[str, int] | None = None
+) -> dict[str, Any]:
     """Random bf16 inputs of `rows` rows shaped like a conformance case's (activations: never zeros), as
-    arrays by input name."""
+    arrays by input name; a family whose inputs must mean something to be timed (a routed MoE's expert
+    ids) makes its own (its numerics module's timing_inputs)."""
     import numpy as np
+
+    from netra.certify import conformance
+
+    if op and hasattr(conformance.numerics(op), "timing_inputs"):
+        made: dict[str, Any] = conformance.numerics(op).timing_inputs(params, rows, seed)
+        return made
 
     rng = np.random.default_rng(seed)
     out = {}
@@ -222,7 +278,15 @@ class TimingSets:
         footprint = sum(int(a.nbytes) for a in inputs.values()) + sum(
             int(np.dtype(d).itemsize * math.prod(shape)) for d, shape in outs.values()
         )
-        self.count = 1 if rows < ROTATE_FROM_ROWS else max(1, min(8, -(-3 * l2_bytes // max(footprint, 1))))
+        from netra.core.ops import FAMILIES
+
+        if FAMILIES[entry.op].reads:  # weights read in part (the experts hit): rotate whatever the rows, by
+            # the bytes a call reads, so that L2 never serves a replay what the previous one read
+            self.count = max(2, min(8, -(-3 * l2_bytes // max(self.moved, 1))))
+        else:
+            self.count = (
+                1 if rows < ROTATE_FROM_ROWS else max(1, min(8, -(-3 * l2_bytes // max(footprint, 1))))
+            )
         self.sets: list[Buffers] = []
         try:
             for _ in range(self.count):

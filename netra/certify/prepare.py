@@ -85,31 +85,38 @@ def load(a: Array) -> np.ndarray:
     return arr
 
 
-def _rows(case: conformance.Case, a: int, b: int) -> conformance.Case:
-    """Rows a..b of a case: every input of two or more dimensions is indexed by row first."""
-    inputs = {k: (v[a:b] if v.ndim >= 2 else v) for k, v in case.inputs.items()}
-    return conformance.Case(case.name, b - a, inputs, case.scalars)
-
-
 def cases(op: str, params: dict[str, int], rows_per_block: list[int], seed: int, folder: str) -> Cases:
-    """Every case of every rows-per-block, each distinct case written once; its reference files made."""
+    """Every case of every rows-per-block, each distinct case written once; its reference files made.
+
+    An array the cases share (a routed MoE's experts: one object for every case of the contract) is
+    written once too. A reference file has the probe's rows per dispatch row (a pair-indexed output:
+    topk per token)."""
     out: dict[str, CaseFiles] = {}
     order: dict[int, tuple[str, ...]] = {}
     base = Path(folder)
     for rpb in sorted(set(rows_per_block)):
         keys = []
-        for c in conformance.cases(op, params, rows_per_block=rpb, seed=seed):
+        cases = conformance.cases(op, params, rows_per_block=rpb, seed=seed)
+        shared: dict[int, Array] = {}  # by id(): every array stays alive in `cases` meanwhile
+        for c in cases:
             key = f"{c.name}@{c.rows}"
             keys.append(key)
             if key in out:
                 continue
             d = base / _SAFE.sub("_", key)
-            inputs = {k: save(d / f"in.{k}.npy", v) for k, v in sorted(c.inputs.items())}
-            probe = conformance.expected(op, params, _rows(c, 0, 1))
+            inputs = {}
+            for k, v in sorted(c.inputs.items()):
+                if sum(v is x.inputs.get(k) for x in cases) > 1:
+                    if id(v) not in shared:
+                        shared[id(v)] = save(base / f"shared.{rpb}.{len(shared)}.{k}.npy", v)
+                    inputs[k] = shared[id(v)]
+                else:
+                    inputs[k] = save(d / f"in.{k}.npy", v)
+            probe = conformance.expected_rows(op, params, c, 0, 1)
             expected: dict[str, Array] = {}
             for k, v in sorted(probe.items()):
                 path = d / f"exp.{k}.npy"
-                shape = (c.rows, *v.shape[1:])
+                shape = (c.rows * v.shape[0], *v.shape[1:])
                 np.lib.format.open_memmap(path, mode="w+", dtype=v.dtype, shape=shape).flush()
                 expected[k] = (str(path), v.dtype.name, tuple(int(x) for x in shape))
             out[key] = CaseFiles(key, c.name, c.rows, dict(c.scalars), inputs, expected)
@@ -123,12 +130,17 @@ def spans(c: CaseFiles) -> list[tuple[int, int]]:
 
 def expected(op: str, params: dict[str, int], c: CaseFiles, a: int, b: int) -> None:
     """The float64 reference of rows a..b of a case, written into its reference files."""
-    e = conformance.expected(op, params, _rows(c.load(), a, b))
+    e = conformance.expected_rows(op, params, c.load(), a, b)
     for k, (path, dtype, shape) in c.expected.items():
+        m = shape[0] // c.rows  # reference rows per dispatch row
         mm = np.load(path, mmap_mode="r+", allow_pickle=False)
-        if mm.dtype.name != dtype or tuple(mm.shape) != tuple(shape) or e[k].shape != (b - a, *shape[1:]):
+        if (
+            mm.dtype.name != dtype
+            or tuple(mm.shape) != tuple(shape)
+            or e[k].shape != ((b - a) * m, *shape[1:])
+        ):
             raise ValueError(f"{path}: the reference of rows {a}..{b} does not fit {dtype}{list(shape)}")
-        mm[a:b] = e[k]
+        mm[a * m : b * m] = e[k]
         mm.flush()
         del mm
 
@@ -140,7 +152,7 @@ def timing(
     like = conformance.cases(op, params, rows_per_block=1, large_rows=1, seed=seed)[0]
     out: dict[int, dict[str, Array]] = {}
     for r in rows:
-        arrays = measure.timing_inputs(like, r, seed)
+        arrays = measure.timing_inputs(like, r, seed, op, params)
         out[r] = {k: save(Path(folder) / f"timing.{r}.{k}.npy", v) for k, v in arrays.items()}
     return out
 

@@ -59,12 +59,14 @@ def rank(results: list[Result]) -> tuple[list[Result], tuple[tables.Dispatch, ..
     median, then the rejected ones; ties by tactic name.
     """
     ok = [r for r in results if r.maturity == "accepted"]
+    # ranked at PREFILL_ROWS, or at the most rows measured where a family's calls stop below it (64 tokens)
+    top = min(PREFILL_ROWS, max((t["rows"] for r in results for t in r.timings), default=PREFILL_ROWS))
     pending = sorted(
         (r for r in results if r.maturity == "verified"),
-        key=lambda r: (_median(r, PREFILL_ROWS), r.candidate.tactic),
+        key=lambda r: (_median(r, top), r.candidate.tactic),
     )
     bad = sorted((r for r in results if r.maturity == "rejected"), key=lambda r: r.candidate.tactic)
-    ok.sort(key=lambda r: (_median(r, PREFILL_ROWS), r.candidate.tactic))
+    ok.sort(key=lambda r: (_median(r, top), r.candidate.tactic))
     if len(ok) < 2:
         return ok + pending + bad, ()
     measured = sorted({t["rows"] for r in ok for t in r.timings})
@@ -83,7 +85,7 @@ def rank(results: list[Result]) -> tuple[list[Result], tuple[tables.Dispatch, ..
             continue
         last = i + 1 == len(winners)
         rules.append(tables.Dispatch(None if last else rows, tactic))
-    prefill = next((t for rows, t in winners if rows >= PREFILL_ROWS), winners[-1][1])
+    prefill = next((t for rows, t in winners if rows >= top), winners[-1][1])
     ok.sort(key=lambda r: r.candidate.tactic != prefill)  # stable: the others keep their prefill order
     return ok + pending + bad, (tuple(rules) if len(rules) > 1 else ())
 
@@ -91,9 +93,13 @@ def rank(results: list[Result]) -> tuple[list[Result], tuple[tables.Dispatch, ..
 def rerank(table: tables.Table) -> tables.Table:
     """The table's order, maturity and dispatch recomputed from the measurements it records (a certified
     table: each candidate's whole evidence record): the same table when it came from `certify` (ranking
-    is a function of the measurements)."""
+    is a function of the measurements). A contract none of whose candidates was measured yet (added
+    after the run) is left as `netra lock` wrote it."""
     entries = {}
     for key, e in table.entries.items():
+        if all(c.evidence["hardware"] is None for c in e.candidates):
+            entries[key] = e  # a contract added since the class was certified: in file order until it is
+            continue
         results = []
         for c in e.candidates:
             hw = c.evidence["hardware"]

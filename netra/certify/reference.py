@@ -37,6 +37,7 @@ __all__ = [
     "fp8_e4m3_decode",
     "fp8_e4m3_encode",
     "fp8_group_quant",
+    "fp8_group_quant_values",
     "fp8_step_distance",
     "fused_add_rmsnorm",
     "fused_add_rmsnorm_fp8_group_quant",
@@ -220,6 +221,12 @@ def _group_quant(values: F64, group: int) -> GroupQuant:
 def fp8_group_quant(x_bits: ArrayLike, group: int = FP8_GROUP) -> GroupQuant:
     """Per-row, per-group FP8 quantization of bf16 x [..., H] with scale = max(amax, 1e-10) / 448."""
     return _group_quant(bf16_to_f64(x_bits), group)
+
+
+def fp8_group_quant_values(values: ArrayLike, group: int = FP8_GROUP) -> GroupQuant:
+    """The same quantization of exact float64 values: what a kernel quantizes from an fp32 value it
+    computed itself (silu_mul's h, the routed MoE's h), never rounded to bf16 first."""
+    return _group_quant(np.asarray(values, dtype=np.float64), group)
 
 
 def silu(x: ArrayLike) -> F64:

@@ -240,7 +240,7 @@ def _measure(
             for cf in s.cases.cases.values():
                 s.spans += [pool.submit(prepare.expected, s.entry.op, s.entry.params, cf, a, b)
                             for a, b in prepare.spans(cf)]  # fmt: skip
-            s.timing_f = pool.submit(prepare.timing, s.entry.op, s.entry.params, list(rows), seed,
+            s.timing_f = pool.submit(prepare.timing, s.entry.op, s.entry.params, list(_rows_of(s.entry.op, rows)), seed,
                                      str(scratch / f"e{s.index}"))  # fmt: skip
             if not preflight and (tools.checkers or tools.profiler):
                 preflight = _start_preflight(cat, tools, s, scratch, logs, symbols, opts)
@@ -309,11 +309,30 @@ def _measure(
     return results
 
 
+def _rows_of(op: str, rows: tuple[int, ...]) -> tuple[int, ...]:
+    """The row counts a contract is timed at: the run's, up to the family's limit (a routed MoE's 64
+    tokens), which is timed itself."""
+    from netra.core.ops import max_dispatch
+
+    cap = max_dispatch(op)
+    if cap is None:
+        return rows
+    return tuple(sorted({r for r in rows if r <= cap} | {cap}))
+
+
+def _prefill_of(op: str) -> int:
+    """The row count a contract is profiled and ranked at: PREFILL_ROWS, or the family's limit below it."""
+    from netra.core.ops import max_dispatch
+
+    cap = max_dispatch(op)
+    return PREFILL_ROWS if cap is None else min(PREFILL_ROWS, cap)
+
+
 def _size(e: tables.Entry) -> int:
     """A contract's host work, roughly: the bytes of its large case times its tactics."""
     from netra.certify import conformance
 
-    return conformance.bytes_moved(e.op, e.params, PREFILL_ROWS) * len(e.candidates)
+    return conformance.bytes_moved(e.op, e.params, _prefill_of(e.op)) * len(e.candidates)
 
 
 def _pump(pool: _Pool, state: list[_Entry]) -> None:
@@ -359,7 +378,7 @@ def _launch(cat: Any, dev: Any, s: _Entry, cand: tables.Candidate, scratch: Path
             buf = s.buffers.get(cf.key)
             if buf is None:
                 buf = s.buffers[cf.key] = measure.case_buffers(dev, s.entry, cf.load())
-            raw, f = measure.launch(dev, kernel, buf, cf.stub())
+            raw, f = measure.launch(dev, kernel, buf, cf.stub(), s.entry.op)
             files = {}
             for name, (_, _, dtype, shape) in buf.outputs.items():
                 path = folder / f"{j}.{name}.bin"
@@ -388,7 +407,7 @@ def _time_entry(cat: Any, dev: Any, s: _Entry, rows: tuple[int, ...], replays: i
     kernels = {c.artifact: cat.kernel(c) for c in passing}
     s.timings = {c.artifact: [] for c in s.entry.candidates}
     try:
-        for r in rows if passing else ():
+        for r in _rows_of(s.entry.op, rows) if passing else ():
             sets = measure.TimingSets(dev, s.entry, r, l2, {k: prepare.load(a) for k, a in timing[r].items()})
             try:
                 for c in passing:
@@ -440,14 +459,24 @@ def _profile_item(s: _Entry, cand: tables.Candidate) -> planfile.Item:
     assert s.timing_f is not None
     timing = _result(s.timing_f, f"{s.entry.key}: making its timing inputs")
     like = s.cases.cases[s.cases.by_rows_per_block[min(s.cases.by_rows_per_block)][0]]
-    outs = conformance.outputs(s.entry.op, s.entry.params, PREFILL_ROWS)
+    top = _prefill_of(s.entry.op)
+    outs = conformance.outputs(s.entry.op, s.entry.params, top)
     launch = planfile.Launch(
-        rows=PREFILL_ROWS,
+        rows=top,
         scalars=dict(like.scalars),
-        inputs={k: (a[0], True) for k, a in timing[PREFILL_ROWS].items()},
+        inputs={k: (a[0], True) for k, a in timing[top].items()},
         outputs={k: (dt.name, tuple(sh)) for k, (dt, sh) in outs.items()},
     )
     return planfile.Item(cand.artifact, (launch,))
+
+
+def _canary(op: str, rows: int) -> int:
+    """Rows past the buffers of the memory checkers' bad launch: CANARY_ROWS, or as many as the family's
+    limit allows (a kernel given more than its limit does nothing, and would hide the overrun)."""
+    from netra.core.ops import max_dispatch
+
+    cap = max_dispatch(op)
+    return CANARY_ROWS if cap is None else max(1, min(CANARY_ROWS, cap - rows))
 
 
 def _start_preflight(
@@ -465,7 +494,9 @@ def _start_preflight(
 
     plans: dict[str | None, planfile.Plan] = {
         None: one(planfile.Item(cand.artifact, (_launch_of(small, s),))),
-        "overrun": one(planfile.Item(cand.artifact, (_launch_of(small, s),), extra_rows=CANARY_ROWS)),
+        "overrun": one(
+            planfile.Item(cand.artifact, (_launch_of(small, s),), extra_rows=_canary(s.entry.op, small.rows))
+        ),
         "uninitialized": one(planfile.Item(cand.artifact, (_launch_of(small, s, initialized=False),))),
     }
     box: dict[str, Any] = {"t0": time.monotonic()}

@@ -89,4 +89,6 @@ def evidence(
     else:
         pr, _, version = tools.profiler
         loaded, prof = profiled[cand.artifact]
-        r.profile = profiling.evidence(cand.text_sha256, loaded, pr.tool, version, PREFILL_ROWS, prof)
+        # profiled at PREFILL_ROWS, or at the family's limit below it (run._prefill_of: 64 tokens for a routed MoE)
+        top = min(PREFILL_ROWS, max((t["rows"] for t in r.timings), default=PREFILL_ROWS))
+        r.profile = profiling.evidence(cand.text_sha256, loaded, pr.tool, version, top, prof)

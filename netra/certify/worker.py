@@ -45,6 +45,7 @@ def run(p: planfile.Plan, progress: TextIO | None = None) -> int:
     cat = runtime.open_catalog(p.gpu_class, install=inst)
     dev = targets.get(p.gpu_class).vendor.open_loader()
     by_artifact = {c.artifact: c for c in cat.table.candidates()}
+    entry_of = {c.artifact: e for e in cat.table.entries.values() for c in e.candidates}
     for i, item in enumerate(p.items):
         cand = by_artifact.get(item.artifact)
         if cand is None:
@@ -54,6 +55,7 @@ def run(p: planfile.Plan, progress: TextIO | None = None) -> int:
             )
         _emit(planfile.begin(i, cand.artifact, cand.text_sha256), progress)
         launches = 0
+        cand_op, params = entry_of[cand.artifact].op, entry_of[cand.artifact].params
         try:
             kernel = cat.kernel(cand)
             for x in item.launches:
@@ -68,7 +70,8 @@ def run(p: planfile.Plan, progress: TextIO | None = None) -> int:
                     for name, (dtype, shape) in sorted(x.outputs.items()):
                         buf.output(name, np.dtype(dtype), shape)
                     rows = x.rows + item.extra_rows
-                    dev.launch(kernel, rows, 0, {**buf.args, **x.scalars, "rows": rows})
+                    buf.workspaces(cand_op, params, rows)
+                    dev.launch(kernel, rows, 0, measure.values(cand_op, buf, x.scalars, rows))
                     dev.synchronize()
                     launches += 1
                 finally:

@@ -256,7 +256,11 @@ def _unknown(inv: Inventory, query: str, gpu_class: str | None) -> NetraError:
     from netra.runtime import Contract
 
     op = query.partition("(")[0].strip()
-    documented = sorted({f"{f['model']}: {f['reason']}" for f in inv.fallbacks if f["op"] == op})
+    # Quoted for an op that is no family only: a family's fallbacks are of shapes (a class's gap of one
+    # contract, a model-wide one of a shape its tactics cannot build), none of them the one typed here.
+    documented = sorted(
+        {f"{f['model']}: {f['reason']}" for f in inv.fallbacks if f["op"] == op and op not in FAMILIES}
+    )
     served = {cls: set(t.entries) for cls, t in inv.tables.items()}
     try:
         parsed: Contract | None = Contract.parse(query)

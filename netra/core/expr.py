@@ -167,3 +167,35 @@ def evaluate_tree(tree: Node, env: Mapping[str, Any], text: str) -> Any:
         return v[0] // v[1]
 
     return ev(tree)
+
+
+def bind(text: str, env: Mapping[str, int], rename: Mapping[str, str] | None = None) -> int | str:
+    """The expression with the names in `env` replaced by their values and every operation on constants
+    folded: an int when nothing is left, else the remaining expression as text (names in `rename`
+    renamed). What a table records of a record's grid once the contract and the tactic are known:
+    "min(experts, tokens * topk)" at experts 128, topk 8 is "min(128, rows * 8)" with tokens -> rows."""
+    text_of = rename or {}
+
+    def fold(n: Node) -> Node:
+        if isinstance(n, int):
+            return n
+        if isinstance(n, str):
+            return env[n] if n in env else text_of.get(n, n)
+        op, args = n
+        folded = tuple(fold(a) for a in args)
+        if all(isinstance(a, int) for a in folded):
+            return int(evaluate_tree((op, folded), {}, text))
+        return (op, folded)
+
+    def render(n: Node, parent: int = 0) -> str:
+        if isinstance(n, (int, str)):
+            return str(n)
+        op, args = n
+        if op in FUNCTIONS:
+            return f"{op}(" + ", ".join(render(a) for a in args) + ")"
+        rank = 1 if op in "+-" else 2
+        s = f"{render(args[0], rank)} {op} {render(args[1], rank + 1)}"
+        return f"({s})" if rank < parent else s
+
+    out = fold(parse(text))
+    return out if isinstance(out, int) else render(out)

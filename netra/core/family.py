@@ -23,6 +23,8 @@ DTYPES: dict[str, tuple[int, str]] = {
     "fp8_e4m3fn": (1, "u8*"),
     "f32": (4, "f32*"),
     "i32": (4, "i32*"),
+    "u32": (4, "u32*"),
+    "u8": (1, "u8*"),
 }
 
 
@@ -75,6 +77,12 @@ class OpFamily:
     doc: str
     aliases: tuple[tuple[str, str], ...] = ()  # (output, input): the output may be the input itself
     compute: str = "f32"
+    # Bytes a call must move of an operand that is not read whole (a routed MoE reads only the experts
+    # its tokens hit): operand -> an expression of the parameters, the dispatch value and `derived`.
+    reads: dict[str, str] = field(default_factory=dict)
+    # Names such expressions read that a call's inputs decide (the experts hit), with the value bytes
+    # moved assumes when the inputs are not at hand (the most the dispatch value allows).
+    derived: dict[str, str] = field(default_factory=dict)
     operands: dict[str, Operand] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -97,13 +105,27 @@ class OpFamily:
         out |= {v.name: v.type for v in self.launch.values if not v.integral}
         return out | {"compute": self.compute}
 
-    def env(self, params: dict[str, int], rows: int) -> dict[str, int]:
-        return {**params, "rows": rows}
+    @property
+    def dispatch(self) -> str:
+        """The runtime value a call's size is (rows, or tokens for a routed MoE): what tables key on."""
+        return self.launch.dispatch
 
-    def bytes_moved(self, params: dict[str, int], rows: int) -> int:
-        """The fewest bytes a call must move: each input read once, each output written once."""
+    def env(self, params: dict[str, int], rows: int) -> dict[str, int]:
+        """The names a shape reads: the parameters and the dispatch value (whatever the family calls it)."""
+        return {**params, self.launch.dispatch: rows}
+
+    def bytes_moved(self, params: dict[str, int], rows: int, given: dict[str, int] | None = None) -> int:
+        """The fewest bytes a call must move: each input read once (only what `reads` says of an operand
+        read in part), each output written once. `given`: the derived names (experts hit) of one call."""
+        from netra.core import expr  # at first use: the record is made at import, read later
+
         env = self.env(params, rows)
-        return sum(o.nbytes(env) for o in (*self.inputs, *self.outputs))
+        for name, default in self.derived.items():
+            env[name] = (given or {}).get(name, expr.evaluate(default, env))
+        return sum(
+            expr.evaluate(self.reads[o.name], env) if o.name in self.reads else o.nbytes(env)
+            for o in (*self.inputs, *self.outputs)
+        )
 
     def kernel_arg(self, name: str) -> tuple[str, str | None]:
         """What a template manifest must declare for one kernel argument: (type, access); access is
@@ -112,5 +134,24 @@ class OpFamily:
             return DTYPES[self.operands[name].dtype][1], (
                 "write_only" if name in self.out_names else "read_only"
             )
+        space = next((w for w in self.launch.workspaces if w.name == name), None)
+        if space is not None:
+            return DTYPES[space.dtype][1], "read_write"
         value = next(v for v in self.launch.values if v.name == name)
         return value.type, None
+
+
+class Chain(NamedTuple):
+    """An operation served as a chain of families, each certified on its own (a routed MoE: gate/up,
+    then down). Each stage's outputs named in `links` are the next stage's inputs of the same name,
+    held in a workspace the caller never sees; a stage with `overlaps_previous` may start before the
+    previous one ends (programmatic dependent launch) and waits for its data in the kernel. The chain
+    is served only where every stage is; its contract is its stages' (they share their parameters)."""
+
+    name: str
+    stages: tuple[str, ...]  # family names, in launch order
+    links: tuple[str, ...]  # tensors one stage writes and the next reads
+    overlaps_previous: tuple[bool, ...]  # per stage; never the first
+    inputs: tuple[str, ...]  # the call's tensors, in its order: every stage input but the links
+    max_dispatch: int  # the most of the dispatch value (tokens) one call may carry: the contract's limit
+    doc: str

@@ -57,6 +57,8 @@ class Workspace(NamedTuple):
     name: str
     bytes: str
     zeroed: bool = False
+    dtype: str = "u8"  # what the kernel holds in it (netra.core.family.DTYPES): its pointer type in a
+    # template manifest's [[args]] (access read_write)
 
 
 class Step(NamedTuple):

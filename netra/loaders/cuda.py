@@ -73,6 +73,7 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cuCtxSetCurrent": [_vp],
     "cuCtxGetDevice": [ctypes.POINTER(ctypes.c_int)],
     "cuLaunchKernel": [_vp, *[ctypes.c_uint] * 7, _vp, ctypes.POINTER(_vp), ctypes.POINTER(_vp)],
+    "cuLaunchKernelEx": [_vp, _vp, ctypes.POINTER(_vp), ctypes.POINTER(_vp)],
     "cuGetErrorName": [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)],
     "cuGetErrorString": [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)],
 }
@@ -113,6 +114,65 @@ def stream_handle(stream: Any) -> int:
             f"stream {stream!r} is not a CUstream", "pass an int handle, a torch.cuda.Stream or None"
         )
     return stream
+
+
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # cuda.h
+
+
+class _LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute: an id, padding to 8 bytes, a 64-byte value union."""
+
+    _fields_ = (("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_char * 64))
+
+
+class _LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig (cuLaunchKernelEx): grid, block, dynamic shared memory, stream, attributes."""
+
+    _fields_ = (
+        ("gx", ctypes.c_uint),
+        ("gy", ctypes.c_uint),
+        ("gz", ctypes.c_uint),
+        ("bx", ctypes.c_uint),
+        ("by", ctypes.c_uint),
+        ("bz", ctypes.c_uint),
+        ("shared", ctypes.c_uint),
+        ("stream", ctypes.c_void_p),
+        ("attrs", ctypes.POINTER(_LaunchAttribute)),
+        ("nattrs", ctypes.c_uint),
+    )
+
+
+def overlapping(cu: Any, block: tuple[int, int, int], shared: int) -> Callable[..., int]:
+    """A launcher with the cuLaunchKernel signature that launches through cuLaunchKernelEx with
+    programmatic stream serialization: the kernel may start before the previous one on its stream
+    ends, and waits for that one's writes where it executes griddepcontrol.wait (a chain's second step,
+    netra.core.family.Chain.overlaps_previous). The attribute and the config are made once; each call
+    sets the grid and the stream."""
+    attr = (_LaunchAttribute * 1)()
+    attr[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr[0].value = (1).to_bytes(4, "little") + bytes(60)
+    cfg = _LaunchConfig(0, 0, 0, block[0], block[1], block[2], shared, None, attr, 1)
+    ex = cu.lib.cuLaunchKernelEx
+    ref = ctypes.byref(cfg)
+
+    def call(
+        fn: Any,
+        gx: int,
+        gy: int,
+        gz: int,
+        bx: int,
+        by: int,
+        bz: int,
+        sh: int,
+        s: Any,
+        params: Any,
+        extra: Any,
+    ) -> int:
+        cfg.gx, cfg.gy, cfg.gz, cfg.stream = gx, gy, gz, s
+        return int(ex(ref, fn, params, extra))
+
+    call.keep = (attr, cfg)  # type: ignore[attr-defined]  # what the config points at stays alive
+    return call
 
 
 class _Prepared:
@@ -282,10 +342,16 @@ class Cuda(DeviceOps):
             self.check(rc, f"cuLaunchKernel({kernel.symbol}, grid {la.grid}, block {la.block})")
 
     def prepare(
-        self, kernel: Any, names: Sequence[str], stream: Callable[[], int], rebind: Callable[[], None]
+        self,
+        kernel: Any,
+        names: Sequence[str],
+        stream: Callable[[], int],
+        rebind: Callable[[], None],
+        overlap: bool = False,
     ) -> Callable[..., None]:
-        """The kernel ready to launch many times (module-level `prepare`, on this loader)."""
-        return prepare(self, kernel, names, stream, rebind)
+        """The kernel ready to launch many times (module-level `prepare`, on this loader); `overlap`:
+        with programmatic stream serialization (a chain's step that waits for its producer in-kernel)."""
+        return prepare(self, kernel, names, stream, rebind, overlap)
 
 
 CUDA_ERROR_INVALID_CONTEXT = 201  # a thread on which no CUDA context was ever made current
@@ -297,6 +363,7 @@ def prepare(
     names: Sequence[str],
     stream: Callable[[], int],
     rebind: Callable[[], None],
+    overlap: bool = False,
 ) -> Callable[..., None]:
     """A certified kernel made ready to launch many times: launch(rows, *values) enqueues `kernel` for
     rows >= 1 on stream(), values in `names` order (what Cuda.launch does per call, done once).
@@ -320,11 +387,16 @@ def prepare(
     extra = Extra(bytes(size))
     buf, arr = extra.buffer, extra.array
     st = packer(kernel.kernarg, names)
-    axes = kernel.candidate.launch.grid_axes
-    rpb, gy, gz = axes[0][1], axes[1], axes[2]  # (cdiv(rows, rows_per_block), grid_y, 1)
+    geometry = kernel.candidate.launch
+    if geometry.per_block:  # (cdiv(rows, rows_per_block), grid_y, 1): computed inline per call
+        axes = geometry.grid_axes
+        rpb, gy, gz = axes[0][1], axes[1], axes[2]
+    else:  # an expression of rows on some axis (a routed MoE's hit experts): the table's reading
+        rpb, gy, gz = 0, 0, 0
+        grid_of = geometry.grid
     bx, by, bz = kernel.block
     shared = kernel.dynamic_lds_bytes
-    call = cu.lib.cuLaunchKernel
+    call = overlapping(cu, kernel.block, shared) if overlap else cu.lib.cuLaunchKernel
     check = cu.check
     lock = threading.Lock()
     names = tuple(names)
@@ -349,13 +421,18 @@ def prepare(
         s = stream()
         with lock:
             pack(vals)
-            rc = call(fn, -(-rows // rpb), gy, gz, bx, by, bz, shared, s, None, arr)
+            if rpb:
+                rc = call(fn, -(-rows // rpb), gy, gz, bx, by, bz, shared, s, None, arr)
+            else:
+                gx_, gy_, gz_ = grid_of(rows)
+                rc = call(fn, gx_, gy_, gz_, bx, by, bz, shared, s, None, arr)
         if rc:
             if rc == CUDA_ERROR_INVALID_CONTEXT:
                 rebind()
                 with lock:
                     pack(vals)
-                    rc = call(fn, -(-rows // rpb), gy, gz, bx, by, bz, shared, s, None, arr)
+                    gx_, gy_, gz_ = (-(-rows // rpb), gy, gz) if rpb else grid_of(rows)
+                    rc = call(fn, gx_, gy_, gz_, bx, by, bz, shared, s, None, arr)
             if rc:
                 check(rc, f"cuLaunchKernel({kernel.symbol}, rows {rows}, block {kernel.block})")
 

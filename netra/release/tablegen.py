@@ -14,6 +14,7 @@ runtime would refuse); the format, its reader and its writer are netra.runtime.t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -77,6 +78,23 @@ def _kernarg(spec: ArtifactSpec) -> dict[str, Any]:
     }
 
 
+def grid(spec: ArtifactSpec) -> list[Any]:
+    """The grid of the family's launch (its record's expressions) with the contract and the tactic
+    bound: each axis a constant, {"rows_per_block": n} for cdiv(rows, n), or {"rows": "<expression>"}
+    of the dispatch value, which a table calls rows whatever the family calls it (tokens)."""
+    from netra.core import expr
+    from netra.core.ops import FAMILIES
+
+    fam = FAMILIES[spec.op]
+    env = {**spec.contract, "rows_per_block": spec.rows_per_block, "grid_y": spec.tactic.grid_y}
+    out: list[Any] = []
+    for axis in fam.launch.steps[0].grid:
+        v = expr.bind(axis, env, {fam.dispatch: "rows"})
+        m = re.fullmatch(r"cdiv\(rows, (\d+)\)", v) if isinstance(v, str) else None
+        out.append(v if isinstance(v, int) else {"rows_per_block": int(m[1])} if m else {"rows": v})
+    return out
+
+
 def candidate(spec: ArtifactSpec, locked: LockedArtifact, checks: list[str], lock: Lock) -> dict[str, Any]:
     tc = lock.toolchains[spec.target]
     maturity = spec.tactic.maturity
@@ -88,7 +106,7 @@ def candidate(spec: ArtifactSpec, locked: LockedArtifact, checks: list[str], loc
         "text_sha256": locked.text_sha256,
         "launch": {
             "block": [spec.tactic.block, 1, 1],
-            "grid": [{"rows_per_block": spec.rows_per_block}, spec.tactic.grid_y, 1],
+            "grid": grid(spec),
             "dynamic_lds_bytes": 0,
         },
         "lds_bytes": locked.lds_bytes,

@@ -245,9 +245,14 @@ class Catalog:
 
     def _select(self, c: Contract, policy: str, tactic: str | None) -> Kernel | Fallback:
         cls = self.gpu_class
-        gap = next((f for f in self.table.fallbacks if f.covers(c.op, c.key)), None)
-        documented = gap.reason if gap is not None else None
         fam = FAMILIES.get(c.op)
+        # The gap of this very contract (a class that does not build it), else a model-wide one of an
+        # op that is no family. A model-wide gap of a family (a shape its tactics cannot build) names
+        # no contract, so it explains no other request of that family (and must not hide a class gap).
+        gap = next(
+            (f for f in self.table.fallbacks if f.covers(c.op, c.key) and (f.contract or fam is None)), None
+        )
+        documented = gap.reason if gap is not None else None
         if fam is None:
             why = f"op {c.op!r} is not a Netra op family ({', '.join(sorted(FAMILIES))})"
             if documented:

@@ -5,6 +5,7 @@
     q, s = nt.fp8_group_quant(y)                   # float8_e4m3fn [..., H], fp32 [..., H/128]
     q, s = nt.silu_mul_fp8_quant(gate_up)          # [..., 2I] -> [..., I], [..., I/128]
     ids, w = nt.moe_topk_softmax(router_logits, topk=8)
+    out = nt.fp8_moe(xq, xs, ids, w, w13, w13s, w2, w2s)  # routed FP8 experts at decode: bf16 [M, H]
     y, residual = nt.fused_add_rmsnorm(x, residual, w, eps=1e-6)             # residual add + norm
     q, s = nt.rmsnorm_fp8_group_quant(x, w, eps=1e-6)                        # norm + FP8 quant
     q, s, residual = nt.fused_add_rmsnorm_fp8_group_quant(x, residual, w, eps=1e-6)
@@ -43,6 +44,7 @@ from netra.torch.dispatch import (
 )
 from netra.torch.ops import (
     fp8_group_quant,
+    fp8_moe,
     fused_add_rmsnorm,
     fused_add_rmsnorm_,
     fused_add_rmsnorm_fp8_group_quant,
@@ -57,6 +59,7 @@ __all__ = [
     "StrictModeError",
     "fallback_reasons",
     "fp8_group_quant",
+    "fp8_moe",
     "fused_add_rmsnorm",
     "fused_add_rmsnorm_",
     "fused_add_rmsnorm_fp8_group_quant",

@@ -12,6 +12,11 @@ with the single output rounding the contracts name:
 * moe router: top-k of softmax(logits) selected on the logits, descending, equal logits (+0 and -0
   included) to the lower expert id, by a stable sort; weights = the softmax over the k selected.
 
+* the routed FP8 MoE: per (token, slot) h = silu(gate) * up of the slot's expert in fp32 from the
+  dequantized FP8 activations and weights (block scales applied in fp32), h quantized per 128 columns
+  as above, the down projection from h's dequantized codes, out = bf16 of the router-weighted sum over
+  the slots in slot order; a slot whose id names no expert contributes nothing. Computed for every
+  expert with masks, so no host synchronisation (it captures in CUDA graphs) and slow.
 * the residual add of the fused families: bf16(x + residual), one rounding (add). The fused families
   themselves have no composite of their own: their fallback is the chain of the unfused netra.torch
   implementations (netra.torch.dispatch), which is what their contract is defined as.
@@ -77,3 +82,38 @@ def moe_topk_softmax(logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, tor
     top, ids = top[..., :topk], ids[..., :topk]
     e = torch.exp(top - top[..., :1])
     return ids.to(torch.int32).contiguous(), (e / e.sum(dim=-1, keepdim=True)).contiguous()
+
+
+def _blocks(w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """FP8 weights [rows, cols] with f32 scales per 128 x 128 block, dequantized to fp32."""
+    r, c = w.shape
+    return (w.float().reshape(r // 128, 128, c // 128, 128) * s[:, None, :, None]).reshape(r, c)
+
+
+def fp8_moe(
+    xq: torch.Tensor,
+    xs: torch.Tensor,
+    ids: torch.Tensor,
+    weights: torch.Tensor,
+    w13: torch.Tensor,
+    w13s: torch.Tensor,
+    w2: torch.Tensor,
+    w2s: torch.Tensor,
+) -> torch.Tensor:
+    m, hidden = xq.shape
+    experts, inter, k = w13.shape[0], w2.shape[2], ids.shape[1]
+    x = (xq.float().reshape(m, hidden // 128, 128) * xs[..., None]).reshape(m, hidden)
+    ids = ids.long()
+    y = x.new_zeros(m, k, hidden)
+    for e in range(experts):
+        gu = x @ _blocks(w13[e], w13s[e]).t()
+        h = torch.nn.functional.silu(gu[:, :inter]) * gu[:, inter:]
+        q, s = _quantize(h, 128)
+        hd = (q.float().reshape(m, inter // 128, 128) * s[..., None]).reshape(m, inter)
+        ye = hd @ _blocks(w2[e], w2s[e]).t()
+        y = torch.where((ids == e)[..., None], ye[:, None, :], y)
+    valid = (ids >= 0) & (ids < experts)
+    acc = x.new_zeros(m, hidden)
+    for slot in range(k):
+        acc = acc + torch.where(valid[:, slot, None], weights[:, slot, None].float() * y[:, slot], 0.0)
+    return acc.to(torch.bfloat16)

@@ -14,8 +14,11 @@ from typing import Any, NamedTuple
 import torch
 
 from netra.core.expr import evaluate_tree, parse
-from netra.core.ops import FAMILIES, contract_key
+from netra.core.ops import CHAINS, FAMILIES, chain_family, contract_key
 from netra.errors import ContractError
+
+# Every operator's record: the families, and each chain seen as one (its call's inputs and outputs).
+RECORDS = {**FAMILIES, **{name: chain_family(name) for name in CHAINS}}
 
 
 class Shape(NamedTuple):
@@ -39,7 +42,7 @@ def _shape(op: str, params: dict[str, Any], width: int, first: torch.Tensor) -> 
 
 
 def _fail(op: str, what: str, fix: str) -> ContractError:
-    return ContractError(f"netra.torch.{op}: {what}", f"{fix} (see {FAMILIES[op].doc})")
+    return ContractError(f"netra.torch.{op}: {what}", f"{fix} (see {RECORDS[op].doc})")
 
 
 def _tensor(op: str, name: str, t: Any, form: str) -> torch.Tensor:
@@ -176,7 +179,7 @@ def moe_topk_softmax(logits: Any, topk: Any) -> Shape:
 
 # Derived from each family's record (netra/core/families/): the outputs' names in return order, the
 # (output, input) pairs that may be the same tensor (the fused adds write residual_out over residual).
-OUT_NAMES = {op: fam.out_names for op, fam in FAMILIES.items()}
+OUT_NAMES = {op: fam.out_names for op, fam in RECORDS.items()}
 ALIASES = {op: fam.aliases for op, fam in FAMILIES.items() if fam.aliases}
 TORCH_DTYPES = {
     "bf16": torch.bfloat16,

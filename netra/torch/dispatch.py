@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from netra import targets
-from netra.core.ops import FAMILIES
+from netra.core.ops import CHAINS, FAMILIES
 from netra.errors import (
     ContractError,
     CudaError,
@@ -73,6 +73,8 @@ __all__ = [  # the public functions of netra.torch that live in netra.torch.rout
 BF16 = torch.bfloat16
 ALIGN = 16  # the kernels read their inputs with 16-byte vector loads
 NAMES = {op: f.args for op, f in FAMILIES.items()}  # each family's kernel arguments, in the order passed
+# The chain stages launched with programmatic dependent launch (they wait for their producer in-kernel).
+OVERLAPS = {s: o for c in CHAINS.values() for s, o in zip(c.stages, c.overlaps_previous, strict=True) if o}
 _ALL_ROWS = sys.maxsize
 _LOADER = "cuda"  # the loader of the classes netra.torch serves: torch.cuda's devices, torch's CUDA streams
 _classes: dict[int, str] = {}
@@ -256,9 +258,15 @@ def _make_kernels(index: int, key: str, op: str, pol: str) -> Served | Route:
                 f"{key}: the current CUDA context is device {have}'s, not cuda:{index}'s",
                 "launch from a thread whose current device is the tensors' (torch.cuda.set_device)",
             )
+        overlap = OVERLAPS.get(op, False)
         for _, k in chosen:
             if k.artifact not in made:
-                made[k.artifact] = _guarded(index, cu.prepare(k, NAMES[op], stream, rebind))
+                launch = (
+                    cu.prepare(k, NAMES[op], stream, rebind, overlap)
+                    if overlap
+                    else cu.prepare(k, NAMES[op], stream, rebind)
+                )
+                made[k.artifact] = _guarded(index, launch)
     return Served(tuple(chosen), tuple(made[k.artifact] for _, k in chosen))
 
 
@@ -605,7 +613,9 @@ def kernel_for(contract: str, rows: int = 1, device: Any = None) -> Any:
 def prepare(device: Any = None, keys: list[str] | None = None) -> dict[str, str]:
     """Make every contract of the device's certified table (or `keys`) launchable now: catalog opened,
     kernels selected and their code objects verified, modules loaded. Returns contract -> the tactic
-    served ("r8"; with a row-count dispatch "w1 (rows <= 16), w8") or "fallback <code>: <reason>";
+    served ("r8"; with a row-count dispatch "w1 (rows <= 16), w8") or "fallback <code>: <reason>", and
+    for the routed MoE's first stage also the chain (`fp8_moe(...)`: both stages, and the current
+    stream's zeroed workspace made, so that a CUDA graph captured next finds it);
     "*" stands for every contract where the host itself is the reason (no CUDA device, a ROCm torch,
     no certified table for the class). Never raises for the host: run it at startup (to fail on an
     altered install before taking traffic) and before capturing CUDA graphs."""
@@ -640,4 +650,16 @@ def prepare(device: Any = None, keys: list[str] | None = None) -> dict[str, str]
             out[c.key] = ", ".join(
                 kern.tactic if top == _ALL_ROWS else f"{kern.tactic} (rows <= {top})" for top, kern in k.rules
             )
+    # a chain (the routed MoE) whose first stage was asked for: its stages and its stream's workspace,
+    # made now so that a CUDA graph captured next finds them (the zeroing is not captured)
+    for c in contracts_:
+        for first, make in CHAIN_PREPARERS.items():
+            if c.op == first:
+                key, said = make(index, dict(c.params))
+                out[key] = said
     return out
+
+
+# A chain's operator module registers how it is made ready (netra.torch.moe), keyed by its first stage:
+# prepare() calls it without importing it.
+CHAIN_PREPARERS: dict[str, Callable[[int, dict[str, int]], tuple[str, str]]] = {}

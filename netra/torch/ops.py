@@ -33,8 +33,8 @@ from typing import Any
 
 import torch
 
-from netra.core.ops import FAMILIES, OpFamily
-from netra.torch import contracts, dispatch, fused, signatures
+from netra.core.ops import FAMILIES, STAGES, OpFamily
+from netra.torch import contracts, dispatch, fused, moe, signatures
 
 _Pair = tuple[torch.Tensor, torch.Tensor]
 _lib = torch.library.Library("netra", "DEF")
@@ -112,7 +112,35 @@ def _define(fam: OpFamily) -> None:
 
 
 for _fam in FAMILIES.values():
-    _define(_fam)
+    if _fam.name not in STAGES:  # a chain's stage is served as its chain (netra/core/families/fp8_moe.py)
+        _define(_fam)
+
+
+def _define_moe() -> None:
+    """The routed MoE chain's operators (netra.torch.moe), their schemas derived from the chain's view
+    of its stages' records (netra.core.ops.chain_family)."""
+    fam = moe.VIEW
+
+    def out_impl(out: torch.Tensor, *args: Any) -> None:
+        xq, xs, ids, weights, w13, w13s, w2, w2s = args
+        moe.fp8_moe(xq, xs, ids, weights, w13, w13s, w2, w2s, out=out)
+
+    def fake(*args: Any) -> torch.Tensor:
+        s = moe.check(*args)
+        return args[0].new_empty((s.tokens, s.params["hidden"]), dtype=torch.bfloat16)
+
+    def fake_out(out: torch.Tensor, *args: Any) -> None:
+        moe.check(*args)
+
+    impls = {fam.name: moe.fp8_moe, f"{fam.name}_out": out_impl}
+    fakes = {fam.name: fake, f"{fam.name}_out": fake_out}
+    for name, schema in signatures.all_schemas(fam).items():
+        _lib.define(schema, tags=_TAGS)
+        _lib.impl(name, impls[name], "CompositeExplicitAutograd")
+        _register_fake(f"netra::{name}", fakes[name], lib=_lib)
+
+
+_define_moe()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -134,6 +162,8 @@ _rmsnorm_out_op = torch.ops.netra.rmsnorm_out.default
 _fp8_group_quant_out_op = torch.ops.netra.fp8_group_quant_out.default
 _silu_mul_fp8_quant_out_op = torch.ops.netra.silu_mul_fp8_quant_out.default
 _moe_topk_softmax_out_op = torch.ops.netra.moe_topk_softmax_out.default
+_fp8_moe_op = torch.ops.netra.fp8_moe.default
+_fp8_moe_out_op = torch.ops.netra.fp8_moe_out.default
 
 _rmsnorm = dispatch.rmsnorm
 _fp8_group_quant = dispatch.fp8_group_quant
@@ -243,6 +273,33 @@ def moe_topk_softmax(logits: torch.Tensor, topk: int, *, out: _Pair | None = Non
     return _call_out(
         _moe_topk_softmax_out_op, "moe_topk_softmax", contracts.moe_topk_softmax, logits, topk, out
     )
+
+
+def fp8_moe(
+    xq: torch.Tensor,
+    xs: torch.Tensor,
+    ids: torch.Tensor,
+    weights: torch.Tensor,
+    w13: torch.Tensor,
+    w13s: torch.Tensor,
+    w2: torch.Tensor,
+    w2s: torch.Tensor,
+    *,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The routed FP8 MoE at decode: for each token the router-weighted sum over its k experts of
+    down(quant(silu(gate) * up)), block-scaled FP8 throughout, bf16 [tokens, hidden]. xq, xs as
+    fused_add_rmsnorm_fp8_group_quant writes them; ids, weights as moe_topk_softmax does; w13 [E, 2I, H],
+    w2 [E, H, I] and their 128 x 128 block scales as the checkpoint ships them. docs/ops/fp8_moe.md."""
+    args = (xq, xs, ids, weights, w13, w13s, w2, w2s)
+    if _eager() and all(type(t) is _Tensor for t in args) and (out is None or type(out) is _Tensor):
+        return moe.fp8_moe(*args, out=out)
+    if not all(isinstance(t, _Tensor) for t in args):
+        moe.check(*args)  # the one-line ContractError, not the dispatcher's
+    if out is None:
+        return _fp8_moe_op(*args)
+    _fp8_moe_out_op(out, *args)
+    return out
 
 
 def _plain(out: Any) -> bool:

@@ -186,8 +186,12 @@ _KERNARG_ARG = s.Table(
     name="kernarg_arg",
 )
 _AXIS = s.OneOf(
-    (s.Int(min=1, max=1 << 31), s.Table({"rows_per_block": s.Int(min=1, max=1 << 16)})),
-    'a positive integer or {"rows_per_block": n}',
+    (
+        s.Int(min=1, max=1 << 31),
+        s.Table({"rows_per_block": s.Int(min=1, max=1 << 16)}),
+        s.Table({"rows": s.Str(max_len=200)}),
+    ),
+    'a positive integer, {"rows_per_block": n} or {"rows": "<expression of rows>"}',
 )
 _STATIC = s.Table(
     {
@@ -239,9 +243,12 @@ def _candidate(form: str) -> s.Table:
                     "block": s.req(s.ListOf(s.Int(min=1, max=1024), min_len=3, max_len=3),
                                    "`[x, y, z]` threads per block"),
                     "grid": s.req(s.ListOf(_AXIS, min_len=3, max_len=3),
-                                  'three axes, each a positive integer or `{"rows_per_block": n}` meaning '
-                                  "`ceil(rows / n)`, where `rows` is the flattened token dimension of the "
-                                  "call; `rows = 0` gives a zero-size grid (nothing to launch)"),
+                                  'three axes, each a positive integer, `{"rows_per_block": n}` meaning '
+                                  '`ceil(rows / n)` (axis 0 only), or `{"rows": "<expression>"}`, an '
+                                  "expression of `rows` alone (netra/core/expr.py): the family record's grid "
+                                  "with the contract bound, e.g. `min(128, rows * 8)` over a routed MoE's "
+                                  "experts hit. `rows` is the call's dispatch value (the flattened token "
+                                  "dimension; a routed MoE's tokens); `rows = 0` gives a zero-size grid"),
                     "dynamic_lds_bytes": s.req(s.Int(min=0, max=1 << 20),
                                                "dynamic LDS / shared memory to request at launch (0 for "
                                                "today's kernels)"),

@@ -44,18 +44,29 @@ HINT = "regenerate the table with `netra lock` (hardware evidence comes from `ne
 
 @dataclass(frozen=True)
 class Launch:
-    """Launch geometry: a fixed block, and a grid whose axes are constants or ceil(rows / rows_per_block)."""
+    """Launch geometry: a fixed block, and a grid whose axes are constants, ceil(rows / rows_per_block),
+    or an expression of rows (netra.core.expr: "min(128, rows * 8)" for a routed MoE's hit experts)."""
 
     block: tuple[int, int, int]
-    grid_axes: tuple[int | tuple[str, int], ...]  # each: a constant, or ("rows", rows_per_block)
+    # each: a constant, ("rows", rows_per_block), or ("expr", an expression of rows)
+    grid_axes: tuple[int | tuple[str, int] | tuple[str, str], ...]
     dynamic_lds_bytes: int
 
     def grid(self, rows: int) -> tuple[int, int, int]:
         """Blocks per axis for `rows` rows (the token dimension). Zero rows give a zero-size grid."""
         if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
             raise ValueError(f"rows must be a non-negative integer, got {rows!r}")
-        out = [a if isinstance(a, int) else -(-rows // a[1]) for a in self.grid_axes]
-        if rows == 0:
+        from netra.core import expr
+
+        out = [
+            a
+            if isinstance(a, int)
+            else -(-rows // a[1])
+            if isinstance(a[1], int)
+            else expr.evaluate(a[1], {"rows": rows})
+            for a in self.grid_axes
+        ]
+        if rows == 0 and 0 not in out:  # zero rows: nothing to launch, whatever the axes say
             out[0] = 0
         return (out[0], out[1], out[2])
 
@@ -63,7 +74,10 @@ class Launch:
     def expressions(self) -> tuple[str, ...]:
         """The grid in the terms of the family's launch model (netra.core.launch): each axis a constant
         or cdiv(<runtime value>, <per block>). The table's JSON keeps its format; this is its reading."""
-        return tuple(str(a) if isinstance(a, int) else f"cdiv({a[0]}, {a[1]})" for a in self.grid_axes)
+        return tuple(
+            str(a) if isinstance(a, int) else f"cdiv({a[0]}, {a[1]})" if isinstance(a[1], int) else a[1]
+            for a in self.grid_axes
+        )
 
     def grid_for(self, values: Mapping[str, int]) -> tuple[int, int, int]:
         """Blocks per axis for the named runtime values (what grid(rows) is for {"rows": rows})."""
@@ -78,7 +92,16 @@ class Launch:
 
     @property
     def rows_per_block(self) -> int:
-        return next((a[1] for a in self.grid_axes if not isinstance(a, int)), 0)
+        return next((a[1] for a in self.grid_axes if not isinstance(a, int) and isinstance(a[1], int)), 0)
+
+    @property
+    def per_block(self) -> bool:
+        """Whether the grid is the row-wise one, (cdiv(rows, rows_per_block), constant, constant)."""
+        return (
+            not isinstance(self.grid_axes[0], int)
+            and isinstance(self.grid_axes[0][1], int)
+            and all(isinstance(a, int) for a in self.grid_axes[1:])
+        )
 
 
 @dataclass(frozen=True)

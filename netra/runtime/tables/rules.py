@@ -197,11 +197,23 @@ def _candidate(
         p.add(at, "'verified' in a hardware-certified class is a candidate that passed on the device but "
                   "whose memory-checker evidence is skipped or unavailable; this one has no hardware evidence")  # fmt: skip
     launch = raw["launch"]
-    axes: list[int | tuple[str, int]] = []
+    axes: list[int | tuple[str, int] | tuple[str, str]] = []
     for a in launch["grid"]:
-        axes.append(a if isinstance(a, int) else ("rows", a["rows_per_block"]))
-    if sum(1 for a in axes if not isinstance(a, int)) != 1 or isinstance(axes[0], int):
-        p.add(f"{at}.launch.grid", 'axis 0 must be {"rows_per_block": n} and the others constants')
+        if isinstance(a, int):
+            axes.append(a)
+        elif "rows_per_block" in a:
+            axes.append(("rows", a["rows_per_block"]))
+        else:
+            axes.append(("expr", a["rows"]))
+            problem = _rows_expression(a["rows"])
+            if problem:
+                p.add(f"{at}.launch.grid", problem)
+    per_block = [i for i, a in enumerate(axes) if isinstance(a, tuple) and a[0] == "rows"]
+    if not any(isinstance(a, tuple) for a in axes) or per_block not in ([], [0]):
+        p.add(
+            f"{at}.launch.grid",
+            'some axis must depend on rows: {"rows_per_block": n} (axis 0 only) or {"rows": "<expression>"}',
+        )
     kernarg = _kernarg_layout(raw["kernarg"], f"{at}.kernarg", p, seen)
     if len(p.items) != before or kernarg is None:
         return None
@@ -325,3 +337,19 @@ def _check_dispatch(dispatch: tuple[Dispatch, ...], cands: list[Candidate], at: 
             last = d.max_rows
     if dispatch[-1].max_rows is not None:
         p.add(f"{at}.dispatch", "the last rule must have max_rows null (every larger row count)")
+
+
+def _rows_expression(text: str) -> str | None:
+    """Why a grid axis's expression is not one of rows alone (netra.core.expr), or None."""
+    from netra.core import expr
+    from netra.errors import LaunchError
+
+    try:
+        names = expr.names(text)
+    except LaunchError as e:
+        return e.message
+    return (
+        None
+        if names <= {"rows"}
+        else f"the expression {text!r} may name rows only, not {sorted(names - {'rows'})}"
+    )

@@ -17,10 +17,14 @@ from netra.runtime.tables.model import SCHEMA, Candidate, Dispatch, Entry, Launc
 
 
 def launch_json(launch: Launch) -> dict[str, Any]:
-    """A candidate's launch as the format writes it (each grid axis a constant or {"rows_per_block": n})."""
+    """A candidate's launch as the format writes it (each grid axis a constant, {"rows_per_block": n} or
+    {"rows": "<expression>"})."""
     return {
         "block": list(launch.block),
-        "grid": [a if isinstance(a, int) else {"rows_per_block": a[1]} for a in launch.grid_axes],
+        "grid": [
+            a if isinstance(a, int) else {"rows_per_block": a[1]} if isinstance(a[1], int) else {"rows": a[1]}
+            for a in launch.grid_axes
+        ],
         "dynamic_lds_bytes": launch.dynamic_lds_bytes,
     }
 

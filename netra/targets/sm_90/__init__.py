@@ -12,6 +12,7 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from netra.core.ops import FAMILIES
 from netra.core.schema import Field, Int
 from netra.targets.nvidia import NVIDIA
 
@@ -70,18 +71,22 @@ class Sm90:
         return NVIDIA.cubin_driver_need(toolchain.version)
 
     def rows_per_block(self, template: Template, tactic: Tactic) -> int:
-        assert tactic.rows_per_block is not None  # tactic_problem requires it
-        return tactic.rows_per_block
+        """The tactic's rows per block; 0 for a family whose grid does not read it (a routed MoE's)."""
+        return tactic.rows_per_block or 0
 
     def tactic_problem(self, template: Template, tactic: Tactic) -> str | None:
         if tactic.block % WARP or not WARP <= tactic.block <= 1024:
             return f"block {tactic.block} must be a multiple of {WARP} in [{WARP}, 1024]"
-        if tactic.rows_per_block is None:
+        per_block = "rows_per_block" in FAMILIES[template.op].launch.names()
+        if tactic.rows_per_block is None and per_block:
             return f"rows_per_block is required on {self.name} (the host launches ceil(rows / rows_per_block) blocks)"
+        if tactic.rows_per_block is not None and not per_block:
+            return f"rows_per_block does not apply to {template.op}, whose grid does not read it: remove it"
         return None
 
     def tactic_defines(self, tactic: Tactic) -> dict[str, int]:
-        assert tactic.rows_per_block is not None
+        if tactic.rows_per_block is None:  # a family whose grid is its record's (tactic_problem says so)
+            return dict(tactic.constants)
         return {
             "NETRA_ROWS_PER_BLOCK": tactic.rows_per_block,
             "NETRA_GRID_Y": tactic.grid_y,

@@ -1,0 +1,159 @@
+// netra template fp8_moe_down (sm_90 / Hopper, CUDA C++ compiled ahead of time to a cubin): the second
+// stage of the routed FP8 MoE at decode (docs/ops/fp8_moe.md; the first is fp8_moe_gate_up.cu).
+//
+//   for each pair p = t * TOPK + s with e = ids[t, s]:
+//     y[p, n] = sum_b  w2s[e, n/128, b] * hs[p, b] * sum_{k in block b} w2[e, n, k] * hq[p, k]
+//   out[t, n] = bf16_rn( fma(weights[t, TOPK-1], y[t*TOPK+TOPK-1, n], ... fma(weights[t, 0], y[t*TOPK, n], 0)) )
+//   (the slots summed in slot order, fp32 fma, one rounding to bf16). A slot whose id is outside
+//   [0, EXPERTS) (an expert another rank holds, as expert parallelism marks it with -1) contributes
+//   nothing; a token none of whose slots names an expert gets zeros.
+//   hq: E4M3FN [tokens*TOPK, INTER], hs: f32 [tokens*TOPK, INTER/128]; ids: i32 and weights: f32
+//   [tokens, TOPK]; w2: E4M3FN [EXPERTS, HIDDEN, INTER], w2s: f32 [EXPERTS, HIDDEN/128, INTER/128];
+//   out: bf16 [tokens, HIDDEN]. Workspaces: y32 f32 [tokens*TOPK, HIDDEN], counts u32 [tokens,
+//   HIDDEN/32] (zero when the chain first runs; back to zero when the kernel ends).
+//
+// Kernel arguments (in order, 76 bytes): out bf16*, hq u8*, hs f32*, ids i32*, weights f32*, w2 u8*,
+// w2s f32*, y32 f32*, counts u32*, tokens u32. Contract constants: EXPERTS, TOPK, HIDDEN, INTER.
+// Tactic constants: MIN_BLOCKS, MAX_TOKENS (as fp8_moe_gate_up.cu). Grid: (HIDDEN/32, min(EXPERTS,
+// tokens*TOPK)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split INTER).
+//
+// Mapping: CTA (x, y) computes output columns 32x .. 32x+31 of the y-th hit expert for all its pairs
+// (two 16-row tiles, include/netra_moe_sm90.cuh), warp partials added in warp order, each pair's row
+// to y32. One counter per (token, 32-column tile): the CTA whose pair arrives last (the TOPK-th) sums
+// the token's slots in slot order from y32 and writes bf16, and resets the counter. No atomics on the
+// output. The weights and scales are loaded before griddepcontrol.wait, so under programmatic
+// dependent launch they stream while the gate/up stage finishes; hq and hs are read after it.
+//
+// Numerics (u = 2^-24): the dot products as fp8_moe_gate_up.cu (products exact, tensor-core sums per
+// 32, RN(w_scale * h_scale) per 128-block, one fma per block, blocks in k order, warps in order); the
+// slot sum: TOPK fp32 fmas in slot order, then cvt.rn.bf16 (half a bf16 ulp). docs/ops/fp8_moe.md
+// derives the bound conformance judges with, against the float64 reference fed with these hq, hs.
+//
+// Bytes: each hit expert's HIDDEN*INTER weight bytes and scales once; hq, hs, ids, weights (L2);
+// out 2*HIDDEN per token. No dynamic shared memory, no local memory.
+
+#include "include/netra_moe_sm90.cuh"
+#include "include/netra_sm90.cuh"
+
+#if !defined(NETRA_SYMBOL) || !defined(NETRA_BLOCK)
+#error "fp8_moe_down: the instantiation must define NETRA_SYMBOL and NETRA_BLOCK"
+#endif
+#if !defined(EXPERTS) || !defined(TOPK) || !defined(HIDDEN) || !defined(INTER)
+#error "fp8_moe_down: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
+#endif
+#if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE)
+#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS and K_SLICE must be defined"
+#endif
+
+namespace fp8_moe_down_sm90 {
+constexpr int kE = EXPERTS, kK = TOPK, kH = HIDDEN, kI = INTER;
+constexpr int kWarps = NETRA_BLOCK / 32;
+constexpr int kKW = kI / kWarps;            // bytes of k (INTER) per warp
+constexpr int kKS = kKW < K_SLICE ? kKW : K_SLICE;  // bytes of k held in registers at once
+constexpr int kMaxPairs = MAX_TOKENS * kK;
+static_assert(kE >= 1 && kE <= 1024, "fp8_moe_down: EXPERTS must be in [1, 1024]");
+static_assert(kK >= 1 && kK <= 32 && kK <= kE, "fp8_moe_down: TOPK must be in [1, min(32, EXPERTS)]");
+static_assert(kH % 128 == 0 && kI % 128 == 0 && kH <= 16384 && kI <= 16384,
+              "fp8_moe_down: HIDDEN and INTER must be multiples of 128, at most 16384");
+static_assert(NETRA_BLOCK % 32 == 0 && NETRA_BLOCK >= 32 && NETRA_BLOCK <= 1024,
+              "fp8_moe_down: NETRA_BLOCK must be a multiple of 32 in [32, 1024]");
+static_assert(kI % (kWarps * 128) == 0, "fp8_moe_down: INTER must split into whole 128-byte blocks per warp");
+static_assert(kKW % kKS == 0, "fp8_moe_down: a warp's k range must split into sub-slices of K_SLICE bytes");
+static_assert(K_SLICE == 128 || K_SLICE == 256 || K_SLICE == 512, "fp8_moe_down: K_SLICE must be 128, 256 or 512");
+static_assert(MAX_TOKENS >= 1 && MAX_TOKENS <= 256, "fp8_moe_down: MAX_TOKENS must be in [1, 256]");
+static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 8, "fp8_moe_down: MIN_BLOCKS must be in [1, 8]");
+
+__device__ __forceinline__ bool valid(int e) { return e >= 0 && e < kE; }
+}  // namespace fp8_moe_down_sm90
+
+extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
+    NETRA_SYMBOL(__nv_bfloat16* __restrict__ out, const uint8_t* __restrict__ hq, const float* __restrict__ hs,
+                 const int* __restrict__ ids, const float* __restrict__ weights, const uint8_t* __restrict__ w2,
+                 const float* __restrict__ w2s, float* __restrict__ y32, uint32_t* __restrict__ counts,
+                 uint32_t tokens) {
+  using namespace fp8_moe_down_sm90;
+  __shared__ int list[kMaxPairs];
+  __shared__ float red[kWarps][32][8];
+  __shared__ int last[kMaxPairs];
+  if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit); no write past list
+  const netra_moe::Route r = netra_moe::route<kE, kMaxPairs>(ids, (int)tokens * kK, list);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int n0 = blockIdx.x * 32;  // output columns n0 .. n0 + 31: one 128-row scale block
+  if (blockIdx.y == 0) {  // a token none of whose ids names an expert here: no pair arrives; write 0
+    for (int t = warp; t < (int)tokens; t += kWarps) {
+      bool any = false;
+      for (int s = 0; s < kK; ++s) any |= valid(ids[t * kK + s]);
+      if (!any) out[(size_t)t * kH + n0 + lane] = __float2bfloat16_rn(0.f);
+    }
+  }
+  if (r.expert < 0) return;
+  const uint8_t* we = w2 + (size_t)r.expert * kH * kI;
+  const float* se = w2s + (size_t)r.expert * (kH / 128) * (kI / 128) + (n0 / 128) * (kI / 128);
+  const int chunks = (r.n + 7) / 8;
+  // The first sub-slice's weights and scales do not depend on the gate/up stage: load them, then wait.
+  uint4 wa[kKS / 128][2][2], wb[kKS / 128][2][2];
+  float sa[kKS / 128];
+  netra_moe::load_rows<kKS, kI>(wa, we + (size_t)n0 * kI, warp * kKW);
+  netra_moe::load_rows<kKS, kI>(wb, we + (size_t)(n0 + 16) * kI, warp * kKW);
+#pragma unroll
+  for (int kb = 0; kb < kKS / 128; ++kb) sa[kb] = se[(warp * kKW >> 7) + kb];
+  netra_moe::wait_previous();
+  for (int ch = 0; ch < chunks; ++ch) {
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+    for (int sub = 0; sub < kKW / kKS; ++sub) {
+      const int k0 = warp * kKW + sub * kKS;
+      if ((ch > 0 && kKW != kKS) || sub > 0) {  // one sub-slice: its weights stay for every chunk
+        netra_moe::load_rows<kKS, kI>(wa, we + (size_t)n0 * kI, k0);
+        netra_moe::load_rows<kKS, kI>(wb, we + (size_t)(n0 + 16) * kI, k0);
+#pragma unroll
+        for (int kb = 0; kb < kKS / 128; ++kb) sa[kb] = se[(k0 >> 7) + kb];
+      }
+      netra_moe::warp_tile<kKS, kI, 1>(wa, wb, hq, hs, list, r.n, ch, k0, sa, sa, acc);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) red[warp][lane][j] = acc[j];
+    __syncthreads();
+    if (warp == 0) {
+      float t[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) t[j] = red[0][lane][j];
+      for (int w = 1; w < kWarps; ++w) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) t[j] = __fadd_rn(t[j], red[w][lane][j]);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int row = g + 8 * ((j >> 1) & 1) + 16 * (j >> 2), i = ch * 8 + 2 * c + (j & 1);
+        if (i < r.n) y32[(size_t)list[i] * kH + n0 + row] = t[j];
+      }
+    }
+    __syncthreads();
+  }
+  __threadfence();
+  __syncthreads();
+  // One counter per (token, 32-column tile): the pair that arrives TOPK-th sums the token's slots.
+  constexpr int kTiles = kH / 32;
+  for (int i = threadIdx.x; i < r.n; i += blockDim.x) {
+    const int t = list[i] / kK;
+    uint32_t arriving = 0;  // the token's pairs that name an expert: each arrives once per tile
+    for (int s = 0; s < kK; ++s) arriving += valid(ids[t * kK + s]);
+    const uint32_t old = atomicAdd(&counts[t * kTiles + blockIdx.x], 1u);
+    const bool l = old == arriving - 1;
+    if (l) counts[t * kTiles + blockIdx.x] = 0u;  // ready for the next call
+    last[i] = l;
+  }
+  __syncthreads();
+  __threadfence();
+  for (int i = warp; i < r.n; i += kWarps) {
+    if (!last[i]) continue;
+    const int t = list[i] / kK;
+    float acc = 0.f;
+#pragma unroll
+    for (int s = 0; s < kK; ++s) {
+      if (valid(ids[t * kK + s]))  // a slot naming no expert here contributes nothing
+        acc = __fmaf_rn(__ldcg(weights + t * kK + s), __ldcg(y32 + ((size_t)t * kK + s) * kH + n0 + lane), acc);
+    }
+    out[(size_t)t * kH + n0 + lane] = __float2bfloat16_rn(acc);
+  }
+}

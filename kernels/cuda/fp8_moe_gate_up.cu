@@ -1,0 +1,162 @@
+// netra template fp8_moe_gate_up (sm_90 / Hopper, CUDA C++ compiled ahead of time to a cubin): the
+// first stage of the routed FP8 MoE at decode (docs/ops/fp8_moe.md; the second is fp8_moe_down.cu).
+//
+//   for each pair p = t * TOPK + s with e = ids[t, s]:
+//     gate[j] = sum_b  w13s[e, j/128, b] * xs[t, b] * sum_{k in block b} w13[e, j, k] * xq[t, k]
+//     up[j]   = the same over rows INTER + j
+//     h[p, j] = silu(gate[j]) * up[j]  (fp32, silu_mul_fp8_quant's instruction sequence)
+//     hq[p, :], hs[p, :] = h[p, :] quantized per 128 columns exactly as fp8_group_quant
+//   xq: E4M3FN [tokens, HIDDEN], xs: f32 [tokens, HIDDEN/128]; ids: i32 [tokens, TOPK];
+//   A pair whose id is outside [0, EXPERTS) is skipped (its hq, hs are not written; fp8_moe_down skips it).
+//   w13: E4M3FN [EXPERTS, 2*INTER, HIDDEN] (gate rows, then up rows), w13s: f32 [EXPERTS, 2*INTER/128,
+//   HIDDEN/128]; hq: E4M3FN [tokens*TOPK, INTER], hs: f32 [tokens*TOPK, INTER/128].
+//   Workspaces: h32 f32 [tokens*TOPK, INTER] (h before quantization), counts u32 [EXPERTS, INTER/128]
+//   (zero when the chain first runs; every counter is back to zero when the kernel ends).
+//
+// Kernel arguments (in order, 76 bytes): hq u8*, hs f32*, xq u8*, xs f32*, ids i32*, w13 u8*, w13s f32*,
+// h32 f32*, counts u32*, tokens u32. Contract constants: EXPERTS, TOPK, HIDDEN, INTER (multiples of
+// 128). Tactic constants: MIN_BLOCKS (resident CTAs per SM the register budget is cut for) and
+// MAX_TOKENS (the most tokens a launch may carry: the pair list lives in shared memory). Grid:
+// (INTER/16, min(EXPERTS, tokens*TOPK)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split HIDDEN).
+//
+// Mapping: CTA (x, y) computes gate rows 16x .. 16x+15 and the matching up rows of the y-th hit expert
+// (include/netra_moe_sm90.cuh: routing, tile) for all of its pairs, 8 pairs per chunk; warp w covers
+// bytes [w*KW, (w+1)*KW) of k, KW = HIDDEN / warps, in register-held sub-slices of at most 256 bytes.
+// Warp partial sums meet in shared memory and are added in warp order (deterministic). The last of
+// the 8 CTAs of a 128-column group (a counter per expert and group; that CTA resets it) quantizes the
+// group for every pair of the expert from h32.
+//
+// Numerics (u = 2^-24): each product of two E4M3FN values is exact in fp32; the tensor core sums the
+// 32 products of an instruction and the accumulator (its internal order and rounding are not
+// specified by PTX); per 128-byte block that sum times RN(w_scale * x_scale) is added with one fma,
+// blocks in ascending k order within a warp, warps in order. h = silu(gate) * up: t = RN(g * RN(-log2
+// e)), ex2.approx, RN(1 + e), rcp.approx, two RN multiplies (silu_mul_fp8_quant.cu's header: within
+// about (|g| + 10) u of silu(g) * up for the fp32 g it is given). Quantization: fp8_group_quant.cu's
+// sequence (scale RN(max(amax, 1e-10) / 448), quotient within 1 ulp, clamp, cvt.rn.satfinite.e4m3x2).
+// So an FP8 code differs from the reference's quantization of the exact h only where h / s lies
+// within the dot products' accumulation error (propagated through silu * up) of a rounding midpoint,
+// and then by one step: docs/ops/fp8_moe.md derives the bound conformance judges with.
+//
+// Bytes: each hit expert's 2*INTER*HIDDEN weight bytes and scales once; xq, xs and ids per CTA (L2).
+// No atomics on an output; no dynamic shared memory, no local memory.
+
+#include "include/netra_moe_sm90.cuh"
+#include "include/netra_sm90.cuh"
+
+#if !defined(NETRA_SYMBOL) || !defined(NETRA_BLOCK)
+#error "fp8_moe_gate_up: the instantiation must define NETRA_SYMBOL and NETRA_BLOCK"
+#endif
+#if !defined(EXPERTS) || !defined(TOPK) || !defined(HIDDEN) || !defined(INTER)
+#error "fp8_moe_gate_up: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
+#endif
+#if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE)
+#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS and K_SLICE must be defined"
+#endif
+
+namespace fp8_moe_gate_up_sm90 {
+constexpr int kE = EXPERTS, kK = TOPK, kH = HIDDEN, kI = INTER;
+constexpr int kWarps = NETRA_BLOCK / 32;
+constexpr int kKW = kH / kWarps;            // bytes of k per warp
+constexpr int kKS = kKW < K_SLICE ? kKW : K_SLICE;  // bytes of k held in registers at once
+constexpr int kMaxPairs = MAX_TOKENS * kK;
+static_assert(kE >= 1 && kE <= 1024, "fp8_moe_gate_up: EXPERTS must be in [1, 1024]");
+static_assert(kK >= 1 && kK <= 32 && kK <= kE, "fp8_moe_gate_up: TOPK must be in [1, min(32, EXPERTS)]");
+static_assert(kH % 128 == 0 && kI % 128 == 0 && kH <= 16384 && kI <= 16384,
+              "fp8_moe_gate_up: HIDDEN and INTER must be multiples of 128, at most 16384");
+static_assert(NETRA_BLOCK % 32 == 0 && NETRA_BLOCK >= 64 && NETRA_BLOCK <= 1024,
+              "fp8_moe_gate_up: NETRA_BLOCK must be a multiple of 32 in [64, 1024]");
+static_assert(kH % (kWarps * 128) == 0, "fp8_moe_gate_up: HIDDEN must split into whole 128-byte blocks per warp");
+static_assert(kKW % kKS == 0, "fp8_moe_gate_up: a warp's k range must split into sub-slices of K_SLICE bytes");
+static_assert(K_SLICE == 128 || K_SLICE == 256 || K_SLICE == 512, "fp8_moe_gate_up: K_SLICE must be 128, 256 or 512");
+static_assert(MAX_TOKENS >= 1 && MAX_TOKENS <= 256, "fp8_moe_gate_up: MAX_TOKENS must be in [1, 256]");
+static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 4, "fp8_moe_gate_up: MIN_BLOCKS must be in [1, 4]");
+
+__device__ __forceinline__ float silu_mul(float g, float u) {
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(__fmul_rn(g, -0x1.715476p0f)));
+  return __fmul_rn(__fmul_rn(g, netra::rcp_approx(__fadd_rn(e, 1.0f))), u);
+}
+}  // namespace fp8_moe_gate_up_sm90
+
+extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
+    NETRA_SYMBOL(uint8_t* __restrict__ hq, float* __restrict__ hs, const uint8_t* __restrict__ xq,
+                 const float* __restrict__ xs, const int* __restrict__ ids, const uint8_t* __restrict__ w13,
+                 const float* __restrict__ w13s, float* __restrict__ h32, uint32_t* __restrict__ counts,
+                 uint32_t tokens) {
+  using namespace fp8_moe_gate_up_sm90;
+  __shared__ int list[kMaxPairs];
+  __shared__ float red[kWarps][32][8];
+  __shared__ bool last;
+  netra_moe::launch_dependents();  // the down stage may start routing and loading its weights now
+  if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit); no write past list
+  const netra_moe::Route r = netra_moe::route<kE, kMaxPairs>(ids, (int)tokens * kK, list);
+  if (r.expert < 0) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int n0 = blockIdx.x * 16;  // h columns n0 .. n0 + 15
+  const uint8_t* we = w13 + (size_t)r.expert * 2 * kI * kH;
+  const float* se = w13s + (size_t)r.expert * (2 * kI / 128) * (kH / 128);
+  const int chunks = (r.n + 7) / 8;
+  uint4 wg[kKS / 128][2][2], wu[kKS / 128][2][2];
+  float sg[kKS / 128], su[kKS / 128];
+  for (int ch = 0; ch < chunks; ++ch) {
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+    for (int sub = 0; sub < kKW / kKS; ++sub) {
+      const int k0 = warp * kKW + sub * kKS;
+      if (ch == 0 || kKW != kKS) {  // one sub-slice: its weights stay in registers for every chunk
+        netra_moe::load_rows<kKS, kH>(wg, we + (size_t)n0 * kH, k0);
+        netra_moe::load_rows<kKS, kH>(wu, we + (size_t)(kI + n0) * kH, k0);
+#pragma unroll
+        for (int kb = 0; kb < kKS / 128; ++kb) {
+          sg[kb] = se[(n0 / 128) * (kH / 128) + (k0 >> 7) + kb];
+          su[kb] = se[((kI + n0) / 128) * (kH / 128) + (k0 >> 7) + kb];
+        }
+      }
+      netra_moe::warp_tile<kKS, kH, kK>(wg, wu, xq, xs, list, r.n, ch, k0, sg, su, acc);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) red[warp][lane][j] = acc[j];
+    __syncthreads();
+    if (warp == 0) {
+      float t[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) t[j] = red[0][lane][j];
+      for (int w = 1; w < kWarps; ++w) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) t[j] = __fadd_rn(t[j], red[w][lane][j]);
+      }
+      // t[0..3]: gate rows g, g + 8 for pairs 2c, 2c + 1 of the chunk; t[4..7]: the same up rows
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int row = g + 8 * (j >> 1), i = ch * 8 + 2 * c + (j & 1);
+        if (i < r.n) h32[(size_t)list[i] * kI + n0 + row] = silu_mul(t[j], t[4 + j]);
+      }
+    }
+    __syncthreads();
+  }
+  // The last of the 8 CTAs of this 128-column group quantizes it for every pair of the expert.
+  __threadfence();
+  __syncthreads();
+  const int grp = n0 / 128;
+  if (threadIdx.x == 0) {
+    const uint32_t old = atomicAdd(&counts[r.expert * (kI / 128) + grp], 1u);
+    last = old == 128 / 16 - 1;
+    if (last) counts[r.expert * (kI / 128) + grp] = 0u;  // ready for the next call
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int i = warp; i < r.n; i += kWarps) {
+    const size_t p = list[i];
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(h32 + p * kI + grp * 128) + lane);
+    float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int o = 16; o; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    const float s = netra::fp8_scale(a), rs = netra::rcp_newton(s);
+    float q[4] = {v.x, v.y, v.z, v.w};
+    netra::fp8_scale_clamp<4>(q, s, rs);
+    reinterpret_cast<uint32_t*>(hq + p * kI + grp * 128)[lane] =
+        netra::pack_e4m3x2_rn(q[0], q[1]) | (netra::pack_e4m3x2_rn(q[2], q[3]) << 16);
+    if (lane == 0) hs[p * (kI / 128) + grp] = s;
+  }
+}

@@ -1,0 +1,179 @@
+// netra sm_90: what the two stages of the routed FP8 MoE share (fp8_moe_gate_up.cu, fp8_moe_down.cu):
+// the routing of a CTA to its hit expert, the FP8 tensor-core tile over that expert's tokens, the
+// weight loads. docs/ops/fp8_moe.md is the contract; each template's header has its numerics.
+//
+// Routing. grid.y enumerates the experts the call hits: CTA y takes the y-th expert (ascending id)
+// that some (token, slot) pair names, and lists its pairs p = token * TOPK + slot in ascending order;
+// CTAs past the number of hit experts exit at once. So an expert's weights are read by the CTAs of
+// one grid row, once, however many tokens route to it, and a token's result never depends on which
+// other tokens are in the call (the per-pair arithmetic is the same for any list).
+//
+// Tile. mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32: 16 weight rows (A) times 8 pairs (B),
+// k = 32 per instruction, fp32 accumulators. Inside each 128-byte scale block a lane holds 32
+// contiguous bytes of its rows and of its pair; the k order inside the block is permuted the same way
+// for A and B, so every load is a coalesced 16-byte load and the block's dot product is unchanged
+// (its 128 products are exact in fp32; the tensor core adds them). Each block's sum is multiplied by
+// RN(w_scale * x_scale) and added to the accumulator with one fma, blocks in ascending k order per warp.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+namespace netra_moe {
+
+// Weights are streamed once: no L1 allocation, 256-byte L2 prefetch.
+__device__ __forceinline__ uint4 ld_weight16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+// Activations are read by every CTA of a grid row: keep them cached.
+__device__ __forceinline__ uint4 ld_act16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void mma_e4m3(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t word(const uint4 (&v)[2], int i) {
+  const uint4& u = v[i >> 2];
+  switch (i & 3) {
+    case 0:
+      return u.x;
+    case 1:
+      return u.y;
+    case 2:
+      return u.z;
+    default:
+      return u.w;
+  }
+}
+
+struct Route {
+  int expert;  // -1: this CTA has no expert (grid.y past the hit experts)
+  int n;       // pairs routed to it, listed in ascending order
+};
+
+// The blockIdx.y-th hit expert and its pairs (in `list`, MAX_PAIRS long). Every thread calls it.
+template <int E, int MAX_PAIRS>
+__device__ __forceinline__ Route route(const int* __restrict__ ids, int pairs, int* list) {
+  __shared__ uint32_t mask[(E + 31) / 32];
+  __shared__ int s_e, s_n;
+  const int tid = threadIdx.x;
+  for (int w = tid; w < (E + 31) / 32; w += blockDim.x) mask[w] = 0;
+  __syncthreads();
+  for (int p = tid; p < pairs; p += blockDim.x) {
+    const int e = ids[p];
+    if (e >= 0 && e < E) atomicOr(&mask[e >> 5], 1u << (e & 31));
+  }
+  __syncthreads();
+  if (tid < 32) {
+    int want = blockIdx.y, e = -1;
+    for (int w = 0; w < (E + 31) / 32; ++w) {
+      const int c = __popc(mask[w]);
+      if (e < 0 && want < c) {
+        uint32_t m = mask[w];
+        for (int i = 0; i < want; ++i) m &= m - 1;
+        e = w * 32 + __ffs(m) - 1;
+      }
+      if (e < 0) want -= c;
+    }
+    int n = 0;
+    if (e >= 0) {
+      for (int base = 0; base < pairs; base += 32) {
+        const int p = base + tid;
+        const bool hit = p < pairs && ids[p] == e;
+        const uint32_t b = __ballot_sync(0xffffffffu, hit);
+        if (hit && n + __popc(b & ((1u << tid) - 1)) < MAX_PAIRS) list[n + __popc(b & ((1u << tid) - 1))] = p;
+        n += __popc(b);
+      }
+    }
+    if (tid == 0) {
+      s_e = e;
+      s_n = n < MAX_PAIRS ? n : MAX_PAIRS;
+    }
+  }
+  __syncthreads();
+  return Route{s_e, s_n};
+}
+
+// Two 16-row weight tiles of a warp's k sub-slice of KS bytes, rows r..r+15 of `rows` (row stride KD),
+// starting at byte k0: lane (g, c) holds rows g and g + 8, bytes 32c .. 32c + 31 of each 128-byte block.
+template <int KS, int KD>
+__device__ __forceinline__ void load_rows(uint4 (&w)[KS / 128][2][2], const uint8_t* __restrict__ rows, int k0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int kb = 0; kb < KS / 128; ++kb) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* r = rows + (size_t)(g + 8 * h) * KD + k0 + kb * 128 + 32 * c;
+      w[kb][h][0] = ld_weight16(r);
+      w[kb][h][1] = ld_weight16(r + 16);
+    }
+  }
+}
+
+// One warp, one k sub-slice [k0, k0 + KS) of both weight tiles (wa, wb) against the 8 pairs of chunk
+// `ch` of the list: acc[0..3] tile a, acc[4..7] tile b (C layout: rows g, g + 8; pairs 2c, 2c + 1).
+// act: FP8 rows of length KD, indexed by list[i] / DIV; act_s: their f32 scales per 128 block.
+template <int KS, int KD, int DIV>
+__device__ __forceinline__ void warp_tile(const uint4 (&wa)[KS / 128][2][2], const uint4 (&wb)[KS / 128][2][2],
+                                          const uint8_t* __restrict__ act, const float* __restrict__ act_s,
+                                          const int* list, int n, int ch, int k0, const float* swa,
+                                          const float* swb, float* acc) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int tok_b = ch * 8 + g;  // the B column (pair) this lane loads
+  const int pb = tok_b < n ? list[tok_b] / DIV : -1;
+  const int t0 = ch * 8 + 2 * c, t1 = t0 + 1;  // the C columns this lane holds
+  const int p0 = t0 < n ? list[t0] / DIV : -1, p1 = t1 < n ? list[t1] / DIV : -1;
+#pragma unroll
+  for (int kb = 0; kb < KS / 128; ++kb) {
+    const int kbyte = k0 + kb * 128 + 32 * c;
+    uint4 xb[2];
+    if (pb >= 0) {
+      xb[0] = ld_act16(act + (size_t)pb * KD + kbyte);
+      xb[1] = ld_act16(act + (size_t)pb * KD + kbyte + 16);
+    } else {
+      xb[0] = make_uint4(0u, 0u, 0u, 0u);
+      xb[1] = xb[0];
+    }
+    float pa[4] = {0.f, 0.f, 0.f, 0.f}, pv[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const uint32_t b0 = word(xb, 2 * s), b1 = word(xb, 2 * s + 1);
+      mma_e4m3(pa, word(wa[kb][0], 2 * s), word(wa[kb][1], 2 * s), word(wa[kb][0], 2 * s + 1),
+               word(wa[kb][1], 2 * s + 1), b0, b1);
+      mma_e4m3(pv, word(wb[kb][0], 2 * s), word(wb[kb][1], 2 * s), word(wb[kb][0], 2 * s + 1),
+               word(wb[kb][1], 2 * s + 1), b0, b1);
+    }
+    const int kblk = (k0 >> 7) + kb;
+    const float s0 = p0 >= 0 ? act_s[(size_t)p0 * (KD / 128) + kblk] : 0.f;
+    const float s1 = p1 >= 0 ? act_s[(size_t)p1 * (KD / 128) + kblk] : 0.f;
+    const float sa = swa[kb], sb = swb[kb];
+    acc[0] = __fmaf_rn(pa[0], __fmul_rn(sa, s0), acc[0]);
+    acc[1] = __fmaf_rn(pa[1], __fmul_rn(sa, s1), acc[1]);
+    acc[2] = __fmaf_rn(pa[2], __fmul_rn(sa, s0), acc[2]);
+    acc[3] = __fmaf_rn(pa[3], __fmul_rn(sa, s1), acc[3]);
+    acc[4] = __fmaf_rn(pv[0], __fmul_rn(sb, s0), acc[4]);
+    acc[5] = __fmaf_rn(pv[1], __fmul_rn(sb, s1), acc[5]);
+    acc[6] = __fmaf_rn(pv[2], __fmul_rn(sb, s0), acc[6]);
+    acc[7] = __fmaf_rn(pv[3], __fmul_rn(sb, s1), acc[7]);
+  }
+}
+
+// Programmatic dependent launch: let the next launch of the chain start, and wait for the previous
+// one's writes. Both are no-ops when the launch carries no programmatic dependency.
+__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void wait_previous() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+}  // namespace netra_moe

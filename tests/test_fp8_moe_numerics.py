@@ -1,0 +1,395 @@
+"""The routed FP8 MoE's numerics (netra/certify/numerics/fp8_moe_gate_up.py, fp8_moe_down.py, moe.py), on the
+CPU with real numpy: the float64 reference against a straightforward float64 computation written here (its
+own FP8 decoding, loops over pairs, no shared helper), the judges against a numpy emulation of the kernel's
+fp32 path (docs/ops/fp8_moe.md: mma steps truncated toward zero, blocks added in another order than the
+kernel's, fp32 silu * up and quantization, an fp32 fma per slot in slot order), and every wrong output the
+judges must refuse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from netra.certify import conformance as cf
+from netra.certify import reference as ref
+from netra.certify.numerics import common, moe
+
+SMALL = {"experts": 8, "topk": 2, "hidden": 256, "inter": 128}
+QWEN30B = {"experts": 128, "topk": 8, "hidden": 2048, "inter": 768}
+UP, DOWN = "fp8_moe_gate_up", "fp8_moe_down"
+
+
+def decode(codes: np.ndarray) -> np.ndarray:
+    """E4M3FN from the bits, written out (not reference's table): NaN for 0x7f / 0xff."""
+    c = codes.astype(np.int64)
+    e, m = (c >> 3) & 0xF, (c & 7).astype(np.float64)
+    mag = np.where(e == 0, m / 8 * 2.0**-6, (1 + m / 8) * np.exp2(e - 7.0))
+    mag = np.where((c & 0x7F) == 0x7F, np.nan, mag)
+    return np.where(c & 0x80, -mag, mag)
+
+
+def dequant(codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """[rows, K] codes with [rows/128, K/128] (or [K/128] for one row) scales, as float64 values."""
+    s = np.asarray(scales, dtype=np.float64)
+    if s.ndim == 1:
+        return decode(codes) * np.repeat(s, 128)
+    return decode(codes) * np.repeat(np.repeat(s, 128, axis=0), 128, axis=1)
+
+
+def straight_gate_up(p: dict[str, int], case: cf.Case) -> np.ndarray:
+    """Exact h per pair: dequantize, multiply, silu * up (float64, one pair at a time)."""
+    k, n_i = p["topk"], p["inter"]
+    x = case.inputs
+    h = np.zeros((case.rows * k, n_i))
+    for t in range(case.rows):
+        xv = dequant(x["xq"][t], x["xs"][t])
+        for s in range(k):
+            e = int(x["ids"][t, s])
+            gu = dequant(x["w13"][e], x["w13s"][e]) @ xv
+            g = gu[:n_i]
+            with np.errstate(over="ignore"):
+                h[t * k + s] = g / (1 + np.exp(-g)) * gu[n_i:]
+    return h
+
+
+def straight_down(p: dict[str, int], case: cf.Case, slot_fma: bool = False) -> np.ndarray:
+    """The exact router-weighted sum of the down projections (float64); slot_fma: the contract's fp32 fma
+    over the slots in slot order instead, of y rounded to fp32 (long double: exact for these values)."""
+    k = p["topk"]
+    x = case.inputs
+    out = np.zeros((case.rows, p["hidden"]))
+    for t in range(case.rows):
+        acc = np.zeros(p["hidden"], dtype=np.float32)
+        for s in range(k):
+            e = int(x["ids"][t, s])
+            y = dequant(x["w2"][e], x["w2s"][e]) @ dequant(x["hq"][t * k + s], x["hs"][t * k + s])
+            out[t] += float(x["weights"][t, s]) * y
+            ld = np.longdouble(x["weights"][t, s]) * y.astype(np.float32).astype(np.longdouble)
+            acc = (ld + acc.astype(np.longdouble)).astype(np.float32)
+        if slot_fma:
+            out[t] = acc
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The kernel's fp32 path, emulated
+# --------------------------------------------------------------------------------------------
+
+
+def _toward_zero(v: np.ndarray) -> np.ndarray:
+    r = v.astype(np.float32)
+    over = np.abs(r.astype(np.float64)) > np.abs(v)
+    return np.where(over, np.nextafter(r, np.float32(0)), r)
+
+
+def fp32_dot(w: np.ndarray, ws: np.ndarray, x: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """rows of w (codes [R, K], scales [R/128, K/128]) against one x (codes [K], scales [K/128]): per block
+    four mma steps of 32, each truncated to fp32; scale product and scaled block in fp32; the blocks added
+    last to first (the prototype adds them first to last)."""
+    r, kl = w.shape
+    nb = kl // 128
+    prod = (decode(w).astype(np.float32) * decode(x).astype(np.float32)).reshape(r, nb, 4, 32)
+    part = np.zeros((r, nb), dtype=np.float32)
+    for st in range(4):
+        part = _toward_zero(part.astype(np.float64) + prod[:, :, st].astype(np.float64).sum(-1))
+    scale = np.repeat(ws, 128, axis=0).astype(np.float32) * xs.astype(np.float32)[None, :]
+    scaled = part * scale
+    acc = np.zeros(r, dtype=np.float32)
+    for b in reversed(range(nb)):
+        acc = acc + scaled[:, b]
+    return acc
+
+
+def kernel_gate_up(
+    p: dict[str, int], case: cf.Case, expert: dict[int, int] | None = None
+) -> dict[str, np.ndarray]:
+    """hq, hs as an fp32 kernel computes them; expert: pair -> expert read instead of the routed one."""
+    k, n_i = p["topk"], p["inter"]
+    x = case.inputs
+    h = np.zeros((case.rows * k, n_i), dtype=np.float32)
+    for pr in range(case.rows * k):
+        t = pr // k
+        e = (expert or {}).get(pr, int(x["ids"][t, pr % k]))
+        gu = fp32_dot(x["w13"][e], x["w13s"][e], x["xq"][t], x["xs"][t])
+        g, u = gu[:n_i], gu[n_i:]
+        with np.errstate(over="ignore", invalid="ignore"):
+            h[pr] = g / (np.float32(1) + np.exp(-g)) * u
+    grp = h.reshape(len(h), -1, 128)
+    amax = np.max(np.abs(grp), axis=-1)
+    s = (np.maximum(amax, np.float32(1e-10)).astype(np.float64) / 448).astype(np.float32)
+    with np.errstate(invalid="ignore"):
+        q = np.clip(grp / s[..., None], np.float32(-448), np.float32(448))
+    return {"hq": ref.fp8_e4m3_encode(q.astype(np.float64)).reshape(h.shape), "hs": s}
+
+
+def kernel_down(
+    p: dict[str, int], case: cf.Case, order: list[int] | None = None, expert: dict[int, int] | None = None
+) -> dict[str, np.ndarray]:
+    """out as an fp32 kernel computes it: y per pair in fp32, then an fma per slot (long double: exact
+    here), in `order` (slot order unless told)."""
+    k = p["topk"]
+    x = case.inputs
+    out = np.zeros((case.rows, p["hidden"]), dtype=np.float32)
+    for t in range(case.rows):
+        ys = []
+        for s in range(k):
+            e = (expert or {}).get(t * k + s, int(x["ids"][t, s]))
+            ys.append(fp32_dot(x["w2"][e], x["w2s"][e], x["hq"][t * k + s], x["hs"][t * k + s]))
+        acc = np.zeros(p["hidden"], dtype=np.float32)
+        for s in order or range(k):
+            ld = np.longdouble(x["weights"][t, s]) * ys[s].astype(np.longdouble) + acc.astype(np.longdouble)
+            acc = ld.astype(np.float32)
+        out[t] = acc
+    return {"out": common.bits_f32(out)}
+
+
+def assert_close_rows(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    """Equal but for float64 rounding: 1e-12 of each row's largest value (sums cancel)."""
+    top = np.max(np.abs(want), axis=-1, keepdims=True)
+    assert np.all(np.abs(got - want) <= 1e-12 * top), what
+
+
+@pytest.fixture(scope="module")
+def small() -> dict[str, list[cf.Case]]:
+    return {op: cf.cases(op, SMALL, rows_per_block=1) for op in (UP, DOWN)}
+
+
+def case_named(cases: list[cf.Case], name: str) -> cf.Case:
+    return next(c for c in cases if c.name == name)
+
+
+# --------------------------------------------------------------------------------------------
+# The reference
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_reference_is_the_straightforward_float64_computation(small: dict[str, list[cf.Case]]) -> None:
+    for case in small[UP]:
+        h = cf.expected(UP, SMALL, case)["h"]
+        want = straight_gate_up(SMALL, case)
+        assert_close_rows(h, want, case.name)
+        gq = ref.fp8_group_quant_values(want)
+        assert np.array_equal(cf.expected(UP, SMALL, case)["hq"], gq.q), case.name
+    for case in small[DOWN]:
+        e = cf.expected(DOWN, SMALL, case)
+        want = straight_down(SMALL, case)
+        exact = e["exact"]
+        assert_close_rows(np.where(exact, want, e["value"]), want, case.name)
+        # where every y is exact in fp32, the value is the contract's slot-ordered fp32 fma, bit for bit
+        assert np.array_equal(e["value"][exact], straight_down(SMALL, case, slot_fma=True)[exact])
+    assert (
+        np.sum(cf.expected(DOWN, SMALL, case_named(small[DOWN], "exact_slots_tokens4"))["exact"]) == 4 * 256
+    )
+
+
+def test_reference_rows_concatenate_over_token_spans(small: dict[str, list[cf.Case]]) -> None:
+    for op in (UP, DOWN):
+        case = case_named(small[op], "uniform_tokens64")
+        mod = cf.numerics(op)
+        whole = mod.expected(SMALL, case, 0, 64)
+        parts = [mod.expected(SMALL, case, a, b) for a, b in ((0, 5), (5, 40), (40, 64))]
+        for key, v in whole.items():
+            np.testing.assert_array_equal(np.concatenate([q[key] for q in parts]), v, err_msg=key)
+
+
+def test_the_cases_cover_what_the_contract_asks(small: dict[str, list[cf.Case]]) -> None:
+    up, down = small[UP], small[DOWN]
+    assert [c.rows for c in up] == [1, 2, 3, 7, 16, 64, 64, 4]
+    assert {c.name for c in down} - {c.name for c in up} == {"signed_weights_tokens5", "exact_slots_tokens4"}
+    r = moe.roles(SMALL, 0)
+    for op, cases in small.items():
+        w = "w13" if op == UP else "w2"
+        arr, scales = cases[0].inputs[w], cases[0].inputs[w + "s"]
+        assert all(c.inputs[w] is arr for c in cases)  # generated once, shared
+        hit = {int(e) for c in cases for e in c.inputs["ids"].reshape(-1)}
+        for e in range(SMALL["experts"]):
+            nan = np.all(arr[e] == 0x7F) and np.all(np.isnan(scales[e]))
+            assert nan == (e not in hit), (op, e)
+            assert not np.any((arr[e] & 0x7F) == 0x7F) or e not in hit
+        assert set(r.reserved) and not set(r.reserved) & hit
+        for c in cases:
+            ids = c.inputs["ids"]
+            assert ids.dtype == np.int32 and all(len(set(row)) == len(row) for row in ids.tolist())
+    same = case_named(up, "same_experts_tokens64").inputs["ids"]
+    assert {frozenset(row) for row in same.tolist()} == {frozenset(same[0].tolist())}
+    zeros = case_named(up, "zeros_tokens16").inputs["xq"]
+    assert np.all(zeros[5] == 0) and np.all(np.any(zeros != 0, axis=1) == (np.arange(16) != 5))
+    sat = case_named(up, "saturated_tokens4").inputs["xq"]
+    assert np.all((sat & 0x7F) == 0x7E)
+    wts = {c.name: c.inputs["weights"] for c in down}
+    for name, w in wts.items():
+        if name not in ("signed_weights_tokens5", "exact_slots_tokens4"):
+            assert np.all(w > 0) and np.allclose(w.sum(axis=1), 1, rtol=1e-6), name
+    assert np.any(wts["signed_weights_tokens5"] < 0)
+    scales = np.concatenate([np.log10(c.inputs["xs"][:, 0]) for c in up])
+    assert scales.min() < -4 and scales.max() > 0  # 1e-3 .. 1e3 activations (xs = amax / 448)
+    assert (
+        cf.cases(UP, SMALL, rows_per_block=4, large_rows=7)[3].inputs["xq"].tobytes()
+        == up[3].inputs["xq"].tobytes()
+    )
+    other = cf.cases(UP, SMALL, rows_per_block=1, seed=1)
+    assert not np.array_equal(other[5].inputs["xq"], up[5].inputs["xq"])
+
+
+def test_same_bits_names_the_anchor_in_1_7_and_64_tokens(small: dict[str, list[cf.Case]]) -> None:
+    want = [
+        (
+            ("anchor_tokens1", 0),
+            ("random_mixed_tokens7", 0),
+            ("uniform_tokens64", 0),
+            ("same_experts_tokens64", 0),
+        )
+    ]
+    for op in (UP, DOWN):
+        assert cf.numerics(op).same_bits(small[op]) == want
+        # and the emulated kernel does give the anchor the same bits in each
+        outs = [
+            (kernel_gate_up if op == UP else kernel_down)(SMALL, case_named(small[op], name))
+            for name, _ in want[0]
+        ]
+        rows = 2 if op == UP else 1
+        for o in outs[1:]:
+            for key in o:
+                assert np.array_equal(o[key][:rows], outs[0][key][:rows])
+
+
+def test_outputs_are_sized_by_tokens_and_pairs() -> None:
+    assert cf.outputs(UP, SMALL, 7) == {
+        "hq": (np.dtype(np.uint8), (14, 128)),
+        "hs": (np.dtype(np.float32), (14, 1)),
+    }
+    assert cf.outputs(DOWN, SMALL, 7) == {"out": (np.dtype(np.uint16), (7, 256))}
+
+
+# --------------------------------------------------------------------------------------------
+# The judges
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_judges_accept_the_reference_and_the_emulated_kernel(small: dict[str, list[cf.Case]]) -> None:
+    for case in small[UP]:
+        e = cf.expected(UP, SMALL, case)
+        for got in ({"hq": e["hq"].copy(), "hs": e["hs"].astype(np.float32)}, kernel_gate_up(SMALL, case)):
+            v = cf.judge(UP, SMALL, case, got, e)
+            assert v.passed, (case.name, v.reason)
+            assert v.max_rel_deviation <= v.tolerance
+    for case in small[DOWN]:
+        e = cf.expected(DOWN, SMALL, case)
+        for got in ({"out": e["out"].copy()}, kernel_down(SMALL, case)):
+            v = cf.judge(DOWN, SMALL, case, got, e)
+            assert v.passed, (case.name, v.reason)
+            assert v.max_rel_deviation <= v.tolerance
+    exact = case_named(small[DOWN], "exact_slots_tokens4")
+    assert (
+        cf.judge(DOWN, SMALL, exact, kernel_down(SMALL, exact)).counts["exact_slot_order"] == exact.rows * 256
+    )
+
+
+def test_gate_up_refuses_a_code_two_steps_off_a_wrong_expert_and_a_scale_off_by_four_bounds(
+    small: dict[str, list[cf.Case]],
+) -> None:
+    case = case_named(small[UP], "random_mixed_tokens7")
+    e = cf.expected(UP, SMALL, case)
+    good = kernel_gate_up(SMALL, case)
+    assert cf.judge(UP, SMALL, case, good, e).passed
+
+    q = good["hq"].copy()
+    i = tuple(np.argwhere((q > 0x08) & (q < 0x70))[0])
+    q[i] += 2
+    v = cf.judge(UP, SMALL, case, {**good, "hq": q}, e)
+    assert not v.passed and "two or more steps" in v.reason
+
+    reserved = moe.roles(SMALL, 0).reserved[0]
+    v = cf.judge(UP, SMALL, case, kernel_gate_up(SMALL, case, expert={3: reserved}), e)
+    assert not v.passed and "NaN" in v.reason and "scales of h" in v.reason
+
+    hs = good["hs"].copy()
+    hs[0, 0] = np.float32(e["hs"][0, 0] + 4 * e["hs_bound"][0, 0])
+    v = cf.judge(UP, SMALL, case, {**good, "hs": hs}, e)
+    assert not v.passed and "scales of h outside their derived bound" in v.reason
+    hs[0, 0] = np.float32(e["hs"][0, 0] + 0.5 * e["hs_bound"][0, 0])
+    assert cf.judge(UP, SMALL, case, {**good, "hs": hs}, e).passed
+
+
+def test_gate_up_allows_one_step_only_near_a_midpoint(small: dict[str, list[cf.Case]]) -> None:
+    case = case_named(small[UP], "uniform_tokens64")
+    e = cf.expected(UP, SMALL, case)
+    got = {"hq": e["hq"].copy(), "hs": e["hs"].astype(np.float32)}
+    far = np.abs(np.abs(e["scaled"]) - 100) < 20  # |h/s| near 100: steps of 8, far from a midpoint
+    i = tuple(np.argwhere(far & (e["hq"] < 0x7E))[0])
+    got["hq"][i] += 1
+    v = cf.judge(UP, SMALL, case, got, e)
+    assert not v.passed and "one step off farther than the bound" in v.reason
+    # the same code is accepted where the exact h / s lies on the midpoint between the two codes
+    mid = (ref.fp8_e4m3_decode(got["hq"][i]) + ref.fp8_e4m3_decode(e["hq"][i])) / 2
+    at_mid = {**e, "scaled": e["scaled"].copy()}
+    at_mid["scaled"][i] = mid
+    v = cf.judge(UP, SMALL, case, got, at_mid)
+    assert v.passed and v.counts["fp8_one_step_at_midpoint"] == 1, v.reason
+
+
+def test_down_refuses_a_wrong_expert_a_slot_order_swap_and_one_ulp_beyond_the_bound(
+    small: dict[str, list[cf.Case]],
+) -> None:
+    case = case_named(small[DOWN], "exact_slots_tokens4")
+    e = cf.expected(DOWN, SMALL, case)
+    good = kernel_down(SMALL, case)
+    assert cf.judge(DOWN, SMALL, case, good, e).passed
+    swapped = kernel_down(SMALL, case, order=[1, 0])
+    assert not np.array_equal(swapped["out"], good["out"])  # the swap changes bits here
+    v = cf.judge(DOWN, SMALL, case, swapped, e)
+    assert not v.passed and "slot-ordered fp32 fma" in v.reason
+
+    case = case_named(small[DOWN], "signed_weights_tokens5")
+    e = cf.expected(DOWN, SMALL, case)
+    reserved = moe.roles(SMALL, 0).reserved[0]
+    v = cf.judge(DOWN, SMALL, case, kernel_down(SMALL, case, expert={1: reserved}), e)
+    assert not v.passed and "outputs outside" in v.reason
+
+    out = e["hi"].copy()
+    pos = np.argwhere((out > 0) & (out < 0x7F00))[0]
+    out[tuple(pos)] += 1  # one bf16 ulp past the largest value the bound allows
+    v = cf.judge(DOWN, SMALL, case, {"out": out}, e)
+    assert not v.passed and "outputs outside the bf16 values the bound allows" in v.reason
+    out[tuple(pos)] -= 1
+    assert cf.judge(DOWN, SMALL, case, {"out": out}, e).passed
+
+
+def test_the_accumulation_constant_counts_the_roundings() -> None:
+    # 4 mma steps at 2^-23, the scale product and the scaled block at 2^-24, blocks - 1 additions at
+    # 2^-24, one 2^-24 more for second-order terms; plus the float64 reference's own k * 2^-52
+    assert moe.accumulation(16, 2048) == (4 + 0.5 + 0.5 + 7.5 + 0.5) * 2.0**-23 + 2048 * 2.0**-52
+
+
+def test_fma32_is_the_correctly_rounded_fp32_fma() -> None:
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(4000).astype(np.float32).astype(np.float64)
+    b = rng.standard_normal(4000).astype(np.float32).astype(np.float64)
+    c = (-a * b * (1 + rng.standard_normal(4000) * 2.0**-20)).astype(np.float32).astype(np.float64)
+    want = (np.longdouble(a) * np.longdouble(b) + np.longdouble(c)).astype(np.float32)
+    assert np.array_equal(moe.fma32(a, b, c), want.astype(np.float64))
+    # (1 + 2^-23) + 2^-24 - 2^-70: float64 rounds it onto the fp32 midpoint, whose tie would go to the
+    # even 1 + 2^-22; the exact sum is below the midpoint, so the fma gives 1 + 2^-23
+    c = np.array([1.0 + 2.0**-23])
+    got = moe.fma32(c, np.array([2.0**-24 * (1 - 2.0**-23)]), c)
+    assert got[0] == 1.0 + 2.0**-23 and np.float32(got[0] + 0.0) != np.float32(c[0] + 2.0**-24)
+
+
+# --------------------------------------------------------------------------------------------
+# A Qwen3-30B-A3B contract at one token
+# --------------------------------------------------------------------------------------------
+
+
+def test_qwen3_30b_a3b_at_one_token() -> None:
+    for op in (UP, DOWN):
+        case = cf.cases(op, QWEN30B, rows_per_block=1)[0]
+        assert case.name == "anchor_tokens1"
+        e = cf.expected(op, QWEN30B, case)
+        if op == UP:
+            assert_close_rows(e["h"], straight_gate_up(QWEN30B, case), op)
+            got = kernel_gate_up(QWEN30B, case)
+        else:
+            assert_close_rows(e["value"], straight_down(QWEN30B, case), op)
+            got = kernel_down(QWEN30B, case)
+        v = cf.judge(op, QWEN30B, case, got, e)
+        assert v.passed, v.reason
