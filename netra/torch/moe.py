@@ -31,7 +31,7 @@ import torch
 
 from netra.core.ops import CHAINS, FAMILIES, chain_family, contract_key
 from netra.errors import ContractError
-from netra.torch import composite
+from netra.torch import composite, contracts
 from netra.torch.routes import MUTEX, Plan, Route, new_plan, route
 
 OP = "fp8_moe"
@@ -39,7 +39,7 @@ CHAIN = CHAINS[OP]
 VIEW = chain_family(OP)
 STAGES = tuple(FAMILIES[s] for s in CHAIN.stages)
 FP8 = torch.float8_e4m3fn
-TORCH_DTYPES = {"fp8_e4m3fn": FP8, "f32": torch.float32, "i32": torch.int32, "bf16": torch.bfloat16}
+TORCH_DTYPES = contracts.TORCH_DTYPES
 ALIGN = 16
 _plans: dict[Any, Plan] = {}
 _spaces: dict[tuple[int, int], torch.Tensor] = {}
@@ -58,7 +58,7 @@ class Shape(NamedTuple):
 
 
 def _fail(what: str, fix: str) -> ContractError:
-    return ContractError(f"netra.torch.{OP}: {what}", f"{fix} (see {CHAIN.doc})")
+    return contracts._fail(OP, what, fix)  # the operators' one line: "netra.torch.fp8_moe: ..., see its doc"
 
 
 def check(*args: Any) -> Shape:
@@ -213,8 +213,6 @@ def fp8_moe(
             )
         if out.device != xq.device:
             raise _fail(f"out is on {out.device} but xq on {xq.device}", "put out on the inputs' device")
-        from netra.torch import contracts
-
         contracts.disjoint(OP, (out,), tuple(given.items()))
     memo = (s.key, xq.device, ids.dtype)
     p = _plans.get(memo)
