@@ -393,3 +393,31 @@ def test_qwen3_30b_a3b_at_one_token() -> None:
             got = kernel_down(QWEN30B, case)
         v = cf.judge(op, QWEN30B, case, got, e)
         assert v.passed, v.reason
+
+
+@pytest.mark.parametrize("op", ["fp8_moe_gate_up", "fp8_moe_down"])
+def test_timing_inputs_route_like_a_balanced_router_over_valid_codes(op: str) -> None:
+    """certify times the MoE on its numerics' timing_inputs (netra.certify.measure.timing_inputs): inputs
+    shaped and typed as the conformance cases', each token on TOPK distinct experts drawn from all of them
+    (so the bytes a timed call reads are those of a real decode step), no NaN code, positive scales and
+    router weights that sum to one (the H200 run of 2026-12-05 timed garbage ids before this existed)."""
+    from netra.certify import conformance, measure
+
+    p = {"experts": 16, "topk": 4, "hidden": 256, "inter": 128}
+    like = conformance.cases(op, p, rows_per_block=1, large_rows=1, seed=0)[0]
+    got = measure.timing_inputs(like, 64, 3, op, p)
+    assert set(got) == set(like.inputs)
+    for name, a in like.inputs.items():
+        assert got[name].dtype == a.dtype and got[name].shape[1:] == a.shape[1:], name
+    ids = got["ids"]
+    assert ids.shape == (64, 4) and all(len(set(r)) == 4 for r in ids.tolist())
+    assert ids.min() >= 0 and ids.max() < 16 and len(set(ids.reshape(-1).tolist())) == 16
+    for name, a in got.items():
+        if a.dtype == np.uint8:
+            assert not ((a & 0x7F) == 0x7F).any(), f"{name} holds an FP8 NaN code"
+        elif name != "ids" and name != "weights":
+            assert (a > 0).all() and np.isfinite(a).all(), name
+    if "weights" in got:
+        assert np.allclose(got["weights"].sum(axis=1), 1.0, atol=1e-6) and (got["weights"] > 0).all()
+    again = measure.timing_inputs(like, 64, 3, op, p)
+    assert all(np.array_equal(got[k], again[k]) for k in got), "timing inputs must be reproducible"

@@ -205,3 +205,19 @@ def test_the_programmatic_launch_structures_have_cuda_h_layout() -> None:
     from netra.torch import dispatch
 
     assert dispatch.OVERLAPS == {"fp8_moe_down": True}
+
+
+def test_set_policy_makes_the_operator_choose_its_kernels_again() -> None:
+    """nt.fp8_moe keeps its own plans (the chain's two stages); a policy change must drop them, or a call
+    keeps the kernels (or the fallback) chosen under the old policy (seen on the H200: bench_moe's switch
+    from 'accepted' to 'experiment' still took the composite)."""
+    from netra.torch import moe
+
+    prev = nt.set_policy("accepted")
+    try:
+        nt.fp8_moe(*make(1))
+        assert moe._plans, "the call made no plan: this test no longer sees what it checks"
+        nt.set_policy("experiment")
+        assert not moe._plans, "set_policy left nt.fp8_moe's plans of the old policy in place"
+    finally:
+        nt.set_policy(prev)

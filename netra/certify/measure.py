@@ -296,6 +296,7 @@ class TimingSets:
                     b.input(name, raw_bytes(arr))
                 for name, (dtype, shape) in outs.items():
                     b.output(name, dtype, shape)
+                b.workspaces(entry.op, entry.params, rows)
         except BaseException:
             self.free()
             raise
@@ -304,7 +305,7 @@ class TimingSets:
         dev, rows, sets = self.dev, self.rows, self.count
         stream = dev.stream()
         try:
-            packed = [kernel.pack(**b.args, **scalars, rows=rows) for b in self.sets]
+            packed = [kernel.pack(**values(self.entry.op, b, scalars, rows)) for b in self.sets]
             est_us = self.moved / 3.0e6 + 2.0  # a guess at 3 TB/s plus launch cost, only to size the graph
             per_graph = max(4, min(200, math.ceil(TARGET_REPLAY_US / est_us)))
             per_graph = -(-per_graph // sets) * sets

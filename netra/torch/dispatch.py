@@ -95,6 +95,8 @@ def set_policy(policy: str) -> str:
         POLICY[0] = policy
         for table in _TABLES:
             table.clear()
+        for forget in PLAN_RESETS:  # plans kept outside this module (a chain operator's: nt.fp8_moe)
+            forget()
     return prev
 
 
@@ -663,3 +665,6 @@ def prepare(device: Any = None, keys: list[str] | None = None) -> dict[str, str]
 # A chain's operator module registers how it is made ready (netra.torch.moe), keyed by its first stage:
 # prepare() calls it without importing it.
 CHAIN_PREPARERS: dict[str, Callable[[int, dict[str, int]], tuple[str, str]]] = {}
+# What set_policy must also forget: plans an operator module keeps itself (its kernels were chosen under
+# the old policy); each registers a function that clears them, without taking MUTEX (set_policy holds it).
+PLAN_RESETS: list[Callable[[], None]] = []

@@ -265,6 +265,7 @@ def _register() -> None:
     from netra.torch import dispatch
 
     dispatch.CHAIN_PREPARERS[STAGES[0].name] = prepare
+    dispatch.PLAN_RESETS.append(_plans.clear)
 
 
 _register()

@@ -40,6 +40,21 @@ def cases(p: dict[str, int], rpb: int, large: int, seed: int) -> list[Case]:
     return out
 
 
+def timing_inputs(p: dict[str, int], tokens: int, seed: int) -> dict[str, np.ndarray]:
+    """What certify times a call of `tokens` tokens on: uniform routing over all experts (moe.timing_routing,
+    the same as fp8_moe_gate_up's) and valid random codes and scales."""
+    h, n_i, k = p["hidden"], p["inter"], p["topk"]
+    ids, wts = moe.timing_routing(p, tokens, seed)
+    return {
+        "hq": moe.timing_codes(p, "hq", (tokens * k, n_i), seed),
+        "hs": moe.timing_scales(p, "hs", (tokens * k, n_i // moe.BLOCK), seed),
+        "ids": ids,
+        "weights": wts,
+        "w2": moe.timing_codes(p, "w2", (p["experts"], h, n_i), seed),
+        "w2s": moe.timing_scales(p, "w2s", (p["experts"], h // moe.BLOCK, n_i // moe.BLOCK), seed),
+    }
+
+
 def same_bits(cases: list[Case]) -> list[tuple[tuple[str, int], ...]]:
     """The (case, token) pairs whose output rows must be identical bits: tokens with identical ids and
     weights rows and hq/hs rows (the anchor of the cases of 1, 7 and 64 tokens)."""

@@ -48,6 +48,21 @@ def cases(p: dict[str, int], rpb: int, large: int, seed: int) -> list[Case]:
     return out
 
 
+def timing_inputs(p: dict[str, int], tokens: int, seed: int) -> dict[str, np.ndarray]:
+    """What certify times a call of `tokens` tokens on: uniform routing over all experts (moe.timing_routing)
+    and valid random codes and scales; generated, not read from the conformance cases, whose reserved
+    experts hold NaN traps and whose routing is built to test, not to be typical."""
+    h, i2 = p["hidden"], 2 * p["inter"]
+    ids, _ = moe.timing_routing(p, tokens, seed)
+    return {
+        "xq": moe.timing_codes(p, "xq", (tokens, h), seed),
+        "xs": moe.timing_scales(p, "xs", (tokens, h // moe.BLOCK), seed),
+        "ids": ids,
+        "w13": moe.timing_codes(p, "w13", (p["experts"], i2, h), seed),
+        "w13s": moe.timing_scales(p, "w13s", (p["experts"], i2 // moe.BLOCK, h // moe.BLOCK), seed),
+    }
+
+
 def same_bits(cases: list[Case]) -> list[tuple[tuple[str, int], ...]]:
     """The (case, token) pairs whose outputs (rows token * topk .. + topk of hq and hs) must be identical
     bits: tokens with identical xq, xs and ids rows (the anchor of the cases of 1, 7 and 64 tokens)."""

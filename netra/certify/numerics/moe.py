@@ -388,3 +388,36 @@ def fma32(a: F64, b: F64, c: F64) -> F64:
     odd = np.where((err != 0) & even & np.isfinite(s), np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
     with np.errstate(over="ignore"):
         return odd.astype(np.float32).astype(np.float64)
+
+
+# --------------------------------------------------------------------------------------------
+# Timing inputs
+# --------------------------------------------------------------------------------------------
+
+
+def timing_routing(
+    params: dict[str, int], tokens: int, seed: int
+) -> tuple[npt.NDArray[np.int32], np.ndarray]:
+    """ids [tokens, k] (k distinct experts per token, drawn uniformly from all E, as a balanced router's
+    are: the experts hit, and so the bytes read, are those of a real decode step) and positive router
+    weights [tokens, k] f32 summing to one."""
+    e, k = params["experts"], params["topk"]
+    g = rng(params, f"timing/route/{tokens}", seed)
+    ids = np.argsort(g.random((tokens, e)), axis=1)[:, :k].astype(np.int32)
+    p = g.uniform(0.05, 1.0, (tokens, k))
+    return ids, (p / p.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
+def timing_codes(params: dict[str, int], name: str, shape: tuple[int, ...], seed: int) -> U8:
+    """Random finite E4M3 codes (NaN codes 0x7F/0xFF moved to +-448): every byte of every expert is read
+    by a timed call that hits it, so the values only need to be valid."""
+    codes = rng(params, f"timing/{name}", seed).integers(0, 256, shape, dtype=np.uint8)
+    codes[(codes & 0x7F) == FP8_NAN] -= 1
+    return codes
+
+
+def timing_scales(
+    params: dict[str, int], name: str, shape: tuple[int, ...], seed: int
+) -> npt.NDArray[np.float32]:
+    """Positive f32 scales spread over decades, as a checkpoint's and the activations' are."""
+    return (10.0 ** rng(params, f"timing/{name}", seed).uniform(-4.5, -2.0, shape)).astype(np.float32)
