@@ -34,7 +34,7 @@ experts per token; same: every token on the same k experts), each row times, sid
   before capture and not counted (as in issue 28's figures), and the SiLU-and-quant between the GEMMs
   and the sum over the k slots are torch.compile'd (one fused Triton kernel each); absent: skipped, said;
 - eager, compile: the torch composite a user would write (dequantize, then matmul per expert:
-  netra.torch.composite.fp8_moe, which reads every expert), eagerly and torch.compile(dynamic=True).
+  netra.torch.composite.fp8_moe, which dequantizes each routed expert), eagerly and torch.compile(dynamic=True).
 
 Timing: each implementation's G calls (--graph-calls, rounded up to the layer copies) are captured in one
 CUDA graph, every call with its own routing and the weights rotated across layer copies (as a model's
@@ -665,7 +665,8 @@ def timed_row(torch: Any, nt: Any, composite: Any, p: dict[str, int], row: Row, 
                 out["vllm"] = entry("failed", checked["failed"], **more)
             else:
                 capture("vllm", [fn for fn, _ in made], **more)
-    # the composite, eager and compiled: it reads every expert (slow), so as few calls as the rotation needs
+    # the composite, eager and compiled: slow (it dequantizes each routed expert), so as few calls as the
+    # rotation needs
     few = len(row.layers)
     capture("eager", [functools.partial(composite.fp8_moe, *row.args(c)) for c in range(few)])
     if compiled is None:

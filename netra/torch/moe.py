@@ -18,8 +18,9 @@ anything. Past the chain's max tokens (64), the composite runs, with the reason.
 launched without the programmatic-dependent-launch attribute for now: its griddepcontrol.wait is then a
 no-op and stream order holds (docs/ops/fp8_moe.md).
 
-The composite is the contract's semantics in fp32 torch ops over every expert with masks (no host
-synchronisation, so it captures in CUDA graphs): correct anywhere, slow (it reads every expert).
+The composite is the contract's semantics in fp32 torch ops, one token at a time over its gathered experts
+(no host synchronisation, so it captures in CUDA graphs): correct anywhere, slow (it dequantizes each routed
+expert).
 """
 
 from __future__ import annotations
