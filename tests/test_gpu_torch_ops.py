@@ -401,6 +401,42 @@ def test_strict_mode_passes_for_every_certified_shape() -> None:
     assert nt.stats() == {key: {"certified": 3} for key in SERVED}
 
 
+def _first_row(key: str, x: torch.Tensor) -> list[torch.Tensor]:
+    """Row 0 of every output of the contract's op on x (bits: compared with torch.equal on int views)."""
+    import netra.torch as nt
+
+    op, p = _contract(key)
+    if op == "rmsnorm":
+        outs: Any = nt.rmsnorm(x, torch.ones(p["hidden"], device=DEV).bfloat16(), 1e-6, p["weight_offset"])
+    elif op == "fp8_group_quant":
+        outs = nt.fp8_group_quant(x)
+    elif op == "silu_mul_fp8_quant":
+        outs = nt.silu_mul_fp8_quant(x)
+    else:
+        outs = nt.moe_topk_softmax(x, p["topk"])
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    return [o[0].contiguous().view(torch.uint8).clone() for o in outs]
+
+
+def test_batch_invariant_mode_gives_a_row_the_same_bits_at_every_row_count() -> None:
+    """nt.set_batch_invariant(True): one tactic per contract, so row 0 alone and row 0 of 16 and of 8192 rows
+    are the same bits for every certified contract (the default may switch tactics by rows)."""
+    import netra.torch as nt
+
+    prev = nt.set_batch_invariant(True)
+    try:
+        for key in SERVED:
+            op, p = _contract(key)
+            width = 2 * p["inter"] if op == "silu_mul_fp8_quant" else p.get("hidden", p.get("experts"))
+            x = torch.randn(8192, width, device=DEV, generator=torch.Generator(DEV).manual_seed(7)).bfloat16()
+            with nt.strict():
+                alone, of16, of8192 = (_first_row(key, x[:m].contiguous()) for m in (1, 16, 8192))
+            for a, b, c in zip(alone, of16, of8192, strict=True):
+                assert torch.equal(a, b) and torch.equal(a, c), f"{key}: row 0's bits depend on the row count"
+    finally:
+        nt.set_batch_invariant(prev)
+
+
 def test_strict_mode_raises_for_a_width_that_is_not_certified() -> None:
     import netra.torch as nt
     from netra.certify import reference as ref

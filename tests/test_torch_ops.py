@@ -817,6 +817,33 @@ def test_kernels_are_selected_once_per_rule_and_chosen_by_rows(
         nt.rmsnorm(torch.randn(2, 2048).bfloat16(), w, 1e-6)
 
 
+def test_batch_invariant_serves_one_tactic_for_every_row_count(
+    fake_gpu: FakeCuda, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nt.set_batch_invariant(True): the table's first ranked tactic at every row count (a token's bits then
+    do not depend on M), one module loaded; switching back restores the certified dispatch by rows."""
+    import netra.runtime
+
+    key = "rmsnorm(hidden=2048,weight_offset=0)"
+    cat = FakeCatalog(key)
+    monkeypatch.setattr(netra.runtime, "open_catalog", lambda cls: cat)
+    w = torch.randn(2048).bfloat16()
+    assert nt.kernel_for(key, 1, "cuda:0") is cat.small  # by rows first: the plan the switch must drop
+    assert nt.set_batch_invariant(True) is False and nt.batch_invariant()
+    try:
+        counts = (1, 16, 8192)
+        for rows in counts:
+            nt.rmsnorm(torch.randn(rows, 2048).bfloat16(), w, 1e-6)
+        assert [c[1] for c in fake_gpu.lib.calls] == [cat.large.candidate.launch.grid(r) for r in counts]
+        assert all(nt.kernel_for(key, r, "cuda:0") is cat.large for r in (1, 16, 17, 8192))
+        assert nt.prepare("cuda:0", [key]) == {key: cat.large.tactic}
+    finally:
+        assert nt.set_batch_invariant(False) is True
+    assert nt.kernel_for(key, 1, "cuda:0") is cat.small and nt.kernel_for(key, 17, "cuda:0") is cat.large
+    with pytest.raises(ContractError, match="set_batch_invariant takes True or False"):
+        nt.set_batch_invariant(1)  # type: ignore[arg-type]
+
+
 def test_a_class_without_a_table_and_an_uncertified_width_fall_back(
     fake_gpu: FakeCuda, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -31,12 +31,14 @@ except ModuleNotFoundError as e:
 
 from netra.errors import StrictModeError
 from netra.torch.dispatch import (
+    batch_invariant,
     fallback_reasons,
     is_strict,
     kernel_for,
     policy,
     prepare,
     reset_stats,
+    set_batch_invariant,
     set_policy,
     set_strict,
     stats,
@@ -57,6 +59,7 @@ from netra.torch.ops import (
 
 __all__ = [
     "StrictModeError",
+    "batch_invariant",
     "fallback_reasons",
     "fp8_group_quant",
     "fp8_moe",
@@ -72,6 +75,7 @@ __all__ = [
     "reset_stats",
     "rmsnorm",
     "rmsnorm_fp8_group_quant",
+    "set_batch_invariant",
     "set_policy",
     "set_strict",
     "silu_mul_fp8_quant",

@@ -42,10 +42,12 @@ from netra.errors import (
 )
 from netra.torch import composite, contracts
 from netra.torch.routes import (
+    BATCH_INVARIANT,
     MUTEX,
     POLICY,
     Plan,
     Route,
+    batch_invariant,
     fallback_reasons,
     is_strict,
     new_plan,
@@ -58,12 +60,14 @@ from netra.torch.routes import (
 )
 
 __all__ = [  # the public functions of netra.torch that live in netra.torch.routes are named from here too
+    "batch_invariant",
     "fallback_reasons",
     "is_strict",
     "kernel_for",
     "policy",
     "prepare",
     "reset_stats",
+    "set_batch_invariant",
     "set_policy",
     "set_strict",
     "stats",
@@ -79,7 +83,9 @@ _ALL_ROWS = sys.maxsize
 _LOADER = "cuda"  # the loader of the classes netra.torch serves: torch.cuda's devices, torch's CUDA streams
 _classes: dict[int, str] = {}
 _drivers: dict[str, str | None] = {}  # GPU class -> why this host's driver cannot load its code, or None
-_kernels: dict[tuple[int, str, str], Any] = {}  # (device, contract, policy) -> Served | Route
+_kernels: dict[
+    tuple[int, str, str, bool], Any
+] = {}  # (device, contract, policy, invariant) -> Served | Route
 
 
 def set_policy(policy: str) -> str:
@@ -93,11 +99,33 @@ def set_policy(policy: str) -> str:
     with MUTEX:
         prev = POLICY[0]
         POLICY[0] = policy
-        for table in _TABLES:
-            table.clear()
-        for forget in PLAN_RESETS:  # plans kept outside this module (a chain operator's: nt.fp8_moe)
-            forget()
+        _forget_plans()
     return prev
+
+
+def set_batch_invariant(on: bool = True) -> bool:
+    """Serve every contract with one tactic whatever the row count (True), or let the certified table's
+    dispatch pick the tactic measured fastest at each row count (False, the default). Each certified
+    kernel is batch-invariant within its tactic (a row's or token's output bits do not depend on the other
+    rows or on how many there are: conformance proves it), but two tactics may round differently, so only
+    one tactic for every M makes a token's bits independent of the batch (what vLLM's batch-invariant mode
+    asks of its kernels). The tactic is the table's first ranked one that meets the policy (the runtime's
+    `select` without rows). Returns the previous setting; plans are rebuilt."""
+    if type(on) is not bool:
+        raise ContractError(f"set_batch_invariant takes True or False, got {on!r}", "pass a bool")
+    with MUTEX:
+        prev = BATCH_INVARIANT[0]
+        BATCH_INVARIANT[0] = on
+        _forget_plans()
+    return prev
+
+
+def _forget_plans() -> None:
+    """Every plan and chosen kernel, made under the old setting (MUTEX held)."""
+    for table in _TABLES:
+        table.clear()
+    for forget in PLAN_RESETS:  # plans kept outside this module (a chain operator's: nt.fp8_moe)
+        forget()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -212,20 +240,21 @@ class Served:
 def kernels(index: int, key: str, op: str) -> Served | Route:
     """The certified kernels of `key` on cuda:`index`, or the Route saying why there are none. Made
     once per (device, contract, policy)."""
-    pol = POLICY[0]
-    memo = (index, key, pol)
+    pol, invariant = POLICY[0], BATCH_INVARIANT[0]
+    memo = (index, key, pol, invariant)
     hit = _kernels.get(memo)
     if hit is not None:
         return hit
     with MUTEX:
         hit = _kernels.get(memo)
         if hit is None:
-            hit = _kernels[memo] = _make_kernels(index, key, op, pol)
+            hit = _kernels[memo] = _make_kernels(index, key, op, pol, invariant)
     return hit
 
 
-def _make_kernels(index: int, key: str, op: str, pol: str) -> Served | Route:
+def _make_kernels(index: int, key: str, op: str, pol: str, invariant: bool) -> Served | Route:
     from netra.runtime import open_catalog
+    from netra.runtime.catalog import Fallback
 
     rocm = _rocm()
     if rocm is not None:
@@ -238,6 +267,11 @@ def _make_kernels(index: int, key: str, op: str, pol: str) -> Served | Route:
     served = cat.served(key, pol)
     if not isinstance(served, tuple):  # the Fallback saying why nothing is served
         return route(key, served.code, served.reason)
+    if invariant:  # one tactic for every row count: the first ranked that meets the policy
+        first = cat.select(key, pol)
+        if isinstance(first, Fallback):
+            return route(key, first.code, first.reason)
+        served = ((None, first),)
     old = _driver_problem(cls, cat.lock)
     if old is not None:
         return route(key, "driver", old)

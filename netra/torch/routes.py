@@ -22,6 +22,8 @@ CERTIFIED = "certified"  # the stats key of calls that ran a certified kernel
 
 MUTEX = threading.RLock()  # guards every table of routes, plans and kernels in netra.torch
 POLICY = ["accepted"]  # the serving policy (set_policy in netra.torch.dispatch rebuilds the plans)
+# One tactic per contract for every row count (set_batch_invariant in netra.torch.dispatch rebuilds the plans)
+BATCH_INVARIANT = [False]
 _strict = [False]
 
 
@@ -163,3 +165,8 @@ def strict(on: bool = True) -> Iterator[None]:
 
 def policy() -> str:
     return POLICY[0]
+
+
+def batch_invariant() -> bool:
+    """Whether every contract is served by one tactic whatever the row count (set_batch_invariant)."""
+    return BATCH_INVARIANT[0]
