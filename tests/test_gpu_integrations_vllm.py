@@ -68,12 +68,12 @@ def test_unserved_width_runs_vllms_forward_and_strict_refuses() -> None:
     import netra.integrations.vllm as plug
     import netra.torch as nt
 
-    norm, _ = _layers(5120)
-    x = torch.randn(4, 5120, device=DEV).to(torch.bfloat16)
+    norm, _ = _layers(6144)
+    x = torch.randn(4, 6144, device=DEV).to(torch.bfloat16)
     with torch.no_grad():
         y = norm(x)
     assert nt.stats() == {}
-    assert plug.routes()["rmsnorm(hidden=5120,weight_offset=0) on cuda:0"].startswith("vllm: no_entry")
+    assert plug.routes()["rmsnorm(hidden=6144,weight_offset=0) on cuda:0"].startswith("vllm: no_entry")
     with torch.no_grad():
         assert torch.equal(y, type(norm).__mro__[1].forward_cuda(norm, x))  # vLLM's own forward
     with nt.strict(), pytest.raises(nt.StrictModeError), torch.no_grad():

@@ -442,16 +442,16 @@ def test_strict_mode_raises_for_a_width_that_is_not_certified() -> None:
     from netra.certify import reference as ref
     from netra.errors import StrictModeError
 
-    x = torch.randn(8, 5120, device=DEV).bfloat16()
-    w = torch.randn(5120, device=DEV).bfloat16()
+    x = torch.randn(8, 6144, device=DEV).bfloat16()
+    w = torch.randn(6144, device=DEV).bfloat16()
     with nt.strict(), pytest.raises(StrictModeError) as e:
         nt.rmsnorm(x, w, 1e-6)
-    assert e.value.contract == "rmsnorm(hidden=5120,weight_offset=0)" and e.value.code == "no_entry"
+    assert e.value.contract == "rmsnorm(hidden=6144,weight_offset=0)" and e.value.code == "no_entry"
     print(e.value)
     y = nt.rmsnorm(x, w, 1e-6)  # outside strict mode: the composite, counted
     want = ref.rmsnorm(host(x), host(w), float(np.float32(1e-6)))
     assert ref.relative_max_error(host(y.float()), want) <= 2.0**-8 + 137 * 2.0**-24
-    assert nt.stats() == {"rmsnorm(hidden=5120,weight_offset=0)": {"no_entry": 1}}
+    assert nt.stats() == {"rmsnorm(hidden=6144,weight_offset=0)": {"no_entry": 1}}
 
 
 DRIVER_CHECK = """

@@ -69,7 +69,7 @@ CONTRACTS = [
     ("rmsnorm", {"hidden": 2048, "weight_offset": 0}),
     ("rmsnorm", {"hidden": 3584, "weight_offset": 1}),
     ("rmsnorm", {"hidden": 256, "weight_offset": 1}),
-    ("rmsnorm", {"hidden": 5120, "weight_offset": 0}),  # not served: the composite alone
+    ("rmsnorm", {"hidden": 6144, "weight_offset": 0}),  # not served: the composite alone
     ("fp8_group_quant", {"hidden": 2048, "group": 128}),
     ("fp8_group_quant", {"hidden": 3584, "group": 128}),
     ("fp8_group_quant", {"hidden": 384, "group": 128}),
@@ -853,15 +853,15 @@ def test_a_class_without_a_table_and_an_uncertified_width_fall_back(
     rt = nt.kernel_for("rmsnorm(hidden=4096,weight_offset=0)", 1, "cuda:0")
     assert not rt and rt.code == "no_table" and rt.reason.startswith("no certified table for sm_80 (cuda:0)")
     monkeypatch.setattr(dispatch, "_classes", {0: "sm_90"})
-    nt.rmsnorm(torch.randn(2, 5120).bfloat16(), torch.ones(5120).bfloat16(), 1e-6)  # the real sm_90 table
+    nt.rmsnorm(torch.randn(2, 6144).bfloat16(), torch.ones(6144).bfloat16(), 1e-6)  # the real sm_90 table
     st = nt.stats()
     assert st == {
         "rmsnorm(hidden=4096,weight_offset=0)": {"no_table": 1},
-        "rmsnorm(hidden=5120,weight_offset=0)": {"no_entry": 1},
+        "rmsnorm(hidden=6144,weight_offset=0)": {"no_entry": 1},
     }
     assert (
         "not in the certified sm_90 table"
-        in nt.fallback_reasons()["rmsnorm(hidden=5120,weight_offset=0)"]["no_entry"][0]
+        in nt.fallback_reasons()["rmsnorm(hidden=6144,weight_offset=0)"]["no_entry"][0]
     )
     assert fake_gpu.lib.calls == []
 

@@ -65,12 +65,14 @@ struct Shape {
 
 // Blocks per SM asked of ptxas (__launch_bounds__): a thread holding at most 8 registers of row data
 // (one x and one w chunk) is capped at the registers of 2048 threads per SM (full occupancy; no
-// served instantiation spills there), at most 24 at 64 registers, anything more at 128 (the row in
-// registers). A spill is a build error, so a cap that is too tight cannot go unnoticed.
+// served instantiation spills there), at most 16 at 64 registers, anything more at 128 (the row in
+// registers). 20 and 24 (5 or 6 chunks held, w loaded per chunk: hidden 5120 at 128 threads per row,
+// 1536 at 32) spilled at 64 (a 16- to 104-byte stack frame). A spill is a build error, so a cap that is
+// too tight cannot go unnoticed.
 template <int H, int TPR, int BLOCK, bool WIDE = false>
 constexpr int min_blocks() {
   constexpr int d = Shape<H, TPR, WIDE>::kData;
-  constexpr int regs = d <= 8 ? 65536 / 2048 : (d <= 24 ? 64 : 128);
+  constexpr int regs = d <= 8 ? 65536 / 2048 : (d <= 16 ? 64 : 128);
   constexpr int n = 65536 / (BLOCK * regs);
   return n < 1 ? 1 : n;
 }
