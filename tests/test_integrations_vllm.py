@@ -126,6 +126,14 @@ def test_a_variant_without_contract_runs_vllms_forward(results: dict[str, Any]) 
     assert results["variant"] == {"equal": True, "stats": {}, "raised": "a norm without weight"}
 
 
+def test_batch_invariant_mode_is_served_by_one_tactic_per_contract(results: dict[str, Any]) -> None:
+    out = results["batch_invariant"]
+    assert out["invariant_after_register"] is True and out["served_by_netra"] is True
+    assert out["by_rows_stats"] == {} and out["raised"].startswith(
+        "vLLM's batch-invariant mode, while netra.torch"
+    )
+
+
 def test_bad_mode_is_one_line(vllm_python: str) -> None:
     r = subprocess.run(
         [vllm_python, "-c", "import netra.integrations.vllm as v; v.register()"],

@@ -221,6 +221,46 @@ def variant() -> dict[str, Any]:
 
 
 @check
+def batch_invariant() -> dict[str, Any]:
+    """vLLM's batch-invariant mode: register() makes netra.torch serve one tactic per contract for every row
+    count, and the calls go to netra; with netra.torch switched back to dispatch by rows they stay vLLM's,
+    and strict mode names the mode."""
+    import os
+
+    from vllm.model_executor.layers.layernorm import RMSNorm
+
+    import netra.integrations.vllm as plug
+    import netra.torch as nt
+
+    os.environ["NETRA_VLLM"], os.environ["VLLM_BATCH_INVARIANT"] = "netra", "1"
+    out: dict[str, Any] = {}
+    try:
+        plug.register()
+        out["invariant_after_register"] = nt.batch_invariant()
+        with _config(["all"]), torch.no_grad():
+            layer = RMSNorm(256, eps=1e-6, dtype=torch.bfloat16)
+            x = torch.randn(3, 256).to(torch.bfloat16)
+            nt.reset_stats()
+            layer.forward_cuda(x)
+            out["served_by_netra"] = bool(nt.stats())
+            nt.set_batch_invariant(False)  # vLLM's own batch-invariant forward is Triton's: not on CPU, so
+            nt.reset_stats()  # the route is read from strict mode, which refuses before vLLM's forward runs
+            try:
+                with nt.strict():
+                    layer.forward_cuda(x)
+                out["raised"] = None
+            except nt.StrictModeError as e:
+                out["raised"] = e.reason
+            out["by_rows_stats"] = nt.stats()
+    finally:
+        del os.environ["VLLM_BATCH_INVARIANT"]
+        os.environ["NETRA_VLLM"] = "auto"
+        nt.set_batch_invariant(False)
+        plug.register()
+    return out
+
+
+@check
 def route() -> dict[str, Any]:
     """The per-contract route on a torch without CUDA: vLLM's forward, with netra.torch's reason."""
     import netra.integrations.vllm as plug

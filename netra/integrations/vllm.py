@@ -13,11 +13,13 @@ CustomOps (`CustomOp.register_oot`) for the two norm classes netra's families co
 
 Routing is per shape: a call goes to netra.torch only where this GPU's table serves its contract at the
 policy (`nt.kernel_for`), with bf16 contiguous CUDA tensors and none of vLLM's variants netra has no
-contract for (no weight, a variance over part of the row, batch-invariant mode); every other call runs
+contract for (no weight, a variance over part of the row); every other call runs
 vLLM's own forward, and `routes()` says why, once per contract and device. In strict mode (`nt.strict()`)
 a call routed to vLLM raises StrictModeError instead. NETRA_VLLM=netra sends every call netra has a
 contract for to netra.torch (its counted composite where nothing is served), NETRA_VLLM=vllm none; the
-default is auto.
+default is auto. In vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1) register() makes netra.torch serve
+one tactic per contract for every row count (nt.set_batch_invariant), so a token's bits do not depend on the
+batch; a caller who turns that off again sends the calls back to vLLM, with the reason.
 
 vLLM calls a CustomOp's forward_cuda only where custom ops are on: with torch.compile (inductor) its
 default is custom_ops=["none"], which runs forward_native, vLLM's reference that this plugin never
@@ -117,6 +119,10 @@ def register() -> None:
     """vLLM's general-plugin hook: the out-of-tree CustomOps above, once per process (vLLM may call it again)."""
     global _MODE
     _MODE = mode()
+    from vllm import envs
+
+    if envs.VLLM_BATCH_INVARIANT:  # a token's bits must not depend on the batch: one tactic for every M
+        nt.set_batch_invariant(True)
     from vllm.model_executor.custom_op import op_registry_oot
     from vllm.model_executor.layers.layernorm import GemmaRMSNorm, RMSNorm
 
@@ -167,7 +173,10 @@ def register() -> None:
 
 
 def _batch_invariant() -> str:
-    """What netra has no contract for in vLLM's batch-invariant mode ("" when it is off)."""
+    """Why vLLM's batch-invariant mode keeps this call vLLM's ("" when it is off, or when netra.torch serves
+    one tactic per contract for every row count, which register() asks for when the mode is on)."""
     from vllm import envs
 
-    return "vLLM's batch-invariant mode" if envs.VLLM_BATCH_INVARIANT else ""
+    if not envs.VLLM_BATCH_INVARIANT or nt.batch_invariant():
+        return ""
+    return "vLLM's batch-invariant mode, while netra.torch picks tactics by row count (nt.set_batch_invariant(False))"
