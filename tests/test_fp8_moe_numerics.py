@@ -194,7 +194,7 @@ def test_reference_rows_concatenate_over_token_spans(small: dict[str, list[cf.Ca
 
 def test_the_cases_cover_what_the_contract_asks(small: dict[str, list[cf.Case]]) -> None:
     up, down = small[UP], small[DOWN]
-    assert [c.rows for c in up] == [1, 2, 3, 7, 16, 64, 64, 4]
+    assert [c.rows for c in up] == [1, 2, 3, 7, 16, 64, 64, 40, 4]
     assert {c.name for c in down} - {c.name for c in up} == {"signed_weights_tokens5", "exact_slots_tokens4"}
     r = moe.roles(SMALL, 0)
     for op, cases in small.items():
@@ -238,6 +238,7 @@ def test_same_bits_names_the_anchor_in_1_7_and_64_tokens(small: dict[str, list[c
             ("random_mixed_tokens7", 0),
             ("uniform_tokens64", 0),
             ("same_experts_tokens64", 0),
+            ("same_experts_tokens40", 0),
         )
     ]
     for op in (UP, DOWN):

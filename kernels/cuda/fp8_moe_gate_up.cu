@@ -15,16 +15,22 @@
 //
 // Kernel arguments (in order, 76 bytes): hq u8*, hs f32*, xq u8*, xs f32*, ids i32*, w13 u8*, w13s f32*,
 // h32 f32*, counts u32*, tokens u32. Contract constants: EXPERTS, TOPK, HIDDEN, INTER (multiples of
-// 128). Tactic constants: MIN_BLOCKS (resident CTAs per SM the register budget is cut for) and
-// MAX_TOKENS (the most tokens a launch may carry: the pair list lives in shared memory). Grid:
-// (INTER/16, min(EXPERTS, tokens*TOPK)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split HIDDEN).
+// 128). Tactic constants: MIN_BLOCKS (resident CTAs per SM the register budget is cut for),
+// MAX_TOKENS (the most tokens a launch may carry: the pair list lives in shared memory), K_SLICE (bytes
+// of a warp's k range held in registers at once) and RESIDENT_CHUNKS (chunks of 8 pairs whose
+// accumulators stay in registers while each weight sub-slice is loaded once). Grid: (INTER/16,
+// min(EXPERTS, tokens*TOPK)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split HIDDEN).
 //
 // Mapping: CTA (x, y) computes gate rows 16x .. 16x+15 and the matching up rows of the y-th hit expert
-// (include/netra_moe_sm90.cuh: routing, tile) for all of its pairs, 8 pairs per chunk; warp w covers
-// bytes [w*KW, (w+1)*KW) of k, KW = HIDDEN / warps, in register-held sub-slices of at most 256 bytes.
-// Warp partial sums meet in shared memory and are added in warp order (deterministic). The last of
-// the 8 CTAs of a 128-column group (a counter per expert and group; that CTA resets it) quantizes the
-// group for every pair of the expert from h32.
+// (include/netra_moe_sm90.cuh: routing, tile) for all of its n pairs, 8 pairs per chunk (chunks =
+// ceil(n/8)); warp w covers bytes [w*KW, (w+1)*KW) of k, KW = HIDDEN / warps, in register-held
+// sub-slices of KS = min(KW, K_SLICE) bytes. The chunks are taken in rounds of RESIDENT_CHUNKS: per
+// round, sub-slice outer, chunk inner: a sub-slice's weights are loaded, then every chunk of the round
+// multiplies them into its own accumulators (acc[rc], fully unrolled, so they stay in registers: the
+// build refuses local memory). A round's chunks then each meet in shared memory as before: warp
+// partial sums added in warp order (deterministic), one chunk at a time. The last of the 8 CTAs of a
+// 128-column group (a counter per expert and group; that CTA resets it) quantizes the group for every
+// pair of the expert from h32.
 //
 // Numerics (u = 2^-24): each product of two E4M3FN values is exact in fp32; the tensor core sums the
 // 32 products of an instruction and the accumulator (its internal order and rounding are not
@@ -37,8 +43,16 @@
 // within the dot products' accumulation error (propagated through silu * up) of a rounding midpoint,
 // and then by one step: docs/ops/fp8_moe.md derives the bound conformance judges with.
 //
-// Bytes: each hit expert's 2*INTER*HIDDEN weight bytes and scales once; xq, xs and ids per CTA (L2).
-// No atomics on an output; no dynamic shared memory, no local memory.
+// Batch invariance (a token's bits do not depend on M or on the other tokens): a pair's accumulator
+// starts at zero in its own registers and receives the same fmas in the same order (sub-slices, then
+// blocks, ascending k within the warp) whichever chunk it falls in, whichever round that chunk is in
+// and however many chunks there are: RESIDENT_CHUNKS changes only how often the weights are loaded,
+// never which products meet or in what order; the warps' partials are added in warp order per chunk.
+//
+// Bytes: each hit expert's 2*INTER*HIDDEN weight bytes and scales once per round: ceil(chunks /
+// RESIDENT_CHUNKS) times for an expert with n pairs (chunks = ceil(n/8)); once whatever n when a warp's
+// k range is one sub-slice (KW <= K_SLICE: the registers keep it across rounds). xq, xs and ids per
+// CTA (L2). No atomics on an output; no dynamic shared memory, no local memory.
 
 #include "include/netra_moe_sm90.cuh"
 #include "include/netra_sm90.cuh"
@@ -49,8 +63,8 @@
 #if !defined(EXPERTS) || !defined(TOPK) || !defined(HIDDEN) || !defined(INTER)
 #error "fp8_moe_gate_up: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
 #endif
-#if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE)
-#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS and K_SLICE must be defined"
+#if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS)
+#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE and RESIDENT_CHUNKS must be defined"
 #endif
 
 namespace fp8_moe_gate_up_sm90 {
@@ -58,6 +72,7 @@ constexpr int kE = EXPERTS, kK = TOPK, kH = HIDDEN, kI = INTER;
 constexpr int kWarps = NETRA_BLOCK / 32;
 constexpr int kKW = kH / kWarps;            // bytes of k per warp
 constexpr int kKS = kKW < K_SLICE ? kKW : K_SLICE;  // bytes of k held in registers at once
+constexpr int kRC = RESIDENT_CHUNKS;             // chunks of 8 pairs per load of the weights
 constexpr int kMaxPairs = MAX_TOKENS * kK;
 static_assert(kE >= 1 && kE <= 1024, "fp8_moe_gate_up: EXPERTS must be in [1, 1024]");
 static_assert(kK >= 1 && kK <= 32 && kK <= kE, "fp8_moe_gate_up: TOPK must be in [1, min(32, EXPERTS)]");
@@ -70,6 +85,7 @@ static_assert(kKW % kKS == 0, "fp8_moe_gate_up: a warp's k range must split into
 static_assert(K_SLICE == 128 || K_SLICE == 256 || K_SLICE == 512, "fp8_moe_gate_up: K_SLICE must be 128, 256 or 512");
 static_assert(MAX_TOKENS >= 1 && MAX_TOKENS <= 256, "fp8_moe_gate_up: MAX_TOKENS must be in [1, 256]");
 static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 4, "fp8_moe_gate_up: MIN_BLOCKS must be in [1, 4]");
+static_assert(kRC == 1 || kRC == 2 || kRC == 4 || kRC == 8, "fp8_moe_gate_up: RESIDENT_CHUNKS must be 1, 2, 4 or 8");
 
 __device__ __forceinline__ float silu_mul(float g, float u) {
   float e;
@@ -98,12 +114,19 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   const int chunks = (r.n + 7) / 8;
   uint4 wg[kKS / 128][2][2], wu[kKS / 128][2][2];
   float sg[kKS / 128], su[kKS / 128];
-  for (int ch = 0; ch < chunks; ++ch) {
-    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  // Rounds of kRC chunks: each sub-slice's weights are loaded once per round and used by every chunk
+  // of it; the chunks' accumulators stay in registers (acc[rc] indexed at compile time).
+  for (int c0 = 0; c0 < chunks; c0 += kRC) {
+    float acc[kRC][8];
+#pragma unroll
+    for (int rc = 0; rc < kRC; ++rc) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[rc][j] = 0.f;
+    }
 #pragma unroll 1
     for (int sub = 0; sub < kKW / kKS; ++sub) {
       const int k0 = warp * kKW + sub * kKS;
-      if (ch == 0 || kKW != kKS) {  // one sub-slice: its weights stay in registers for every chunk
+      if (c0 == 0 || kKW != kKS) {  // one sub-slice: its weights stay in registers for every round
         netra_moe::load_rows<kKS, kH>(wg, we + (size_t)n0 * kH, k0);
         netra_moe::load_rows<kKS, kH>(wu, we + (size_t)(kI + n0) * kH, k0);
 #pragma unroll
@@ -112,27 +135,37 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
           su[kb] = se[((kI + n0) / 128) * (kH / 128) + (k0 >> 7) + kb];
         }
       }
-      netra_moe::warp_tile<kKS, kH, kK>(wg, wu, xq, xs, list, r.n, ch, k0, sg, su, acc);
-    }
 #pragma unroll
-    for (int j = 0; j < 8; ++j) red[warp][lane][j] = acc[j];
-    __syncthreads();
-    if (warp == 0) {
-      float t[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) t[j] = red[0][lane][j];
-      for (int w = 1; w < kWarps; ++w) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) t[j] = __fadd_rn(t[j], red[w][lane][j]);
-      }
-      // t[0..3]: gate rows g, g + 8 for pairs 2c, 2c + 1 of the chunk; t[4..7]: the same up rows
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int row = g + 8 * (j >> 1), i = ch * 8 + 2 * c + (j & 1);
-        if (i < r.n) h32[(size_t)list[i] * kI + n0 + row] = silu_mul(t[j], t[4 + j]);
+      for (int rc = 0; rc < kRC; ++rc) {
+        const int ch = kRC > 1 ? netra_moe::opaque(c0 + rc) : c0 + rc;  // see netra_moe::opaque
+        if (ch < chunks)  // the same for every thread of the CTA
+          netra_moe::warp_tile<kKS, kH, kK>(wg, wu, xq, xs, list, r.n, ch, k0, sg, su, acc[rc]);
       }
     }
-    __syncthreads();
+#pragma unroll
+    for (int rc = 0; rc < kRC; ++rc) {
+      const int ch = c0 + rc;
+      if (ch >= chunks) break;  // the same for every thread of the CTA
+#pragma unroll
+      for (int j = 0; j < 8; ++j) red[warp][lane][j] = acc[rc][j];
+      __syncthreads();
+      if (warp == 0) {
+        float t[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) t[j] = red[0][lane][j];
+        for (int w = 1; w < kWarps; ++w) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) t[j] = __fadd_rn(t[j], red[w][lane][j]);
+        }
+        // t[0..3]: gate rows g, g + 8 for pairs 2c, 2c + 1 of the chunk; t[4..7]: the same up rows
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int row = g + 8 * (j >> 1), i = ch * 8 + 2 * c + (j & 1);
+          if (i < r.n) h32[(size_t)list[i] * kI + n0 + row] = silu_mul(t[j], t[4 + j]);
+        }
+      }
+      __syncthreads();
+    }
   }
   // The last of the 8 CTAs of this 128-column group quantizes it for every pair of the expert.
   __threadfence();

@@ -5,8 +5,9 @@
 // Routing. grid.y enumerates the experts the call hits: CTA y takes the y-th expert (ascending id)
 // that some (token, slot) pair names, and lists its pairs p = token * TOPK + slot in ascending order;
 // CTAs past the number of hit experts exit at once. So an expert's weights are read by the CTAs of
-// one grid row, once, however many tokens route to it, and a token's result never depends on which
-// other tokens are in the call (the per-pair arithmetic is the same for any list).
+// one grid row only, and a token's result never depends on which other tokens are in the call (the
+// per-pair arithmetic is the same for any list). How often that grid row reads them is the template's
+// RESIDENT_CHUNKS: once per round of that many chunks of 8 pairs (each template's Bytes paragraph).
 //
 // Tile. mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32: 16 weight rows (A) times 8 pairs (B),
 // k = 32 per instruction, fp32 accumulators. Inside each 128-byte scale block a lane holds 32
@@ -169,6 +170,16 @@ __device__ __forceinline__ void warp_tile(const uint4 (&wa)[KS / 128][2][2], con
     acc[6] = __fmaf_rn(pv[2], __fmul_rn(sb, s0), acc[6]);
     acc[7] = __fmaf_rn(pv[3], __fmul_rn(sb, s1), acc[7]);
   }
+}
+
+// The value itself, which the compiler may not look through. A template with RESIDENT_CHUNKS > 1 passes
+// each chunk's index through it inside the sub-slice loop, so the chunk's pair rows and their 64-bit
+// addresses are recomputed per sub-slice (a few shared loads and integer ops) instead of being held in
+// registers across the loop beside the resident accumulators: without it g4r8 spills on sm_100a. It
+// emits no instruction and changes no value.
+__device__ __forceinline__ int opaque(int v) {
+  asm volatile("" : "+r"(v));
+  return v;
 }
 
 // Programmatic dependent launch: let the next launch of the chain start, and wait for the previous

@@ -144,7 +144,7 @@ ANCHOR = Token("anchor", 1.0)
 def layout(params: dict[str, int], seed: int, down: bool) -> list[tuple[str, list[Token]]]:
     """Every case of a contract as its tokens. tokens = 1, 2, 3, 7, 16, 64 (the contract's range, so
     conformance's rows_per_block and large_rows do not apply); the anchor is token 0 of the cases of 1, 7
-    and 64 tokens and of the 64 tokens routed to its own experts."""
+    and 64 tokens and of the 40 and 64 tokens routed to its own experts."""
     r = roles(params, seed)
 
     def mixed(case: str, n: int, **kw: str) -> list[Token]:
@@ -160,6 +160,9 @@ def layout(params: dict[str, int], seed: int, down: bool) -> list[tuple[str, lis
         ("zeros_tokens16", zeros),
         ("uniform_tokens64", [ANCHOR, *mixed("uniform64", 63)]),
         ("same_experts_tokens64", [ANCHOR, *mixed("same64", 63, route="same")]),
+        # 40 pairs per expert = 5 chunks of 8: a tactic holding 4 chunks' accumulators (RESIDENT_CHUNKS 4)
+        # loads the weights in a full round and a partial one
+        ("same_experts_tokens40", [ANCHOR, *mixed("same40", 39, route="same")]),
     ]
     if r.extreme is not None:
         out.append(("saturated_tokens4", [Token(f"sat/{i}", "saturated", "extreme") for i in range(4)]))

@@ -3,7 +3,9 @@
 
 For each (token, slot) pair the down projection of the slot's expert over the FP8 codes of h (block-
 scaled), then per token the router-weighted sum over the slots in slot order, rounded once to bf16.
-Only the experts the tokens hit are read, each once however many tokens route to it.
+Only the experts the tokens hit are read; the bytes moved count each once however many tokens route
+to it, as a tactic loading each sub-slice once per call moves them (how often each tactic loads them:
+docs/ops/fp8_moe.md, Bytes).
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 
 For each (token, slot) pair the gate and up projections of the slot's expert as block-scaled FP8 dot
 products, h = silu(gate) * up in fp32, quantized to FP8 per 128 columns as silu_mul_fp8_quant does.
-Only the experts the tokens hit are read, each once however many tokens route to it.
+Only the experts the tokens hit are read; the bytes moved count each once however many tokens route
+to it, as a tactic loading each sub-slice once per call moves them (how often each tactic loads them:
+docs/ops/fp8_moe.md, Bytes).
 """
 
 from __future__ import annotations

@@ -1,0 +1,68 @@
+"""docs/ops/fp8_moe.md's table of how often each routed-MoE tactic loads an expert's weights, held to the
+tactics the lock builds: a warp's k range (K / warps, K = hidden for gate_up, inter for down) in
+sub-slices of min(that, K_SLICE) bytes; one sub-slice stays in registers for the whole call, otherwise
+the weights are loaded once per round of RESIDENT_CHUNKS chunks of 8 pairs (the templates' Bytes
+paragraphs). A tactic added, or its constants changed, without its row fails here."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from conftest import REPO
+
+from netra.release import manifests
+
+PAGE = REPO / "docs" / "ops" / "fp8_moe.md"
+STAGES = {"fp8_moe_gate_up": ("gate_up", "hidden"), "fp8_moe_down": ("down", "inter")}
+PAIRS = (8, 16, 32, 64)
+CONTRACTS = ((2048, 768), (4096, 1536))  # the table's columns: Qwen3-30B-A3B, Qwen3-235B-A22B
+
+
+def loads(sub_slices: int, resident: int, pairs: int) -> int:
+    """How often the grid row of an expert with `pairs` pairs loads each byte of its weights."""
+    return 1 if sub_slices == 1 else math.ceil(math.ceil(pairs / 8) / resident)
+
+
+def rows_of_the_page() -> dict[tuple[str, str], list[str]]:
+    row = re.compile(r"^\| (gate_up|down) \| (\w+) \|(.*)\|$")
+    out = {}
+    for line in PAGE.read_text().splitlines():
+        m = row.match(line)
+        if m:
+            out[(m.group(1), m.group(2))] = [c.strip() for c in m.group(3).split("|")]
+    return out
+
+
+def derived_rows() -> dict[tuple[str, str], list[str]]:
+    cat = manifests.load(REPO)
+    moe = [a for a in cat.artifacts if a.target == "sm_90" and a.op in STAGES]
+    assert {(a.contract["hidden"], a.contract["inter"]) for a in moe} == set(CONTRACTS)
+    out = {}
+    for t in {a.tactic.name: a.tactic for a in moe}.values():
+        stage, k_name = STAGES[t.op]
+        warps, k_slice, resident = t.block // 32, t.constants["K_SLICE"], t.constants["RESIDENT_CHUNKS"]
+        widths = [(h if k_name == "hidden" else i) // warps for h, i in CONTRACTS]  # a warp's k range
+        subs = [kw // min(kw, k_slice) for kw in widths]
+        per_contract = [", ".join(str(loads(s, resident, n)) for n in PAIRS) for s in subs]
+        out[(stage, t.name)] = [
+            str(warps),
+            str(k_slice),
+            str(resident),
+            " / ".join(map(str, subs)),
+            *per_contract,
+        ]
+    return out
+
+
+def test_the_pages_load_table_is_every_sm90_moe_tactic_as_built() -> None:
+    want = derived_rows()
+    assert len(want) == 9  # g8s, g8, g16, g8sr4, g4r8 / d3, d6, d3r4, d3r8
+    assert rows_of_the_page() == want
+
+
+def test_a_tactic_reading_every_chunk_is_seen_by_the_rule() -> None:
+    """The rule is not vacuous: g8s (two sub-slices at hidden 2048, one chunk resident) loads an expert
+    with 64 pairs 8 times; g4r8 (8 resident) once; one sub-slice once whatever the pairs."""
+    assert loads(2, 1, 64) == 8 and loads(4, 8, 64) == 1 and loads(1, 1, 64) == 1 and loads(2, 4, 33) == 2
+    assert derived_rows()[("gate_up", "g8s")][4] == "1, 2, 4, 8"
