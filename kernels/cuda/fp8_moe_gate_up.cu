@@ -117,12 +117,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   // Rounds of kRC chunks: each sub-slice's weights are loaded once per round and used by every chunk
   // of it; the chunks' accumulators stay in registers (acc[rc] indexed at compile time).
   for (int c0 = 0; c0 < chunks; c0 += kRC) {
-    float acc[kRC][8];
-#pragma unroll
-    for (int rc = 0; rc < kRC; ++rc) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc[rc][j] = 0.f;
-    }
+    float acc[kRC][8] = {};  // every chunk's accumulators start at zero
 #pragma unroll 1
     for (int sub = 0; sub < kKW / kKS; ++sub) {
       const int k0 = warp * kKW + sub * kKS;
