@@ -742,11 +742,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    import torch
+    try:
+        import torch
 
-    import netra
-    import netra.torch as nt
-    from netra.torch import composite
+        import netra
+        import netra.torch as nt
+        from netra.torch import composite
+    except ImportError as e:  # the bench measures an install: netra-kernel[torch] must be importable
+        sys.exit(f"bench_moe: {e.msg}; install the wheel with torch (pip install 'netra_kernel-*.whl[torch]'), "
+                 "or run it with PYTHONPATH at a source tree")  # fmt: skip
 
     gpu = not args.cpu_smoke
     if gpu and not torch.cuda.is_available():
