@@ -410,9 +410,12 @@ def slot_sum(c3: Any) -> Any:
 class Vllm:
     """vLLM's block-FP8 fused_moe Triton kernel from a source tree, driven as vLLM drives it at decode."""
 
+    _keep: Any = None
+
     def __init__(self, torch: Any, src: Path) -> None:
         self.torch, self.src = torch, src
         sys.path.insert(0, str(src))
+        self.absent = self.stand_in_for_absent_extensions(torch, src)
         self.module = importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe")
         import triton.language as tl
 
@@ -432,6 +435,33 @@ class Vllm:
         self._silu_quant = torch.compile(composite.silu_mul_fp8_quant, dynamic=True)
         self._slot_sum = torch.compile(slot_sum, dynamic=True)
         self.params = self.parameters()
+
+    @staticmethod
+    def stand_in_for_absent_extensions(torch: Any, src: Path) -> str:
+        """Let vLLM's Python import without its compiled extensions; say so, or "" when they are present.
+
+        The bench drives only vLLM's Triton kernel (alignment and glue are its own, above), but vllm's CUDA
+        platform imports `vllm._C_stable_libtorch` at module level and a quantization module asks it one
+        capability question at import. The CUDA wheel's extensions are past what a device call carries and
+        are built for a newer torch than the H200 image's, so where they are absent that import gets an
+        empty module and the question the answer "no CUTLASS block-FP8 GEMM", which only steers vLLM's
+        dense linear layers, never fused_moe. Nothing timed runs through either."""
+        if any((src / "vllm").glob("_C_stable_libtorch*.so")):
+            return ""
+        import types
+
+        sys.modules.setdefault("vllm._C_stable_libtorch", types.ModuleType("vllm._C_stable_libtorch"))
+        lib = torch.library.Library("_C", "FRAGMENT")
+        lib.define("cutlass_scaled_mm_supports_block_fp8(int cuda_device_capability) -> bool")
+        lib.impl(
+            "cutlass_scaled_mm_supports_block_fp8", lambda capability: False, "CompositeExplicitAutograd"
+        )
+        Vllm._keep = lib  # a Library unregisters its ops when collected
+        return (
+            "vLLM's compiled extensions absent from --vllm-src: an empty vllm._C_stable_libtorch and "
+            "_C::cutlass_scaled_mm_supports_block_fp8 answering False stand in at import; only its Triton "
+            "kernel is timed"
+        )
 
     def commit(self) -> str | None:
         r = subprocess.run(["git", "-C", str(self.src), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -770,7 +800,14 @@ def main(argv: list[str] | None = None) -> None:
         try:
             vllm = Vllm(torch, args.vllm_src)
             vllm_why = ""
-            env["vllm"] = {"src": str(args.vllm_src), "version": vllm.version, "commit": vllm.commit()}
+            if vllm.absent:
+                print(f"vllm: {vllm.absent}")
+            env["vllm"] = {
+                "src": str(args.vllm_src),
+                "version": vllm.version,
+                "commit": vllm.commit(),
+                "extensions": vllm.absent or "present",
+            }
         except Exception as e:  # its import needs what its source needs: say what failed, time the rest
             vllm_why = f"importing fused_moe from {args.vllm_src} failed: {one_line(e)}"
     if vllm_why:

@@ -130,7 +130,7 @@ import json
 from netra.runtime import open_catalog
 try:
     cat = open_catalog("sm_90")
-    k = cat.select(sorted(cat.contracts())[0], rows=8192)
+    k = cat.select(KEY, rows=8192)
     print(json.dumps(["served", k.artifact]))
 except Exception as e:
     print(json.dumps([type(e).__name__, getattr(e, "message", str(e)), getattr(e, "hint", "")]))
@@ -142,12 +142,19 @@ def test_a_deleted_table_and_a_flipped_text_byte_are_refused_by_name(tmp_path: P
     from netra.runtime import open_catalog
     from netra.runtime.catalog import Fallback
 
+    # the first contract the install serves (a contract whose tactics are all at experiment is answered by
+    # its fallback and has no code object to damage); the copy is asked for the same one
+    cat = open_catalog("sm_90")
+    k = next(
+        s for s in (cat.select(c, rows=8192) for c in sorted(cat.contracts())) if not isinstance(s, Fallback)
+    )
+    opened = _OPEN.replace("KEY", repr(k.contract))
     site = _copy_install(tmp_path)
     data = site / "netra" / "_data"
     table = data / "tables" / "sm_90.json"
     saved = table.read_bytes()
     table.unlink()
-    name, message, _ = _in_copy(site, _OPEN)
+    name, message, _ = _in_copy(site, opened)
     assert name == "MissingFileError" and str(table) in message and "sm_90" in message, message
     doctor = subprocess.run([sys.executable, "-m", "netra", "doctor"], capture_output=True, text=True, cwd="/",
                             env={**os.environ, "PYTHONPATH": str(site)}, check=False)  # fmt: skip
@@ -155,18 +162,12 @@ def test_a_deleted_table_and_a_flipped_text_byte_are_refused_by_name(tmp_path: P
     assert doctor.returncode == 1 and "missing table tables/sm_90.json" in doctor.stdout
     table.write_bytes(saved)
 
-    cat = open_catalog("sm_90")
-    # the first contract the install serves (a contract whose tactics are all at experiment is answered by
-    # its fallback and has no code object to damage)
-    k = next(
-        s for s in (cat.select(c, rows=8192) for c in sorted(cat.contracts())) if not isinstance(s, Fallback)
-    )
     cubin = data / k.candidate.file
     blob = bytearray(cubin.read_bytes())
     text = next(s for s in elf.sections(bytes(blob)) if s.name == f".text.{k.symbol}".encode())
     blob[text.offset + 16] ^= 0x01
     cubin.write_bytes(bytes(blob))
-    name, message, _ = _in_copy(site, _OPEN)
+    name, message, _ = _in_copy(site, opened)
     assert name == "AlteredFileError" and str(cubin) in message and k.artifact in message, message
     doctor = subprocess.run([sys.executable, "-m", "netra", "doctor"], capture_output=True, text=True, cwd="/",
                             env={**os.environ, "PYTHONPATH": str(site)}, check=False)  # fmt: skip

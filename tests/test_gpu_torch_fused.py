@@ -15,8 +15,10 @@ Skipped elsewhere (the gpu marker; CI has no GPU).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,17 +31,10 @@ np = pytest.importorskip("numpy")
 LARGE = int(os.environ.get("NETRA_TEST_LARGE_ROWS", "8192"))
 WORKERS = os.cpu_count() or 1
 DEV = "cuda:0"
-FUSED = [  # docs/ops/README.md: the sm_90 table must list exactly these (checked below)
-    "fused_add_rmsnorm(hidden=2048,weight_offset=0)",
-    "fused_add_rmsnorm(hidden=3584,weight_offset=1)",
-    "fused_add_rmsnorm(hidden=4096,weight_offset=0)",
-    "fused_add_rmsnorm_fp8_group_quant(hidden=2048,weight_offset=0,group=128)",
-    "fused_add_rmsnorm_fp8_group_quant(hidden=3584,weight_offset=1,group=128)",
-    "fused_add_rmsnorm_fp8_group_quant(hidden=4096,weight_offset=0,group=128)",
-    "rmsnorm_fp8_group_quant(hidden=2048,weight_offset=0,group=128)",
-    "rmsnorm_fp8_group_quant(hidden=3584,weight_offset=1,group=128)",
-    "rmsnorm_fp8_group_quant(hidden=4096,weight_offset=0,group=128)",
-]
+FAMILIES = ("fused_add_rmsnorm", "fused_add_rmsnorm_fp8_group_quant", "rmsnorm_fp8_group_quant")
+# every fused contract of the sm_90 table this tree releases; the install must list exactly these (checked below)
+TABLE = Path(__file__).resolve().parents[1] / "release" / "tables" / "sm_90.json"
+FUSED = sorted(e["key"] for e in json.loads(TABLE.read_text())["entries"] if e["contract"]["op"] in FAMILIES)
 
 
 def _contract(key: str) -> tuple[str, dict[str, int]]:
@@ -142,7 +137,7 @@ def test_the_sm_90_table_lists_every_fused_contract(fused_policy: str) -> None:
     from netra.runtime import open_catalog
 
     cat = open_catalog("sm_90")
-    assert set(FUSED) <= set(cat.contracts())
+    assert sorted(k for k in cat.contracts() if k.split("(")[0] in FAMILIES) == FUSED
     prev = nt.set_policy(fused_policy)
     try:
         got = nt.prepare(DEV, FUSED)

@@ -14,8 +14,10 @@ Skipped elsewhere (the gpu marker; CI has no GPU).
 
 from __future__ import annotations
 
+import json
 import os
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,20 +29,21 @@ np = pytest.importorskip("numpy")
 
 LARGE = int(os.environ.get("NETRA_TEST_LARGE_ROWS", "8192"))
 WORKERS = os.cpu_count() or 1
-SERVED = [  # docs/ops/README.md; the installed table must serve exactly these (checked below)
-    "fp8_group_quant(hidden=2048,group=128)",
-    "fp8_group_quant(hidden=3584,group=128)",
-    "fp8_group_quant(hidden=4096,group=128)",
-    "fp8_group_quant(hidden=8192,group=128)",
-    "moe_topk_softmax(experts=128,topk=8)",
-    "rmsnorm(hidden=128,weight_offset=0)",
-    "rmsnorm(hidden=2048,weight_offset=0)",
-    "rmsnorm(hidden=3584,weight_offset=1)",
-    "rmsnorm(hidden=4096,weight_offset=0)",
-    "silu_mul_fp8_quant(inter=14336,group=128)",
-    "silu_mul_fp8_quant(inter=1536,group=128)",
-    "silu_mul_fp8_quant(inter=768,group=128)",
-]
+REPO = Path(__file__).resolve().parents[1]
+UNFUSED = ("fp8_group_quant", "moe_topk_softmax", "rmsnorm", "silu_mul_fp8_quant")
+
+
+def _accepted(table: dict[str, Any]) -> list[str]:
+    """The contracts a table serves under the default policy: at least one accepted candidate."""
+    return sorted(
+        e["key"] for e in table["entries"] if any(c["maturity"] == "accepted" for c in e["candidates"])
+    )
+
+
+# what the installed wheel must serve: the certified table this tree releases (checked against the install
+# below); the fused families and the routed MoE have their own tests (test_gpu_torch_fused.py, test_gpu_moe.py)
+SOURCE_ACCEPTED = _accepted(json.loads((REPO / "release" / "tables" / "sm_90.json").read_text()))
+SERVED = [k for k in SOURCE_ACCEPTED if k.split("(")[0] in UNFUSED]
 DEV = "cuda:0"
 
 
@@ -144,14 +147,8 @@ def test_the_installed_wheel_with_a_certified_sm_90_table_is_used() -> None:
     assert torch.cuda.get_device_capability(0) == (9, 0)
     cat = open_catalog("sm_90")
     assert cat.table.certification == "hardware"
-    assert set(SERVED) <= set(cat.contracts()), cat.contracts()
-    # the fused families and the routed MoE (tests/test_gpu_torch_fused.py, tests/test_gpu_moe.py serve
-    # those); any other contract (issue 30's model shapes) has no accepted candidate until certified
-    others = sorted(set(cat.contracts()) - set(SERVED))
-    unfused = [
-        k for k in others if not k.startswith(("fused_add_rmsnorm", "rmsnorm_fp8_group_quant", "fp8_moe_"))
-    ]
-    assert not [k for k in unfused if cat.select(k, policy="accepted")], unfused
+    installed_accepted = sorted(k for k in cat.contracts() if cat.select(k, policy="accepted"))
+    assert installed_accepted == SOURCE_ACCEPTED, sorted(set(installed_accepted) ^ set(SOURCE_ACCEPTED))
     served = nt.prepare(DEV, SERVED)
     for key, what in sorted(served.items()):
         print(f"{key}: {what}")
