@@ -422,3 +422,28 @@ def test_timing_inputs_route_like_a_balanced_router_over_valid_codes(op: str) ->
         assert np.allclose(got["weights"].sum(axis=1), 1.0, atol=1e-6) and (got["weights"] > 0).all()
     again = measure.timing_inputs(like, 64, 3, op, p)
     assert all(np.array_equal(got[k], again[k]) for k in got), "timing inputs must be reproducible"
+
+
+@pytest.mark.parametrize("op", ["fp8_moe_gate_up", "fp8_moe_down"])
+def test_timing_bytes_count_the_experts_the_timing_inputs_hit(op: str) -> None:
+    """certify divides a timing by the bytes the timed call must read: each expert its ids route to once,
+    not the record's bound min(E, tokens x k) (which put the 2026-12-05 certify's figure at 16 tokens above
+    what HBM gives). One token on k experts reads exactly the bound; 16 uniform tokens fewer than it."""
+    from netra.certify import conformance, measure
+    from netra.core.ops import FAMILIES
+
+    p = {"experts": 128, "topk": 8, "hidden": 256, "inter": 128}
+    like = conformance.cases(op, p, rows_per_block=1, large_rows=1, seed=0)[0]
+    for tokens in (1, 16):
+        got = measure.timing_inputs(like, tokens, 3, op, p)
+        hit = len(set(got["ids"].reshape(-1).tolist()))
+        moved = conformance.bytes_moved(op, p, tokens, got)
+        assert moved == FAMILIES[op].bytes_moved(p, tokens, {"hit": hit})
+        bound = conformance.bytes_moved(op, p, tokens)
+        assert (moved == bound) if tokens == 1 else (hit < 16 * 8 and moved < bound), (tokens, hit)
+    # an id outside [0, E) (an expert another rank holds) is read by no one
+    ids = np.array(got["ids"])
+    ids[:, 0] = p["experts"] + 5
+    ids[0, 1] = -1
+    inside = {int(e) for e in ids.reshape(-1) if 0 <= e < p["experts"]}
+    assert conformance.numerics(op).derived(p, {**got, "ids": ids}) == {"hit": len(inside)}

@@ -15,7 +15,7 @@ from its numerics module, found by the family's name.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 try:
@@ -29,6 +29,7 @@ except ModuleNotFoundError as _e:  # numpy is the certify extra's, not a depende
 
 import importlib
 from types import ModuleType
+from typing import Any
 
 from netra.certify import reference as ref
 from netra.certify.numerics import common
@@ -99,10 +100,14 @@ def outputs(op: str, params: dict[str, int], rows: int) -> dict[str, tuple[np.dt
     return {o.name: (np.dtype(_HOLD[o.dtype]), o.dims(env)) for o in fam.kernel_outputs}
 
 
-def bytes_moved(op: str, params: dict[str, int], rows: int) -> int:
-    """The fewest bytes the op must move: each input read once, each output written once (the record's)."""
+def bytes_moved(op: str, params: dict[str, int], rows: int, inputs: Mapping[str, Any] | None = None) -> int:
+    """The fewest bytes the op must move: each input read once, each output written once (the record's).
+    With `inputs`, the record's derived names (a routed MoE's experts hit) are those of these inputs, as
+    the family's numerics count them (`derived`), not the record's bound for any input."""
     _check(op, params)
-    return FAMILIES[op].bytes_moved(params, rows)
+    mod = numerics(op)
+    given = mod.derived(params, inputs) if inputs is not None and hasattr(mod, "derived") else None
+    return FAMILIES[op].bytes_moved(params, rows, given)
 
 
 # --------------------------------------------------------------------------------------------

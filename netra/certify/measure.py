@@ -274,7 +274,7 @@ class TimingSets:
 
         self.dev, self.entry, self.rows = dev, entry, rows
         outs = conformance.outputs(entry.op, entry.params, rows)
-        self.moved = conformance.bytes_moved(entry.op, entry.params, rows)
+        self.moved = conformance.bytes_moved(entry.op, entry.params, rows, inputs)
         footprint = sum(int(a.nbytes) for a in inputs.values()) + sum(
             int(np.dtype(d).itemsize * math.prod(shape)) for d, shape in outs.values()
         )

@@ -40,6 +40,9 @@ def cases(p: dict[str, int], rpb: int, large: int, seed: int) -> list[Case]:
     return out
 
 
+derived = moe.derived  # the experts its inputs hit (netra.certify.conformance.bytes_moved)
+
+
 def timing_inputs(p: dict[str, int], tokens: int, seed: int) -> dict[str, np.ndarray]:
     """What certify times a call of `tokens` tokens on: uniform routing over all experts (moe.timing_routing,
     the same as fp8_moe_gate_up's) and valid random codes and scales."""

@@ -16,8 +16,9 @@ a kernel that reads an expert it should not writes NaN and fails.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -396,6 +397,14 @@ def fma32(a: F64, b: F64, c: F64) -> F64:
 # --------------------------------------------------------------------------------------------
 # Timing inputs
 # --------------------------------------------------------------------------------------------
+
+
+def derived(params: dict[str, int], inputs: Mapping[str, Any]) -> dict[str, int]:
+    """The record's derived names for these inputs: `hit`, the experts the ids route to (in [0, E)), each
+    read once however many pairs route to it; what a call of them must read, and so what its timing's
+    bytes per second divide (the record's default, min(E, tokens x k), is only its bound)."""
+    ids = np.asarray(inputs["ids"]).reshape(-1)
+    return {"hit": int(np.unique(ids[(ids >= 0) & (ids < params["experts"])]).size)}
 
 
 def timing_routing(
