@@ -3,12 +3,14 @@ values that shape the norms and the decoder; no network at test time), and tiny 
 them with the real transformers.
 
 `published(name)` is the config as released (the GPU tests run it with two layers: the published norm
-widths); `tiny(name)` shrinks what costs CPU time (layers, hidden, heads, vocab, experts) and keeps what
-decides the norms' numerics: the architecture, eps, Gemma's (1 + w), Qwen3's 128-wide q/k norms.
+widths; `served(table)` names those whose every norm contract a release table certifies); `tiny(name)`
+shrinks what costs CPU time (layers, hidden, heads, vocab, experts) and keeps what decides the norms'
+numerics: the architecture, eps, Gemma's (1 + w), Qwen3's 128-wide q/k norms.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 # model -> (model_type, the published config.json values used here)
@@ -23,6 +25,24 @@ PUBLISHED: dict[str, tuple[str, dict[str, Any]]] = {
             "num_key_value_heads": 8,
             "head_dim": 128,
             "num_hidden_layers": 32,
+            "rms_norm_eps": 1e-05,
+            "rope_theta": 500000.0,
+            "vocab_size": 128256,
+            "max_position_embeddings": 131072,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+        },
+    ),
+    # meta-llama/Llama-3.1-70B
+    "Llama-3.1-70B": (
+        "llama",
+        {
+            "hidden_size": 8192,
+            "intermediate_size": 28672,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "num_hidden_layers": 80,
             "rms_norm_eps": 1e-05,
             "rope_theta": 500000.0,
             "vocab_size": 128256,
@@ -76,6 +96,42 @@ PUBLISHED: dict[str, tuple[str, dict[str, Any]]] = {
             "num_key_value_heads": 8,
             "head_dim": 128,
             "num_hidden_layers": 36,
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 1000000.0,
+            "vocab_size": 151936,
+            "max_position_embeddings": 40960,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+        },
+    ),
+    # Qwen/Qwen3-14B
+    "Qwen3-14B": (
+        "qwen3",
+        {
+            "hidden_size": 5120,
+            "intermediate_size": 17408,
+            "num_attention_heads": 40,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "num_hidden_layers": 40,
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 1000000.0,
+            "vocab_size": 151936,
+            "max_position_embeddings": 40960,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+        },
+    ),
+    # Qwen/Qwen3-32B
+    "Qwen3-32B": (
+        "qwen3",
+        {
+            "hidden_size": 5120,
+            "intermediate_size": 25600,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "num_hidden_layers": 64,
             "rms_norm_eps": 1e-06,
             "rope_theta": 1000000.0,
             "vocab_size": 151936,
@@ -193,3 +249,27 @@ def build(config: Any, dtype: Any, device: str = "cpu", seed: int = 0) -> Any:
             if "norm" in name and p.dim() == 1:
                 p.normal_(0.0, 0.5)
     return model
+
+
+@functools.cache  # collected by the GPU test's parametrize and asked again by the CPU tests
+def norm_contracts(name: str) -> frozenset[str]:
+    """The rmsnorm contracts apply_netra asks for on the published config of `name`, read from its report
+    on a two-layer build on the meta device (no memory; the probe skips meta weights): the widths and
+    offsets are apply_netra's own, not restated here. strict=True: a norm it would keep is an error."""
+    import torch
+
+    from netra.integrations.transformers import apply_netra
+
+    model = build(published(name, layers=2), torch.bfloat16, "meta")
+    return frozenset(r.contract for r in apply_netra(model, strict=True).replaced)
+
+
+def served(table: dict[str, Any]) -> list[str]:
+    """The published models whose every norm contract has an accepted candidate in `table` (a release
+    table's JSON, e.g. release/tables/sm_90.json): those whose norms strict mode serves certified."""
+    certified = {
+        entry["key"]
+        for entry in table["entries"]
+        if any(candidate["maturity"] == "accepted" for candidate in entry["candidates"])
+    }
+    return [name for name in PUBLISHED if norm_contracts(name) <= certified]

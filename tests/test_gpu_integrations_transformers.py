@@ -1,8 +1,9 @@
 """On an H200: Hugging Face transformers models of the published shapes (two decoder layers of each config in
-tests/hf_models.py whose norm widths sm_90 certifies) with netra.integrations.transformers.apply_netra:
-every norm call served by the certified kernel under strict mode, the logits those of the unpatched model
-within a bf16 tolerance (the kernel reduces in another order than torch, and the Llama-style norms round
-twice where netra rounds once), and a CUDA graph of the forward equal to eager.
+tests/hf_models.py whose every norm contract release/tables/sm_90.json certifies: hf_models.served) with
+netra.integrations.transformers.apply_netra: every norm call served by the certified kernel under strict mode,
+the logits those of the unpatched model within a bf16 tolerance (the kernel reduces in another order than
+torch, and the Llama-style norms round twice where netra rounds once), and a CUDA graph of the forward equal
+to eager.
 
 Run on the GPU machine against an installed wheel (docs/gpu.md), with the image's transformers:
 
@@ -13,6 +14,7 @@ Skipped elsewhere (the gpu marker; CI has no GPU).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -23,11 +25,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import hf_models  # noqa: E402
+from conftest import REPO  # noqa: E402
 
 DEV = "cuda:0"
-# The published configs whose every norm width sm_90 serves (docs/ops/README.md): 4096, 2048 with Qwen3's
-# 128-wide q/k norms, 3584 with Gemma's offset.
-SERVED = ["Llama-3.1-8B", "Mistral-7B-v0.3", "Qwen3-8B", "Qwen3-30B-A3B", "Gemma-2-9B"]
+# The published configs whose every norm contract (apply_netra's, on the config's own modules) has an
+# accepted candidate in sm_90's release table: derived, so a width certified there is tested here.
+SERVED = hf_models.served(json.loads((REPO / "release" / "tables" / "sm_90.json").read_text()))
 
 
 def _tokens(seq: int) -> Any:

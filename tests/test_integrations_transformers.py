@@ -11,6 +11,8 @@ shapes, served certified under strict mode and in CUDA graphs, are tests/test_gp
 
 from __future__ import annotations
 
+import copy
+import json
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import hf_models  # noqa: E402
+from conftest import REPO  # noqa: E402
 
 import netra.torch as nt  # noqa: E402
 from netra.errors import IntegrationError  # noqa: E402
@@ -235,3 +238,51 @@ def test_a_class_computed_otherwise_keeps_its_code() -> None:
     }
     assert len(report.replaced) == 4 and model.model.norm is changed
     assert torch.equal(logits(model, ids()), before)
+
+
+# The five published models the H200 run of 2026-12-05 served certified (docs/integrations.md).
+RUN_ON_H200 = ["Llama-3.1-8B", "Mistral-7B-v0.3", "Qwen3-8B", "Qwen3-30B-A3B", "Gemma-2-9B"]
+
+
+def _accepting(table: dict[str, Any], keys: set[str]) -> dict[str, Any]:
+    """`table` with every candidate of the contracts in `keys` accepted and every other at experiment."""
+    table = copy.deepcopy(table)
+    for entry in table["entries"]:
+        for candidate in entry["candidates"]:
+            candidate["maturity"] = "accepted" if entry["key"] in keys else "experiment"
+    return table
+
+
+def test_the_gpu_tests_models_are_derived_from_the_table() -> None:
+    """hf_models.served, the GPU test's parameters: sm_90's release table keeps the five the H200 ran, and
+    on tables certifying other contracts a model is in exactly when each of its norm contracts is
+    certified, its weight offset included (Gemma-2-9B's 3584 with offset 1 has an entry, Qwen2.5-7B's
+    with offset 0 none; Gemma-7B's 3072 none)."""
+    table = json.loads((REPO / "release" / "tables" / "sm_90.json").read_text())
+    assert [name for name in hf_models.served(table) if name in RUN_ON_H200] == RUN_ON_H200
+
+    h4096, h128 = "rmsnorm(hidden=4096,weight_offset=0)", "rmsnorm(hidden=128,weight_offset=0)"
+    assert hf_models.served(_accepting(table, set())) == []
+    assert hf_models.served(_accepting(table, {h4096})) == ["Llama-3.1-8B", "Mistral-7B-v0.3"]
+    with_qk = hf_models.served(_accepting(table, {h4096, h128}))
+    assert with_qk == ["Llama-3.1-8B", "Mistral-7B-v0.3", "Qwen3-8B"]
+    every = hf_models.served(_accepting(table, {entry["key"] for entry in table["entries"]}))
+    assert every == [name for name in hf_models.PUBLISHED if name not in ("Qwen2.5-7B", "Gemma-7B")]
+    assert {"Qwen3-14B", "Qwen3-32B", "Llama-3.1-70B"} < set(every)
+
+
+def test_published_norms_are_the_model_manifests() -> None:
+    """The norm contracts apply_netra finds in each published config are the rmsnorm contracts of the
+    model's manifest (manifests/models/, read by netra's own parser): the configs here and the manifests
+    cite the same config.json."""
+    from netra.core import models, toml
+    from netra.core.ops import contract_key
+
+    manifests = {}
+    for path in sorted((REPO / "manifests" / "models").glob("*.toml")):
+        m = models.parse(toml.load(path), f"manifests/models/{path.name}")
+        manifests[m.model] = {contract_key(op, params) for op, params in m.needs if op == "rmsnorm"}
+    checked = [name for name in hf_models.PUBLISHED if name in manifests]
+    assert {"Qwen3-14B", "Qwen3-32B", "Llama-3.1-70B", *RUN_ON_H200} <= set(checked)
+    for name in checked:
+        assert hf_models.norm_contracts(name) == manifests[name], name
