@@ -7,6 +7,8 @@ judges must refuse."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -307,7 +309,7 @@ def test_gate_up_refuses_a_code_two_steps_off_a_wrong_expert_and_a_scale_off_by_
     hs = good["hs"].copy()
     hs[0, 0] = np.float32(e["hs"][0, 0] + 4 * e["hs_bound"][0, 0])
     v = cf.judge(UP, SMALL, case, {**good, "hs": hs}, e)
-    assert not v.passed and "scales of h outside their derived bound" in v.reason
+    assert not v.passed and "scales of h outside their bound" in v.reason
     hs[0, 0] = np.float32(e["hs"][0, 0] + 0.5 * e["hs_bound"][0, 0])
     assert cf.judge(UP, SMALL, case, {**good, "hs": hs}, e).passed
 
@@ -320,13 +322,66 @@ def test_gate_up_allows_one_step_only_near_a_midpoint(small: dict[str, list[cf.C
     i = tuple(np.argwhere(far & (e["hq"] < 0x7E))[0])
     got["hq"][i] += 1
     v = cf.judge(UP, SMALL, case, got, e)
-    assert not v.passed and "one step off farther than the bound" in v.reason
+    assert not v.passed and "codes of h one step off, away from an E4M3 midpoint" in v.reason
     # the same code is accepted where the exact h / s lies on the midpoint between the two codes
     mid = (ref.fp8_e4m3_decode(got["hq"][i]) + ref.fp8_e4m3_decode(e["hq"][i])) / 2
     at_mid = {**e, "scaled": e["scaled"].copy()}
     at_mid["scaled"][i] = mid
     v = cf.judge(UP, SMALL, case, got, at_mid)
     assert v.passed and v.counts["fp8_one_step_at_midpoint"] == 1, v.reason
+
+
+def _wording(reason: str) -> str:
+    """The first failure of a verdict with its numbers and its row label (row or pair) left out."""
+    first = reason.split("; ")[0]
+    return re.sub(r"\b(row|pair)\b", "AT", re.sub(r"0x[0-9a-f]+|[-+]?\d[\d.e+-]*|nan|inf", "N", first))
+
+
+def test_gate_up_and_silu_mul_fp8_quant_refuse_codes_and_scales_with_one_wording(
+    small: dict[str, list[cf.Case]],
+) -> None:
+    """Both judges check codes and scales through quant.judge_codes_and_scales: a code one step off far
+    from a midpoint, and a scale one percent off, fail in each with the same message but for the row label."""
+    silu_p = {"inter": 384, "group": 128}
+    silu_case = next(c for c in cf.cases("silu_mul_fp8_quant", silu_p, rows_per_block=8) if c.rows == 1)
+    silu_e = cf.expected("silu_mul_fp8_quant", silu_p, silu_case)
+    up_case = case_named(small[UP], "uniform_tokens64")
+    up_e = cf.expected(UP, SMALL, up_case)
+    judges = {
+        "silu": (
+            "q",
+            "scales",
+            silu_e,
+            lambda got: cf.judge("silu_mul_fp8_quant", silu_p, silu_case, got, silu_e),
+        ),
+        "up": ("hq", "hs", up_e, lambda got: cf.judge(UP, SMALL, up_case, got, up_e)),
+    }
+    reasons: dict[str, list[str]] = {}
+    for name, (qk, sk, e, judge) in judges.items():
+        good = {qk: e[qk].copy(), sk: e[sk].astype(np.float32)}
+        assert judge(good).passed
+        # a quotient within 1e-3 of a code and well inside the range: half a step from either midpoint
+        sc, dec = e["scaled"], ref.fp8_e4m3_decode(e[qk])
+        far = (np.abs(sc - dec) < 1e-3 * np.abs(sc)) & (np.abs(sc) > 1) & (np.abs(sc) < 400)
+        code = {**good, qk: good[qk].copy()}
+        code[qk][tuple(np.argwhere(far)[0])] += 1
+        scale = {**good, sk: good[sk].copy()}
+        scale[sk][0, 0] *= np.float32(1.01)
+        reasons[name] = [judge(code).reason, judge(scale).reason]
+    for silu_reason, up_reason, start in zip(
+        reasons["silu"],
+        reasons["up"],
+        (
+            "1 codes of h one step off, away from an E4M3 midpoint by more than their window (first at ",
+            "1 scales of h outside their bound (first at ",
+        ),
+        strict=True,
+    ):
+        assert silu_reason.startswith(start + "row, ") and up_reason.startswith(start + "pair, "), (
+            silu_reason,
+            up_reason,
+        )
+        assert _wording(silu_reason).replace(" relative", "") == _wording(up_reason), (silu_reason, up_reason)
 
 
 def test_down_refuses_a_wrong_expert_a_slot_order_swap_and_one_ulp_beyond_the_bound(

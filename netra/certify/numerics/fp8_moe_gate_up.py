@@ -4,7 +4,8 @@ the weights, tokens and the block-scaled dot with fp8_moe_down); the contract: d
 Per pair p = token * topk + slot with e = ids[token, slot]: gate and up as block-scaled dots of w13[e]'s
 rows with the token's xq/xs, h = silu(gate) * up, quantized per 128 columns as silu_mul_fp8_quant. Judged
 against the exact h's quantization: every code equal, or one step off where the exact h / s lies within
-the derived bound of the midpoint between the two codes; every scale within its derived bound. Each
+the derived bound of the midpoint between the two codes; every scale within its derived bound (the
+checks of quant.judge_codes_and_scales, with these bounds as absolute windows). Each
 bound is computed per element from the case (moe.accumulation, propagated through silu * up and the
 scale; docs/ops/fp8_moe.md derives each step), not tuned.
 """
@@ -14,13 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from netra.certify import reference as ref
-from netra.certify.numerics import fp8_group_quant, moe, silu_mul_fp8_quant
-from netra.certify.numerics.common import Case, Verdict, first, verdict
-from netra.certify.numerics.quant import GATE_TERM
+from netra.certify.numerics import fp8_group_quant, moe, quant, silu_mul_fp8_quant
+from netra.certify.numerics.common import Case, Verdict, verdict
 
 OP = "fp8_moe_gate_up"
 # The constants the per-element bounds are derived from (the bounds themselves depend on the case):
-# h = silu(g) * u computed in fp32 from the kernel's g and u is within H_FP32 (+ GATE_TERM * |g| for
+# h = silu(g) * u computed in fp32 from the kernel's g and u is within H_FP32 (+ quant.GATE_TERM * |g| for
 # g < 0) of silu(g) * u, as silu_mul_fp8_quant's h; the scale is RN32(max(amax, 1e-10) / 448) of the
 # kernel's amax (SCALE, fp8_group_quant's); the quotient h / s the encoder rounds is within QUOTIENT of
 # the kernel's h / s (fp8_group_quant's midpoint window: reciprocal and product).
@@ -90,7 +90,7 @@ def expected(p: dict[str, int], case: Case, a: int, b: int) -> dict[str, np.ndar
     h = ref.silu(g) * u
     # |silu(g')u' - silu(g)u| <= SLOPE * Bg * (|u| + Bu) + |silu(g)| * Bu, then h's own fp32 error
     prop = SILU_SLOPE * bg * (np.abs(u) + bu) + np.abs(ref.silu(g)) * bu
-    rel = TOLERANCES["h_fp32"] + GATE_TERM * np.maximum(bg - g, 0.0)
+    rel = TOLERANCES["h_fp32"] + quant.GATE_TERM * np.maximum(bg - g, 0.0)
     dev = prop + rel * (np.abs(h) + prop) + np.where(g - bg < FLUSH_GATE, np.abs(h) + prop, 0.0)
     gq = ref.fp8_group_quant_values(h)
     s = gq.scales
@@ -123,36 +123,19 @@ def expected(p: dict[str, int], case: Case, a: int, b: int) -> dict[str, np.ndar
 
 def judge(p: dict[str, int], exp: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Verdict:
     q, s = got["hq"], got["hs"].astype(np.float64)
-    failures: list[str] = []
     s_ref, sb = exp["hs"], exp["hs_bound"]
-    with np.errstate(invalid="ignore"):
-        bad_s = ~(np.abs(s - s_ref) <= sb)
-    if bad_s.any():
-        i = tuple(np.argwhere(bad_s)[0])
-        failures.append(
-            f"{int(bad_s.sum())} scales of h outside their derived bound (first at pair, group {first(bad_s)}: "
-            f"got {s[i]!r}, want {s_ref[i]!r} +- {sb[i]:.3e})"
-        )
-    dist = ref.fp8_step_distance(q, exp["hq"])
-    beyond = dist > 1
-    if beyond.any():
-        i = tuple(np.argwhere(beyond)[0])
-        failures.append(
-            f"{int(beyond.sum())} codes of h two or more steps from the reference, or NaN (first at pair, "
-            f"column {first(beyond)}: got {int(q[i]):#04x}, want {int(exp['hq'][i]):#04x})"
-        )
-    one = dist == 1
-    mid = (ref.fp8_e4m3_decode(q) + ref.fp8_e4m3_decode(exp["hq"])) / 2
-    with np.errstate(invalid="ignore"):
-        near = one & (np.abs(exp["scaled"] - mid) <= exp["window"])
-    off = one & ~near
-    if off.any():
-        i = tuple(np.argwhere(off)[0])
-        failures.append(
-            f"{int(off.sum())} codes of h one step off farther than the bound from an E4M3 midpoint (first "
-            f"at pair, column {first(off)}: got {int(q[i]):#04x}, want {int(exp['hq'][i]):#04x}, h/s = "
-            f"{exp['scaled'][i]!r} +- {exp['window'][i]:.3e})"
-        )
+    failures, counts = quant.judge_codes_and_scales(
+        q,
+        s,
+        exp["hq"],
+        s_ref,
+        exp["scaled"],
+        window=exp["window"],
+        scale_bound=sb,
+        scale_relative=False,
+        of="h",
+        at="pair",
+    )
     pairs, n = q.shape
     deq = (ref.fp8_e4m3_decode(q).reshape(pairs, -1, moe.BLOCK) * s[..., None]).reshape(pairs, n)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -162,5 +145,4 @@ def judge(p: dict[str, int], exp: dict[str, np.ndarray], got: dict[str, np.ndarr
         "hs": (s_dev if not np.isnan(s_dev) else np.inf, s_tol),
         "dequant": (moe.row_relative(deq, exp["h"]), moe.row_relative_bound(exp["allow"], exp["h"])),
     }
-    counts = {"codes": int(q.size), "fp8_one_step_at_midpoint": int(near.sum()), "scales": int(s.size)}
     return verdict(devs, counts, failures)

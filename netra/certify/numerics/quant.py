@@ -1,4 +1,5 @@
-"""The numerics fp8_group_quant and silu_mul_fp8_quant share: their test vectors, reference and judge.
+"""The numerics fp8_group_quant and silu_mul_fp8_quant share: their test vectors, reference and judge, whose
+code and scale checks (judge_codes_and_scales) fp8_moe_gate_up's judge calls too.
 
 FP8 codes: bit-exact (as values: +0 and -0 are equal) against the reference, except one step where
 the exact scaled value lies within the family's window of an E4M3 rounding midpoint (counted); two
@@ -15,6 +16,7 @@ import numpy.typing as npt
 
 from netra.certify import reference as ref
 from netra.certify.numerics.common import (
+    F64,
     SCALES,
     U16,
     Case,
@@ -117,46 +119,79 @@ def judge(
     """The codes and scales of fp8_group_quant or silu_mul_fp8_quant (tolerances and window: the family's)."""
     silu = op == "silu_mul_fp8_quant"
     q, s = got["q"], got["scales"].astype(np.float64)
-    failures: list[str] = []
-    # scales, elementwise
     s_ref = exp["scales"]
-    allow = tol["scales"] + (GATE_TERM * exp["neg_gate_at_max"] if silu else 0.0)
-    with np.errstate(invalid="ignore", over="ignore"):
-        rel = np.abs(s - s_ref) / s_ref
-    bad_s = ~(rel <= allow)
-    if bad_s.any():
-        i = tuple(np.argwhere(bad_s)[0])
-        failures.append(
-            f"{int(bad_s.sum())} scales off by more than their tolerance (first at {first(bad_s)}: "
-            f"got {s[i]!r}, want {s_ref[i]!r})"
-        )
-    # codes
-    dist = ref.fp8_step_distance(q, exp["q"])
-    beyond = dist > 1
-    if beyond.any():
-        i = tuple(np.argwhere(beyond)[0])
-        failures.append(
-            f"{int(beyond.sum())} codes two or more steps from the reference, or NaN (first at "
-            f"{first(beyond)}: got {int(q[i]):#04x}, want {int(exp['q'][i]):#04x})"
-        )
-    one = dist == 1
     v = exp["scaled"]
-    mid = (ref.fp8_e4m3_decode(q) + ref.fp8_e4m3_decode(exp["q"])) / 2
-    allowed = window + (GATE_TERM * exp["neg_gate"] if silu else 0.0)
-    with np.errstate(invalid="ignore"):
-        near = one & (np.abs(v - mid) <= allowed * np.abs(v))
-    off_mid = one & ~near
-    if off_mid.any():
-        i = tuple(np.argwhere(off_mid)[0])
-        failures.append(
-            f"{int(off_mid.sum())} codes one step off away from an E4M3 midpoint (first at "
-            f"{first(off_mid)}: got {int(q[i]):#04x}, want {int(exp['q'][i]):#04x}, x/s = {v[i]!r})"
-        )
+    failures, counts = judge_codes_and_scales(
+        q,
+        s,
+        exp["q"],
+        s_ref,
+        v,
+        window=(window + (GATE_TERM * exp["neg_gate"] if silu else 0.0)) * np.abs(v),
+        scale_bound=tol["scales"] + (GATE_TERM * exp["neg_gate_at_max"] if silu else 0.0),
+        scale_relative=True,
+        of="h" if silu else "x",
+        at="row",
+    )
     rows, n = q.shape
     deq = (ref.fp8_e4m3_decode(q).reshape(rows, -1, ref.FP8_GROUP) * s[..., None]).reshape(rows, n)
     devs = {
         "scales": (ref.relative_max_error(s, s_ref), tol["scales"]),
         "dequant": (ref.relative_max_error(deq, exp["values"]), tol["dequant"]),
     }
-    counts = {"codes": int(q.size), "fp8_one_step_at_midpoint": int(near.sum()), "scales": int(s.size)}
     return verdict(devs, counts, failures)
+
+
+def judge_codes_and_scales(
+    q: npt.NDArray[np.uint8],
+    s: F64,
+    q_ref: npt.NDArray[np.uint8],
+    s_ref: F64,
+    scaled: F64,
+    *,
+    window: F64,
+    scale_bound: npt.ArrayLike,
+    scale_relative: bool,
+    of: str,
+    at: str,
+) -> tuple[list[str], dict[str, int]]:
+    """The FP8 code and scale checks this module's judge and fp8_moe_gate_up's share (fused's judges two
+    candidate references and has its own), so the rules and their messages exist once: a code equal to
+    the reference's, or one step off where the exact quotient `scaled` lies within `window` (absolute,
+    per element) of the midpoint between the two codes (counted); never two steps or NaN; each scale
+    within `scale_bound` of the reference's (relative to it, or absolute). `of` names the quantized
+    tensor and `at` its rows in the messages. Returns the failures (one line each) and the counts."""
+    failures: list[str] = []
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        s_dev = np.abs(s - s_ref) / s_ref if scale_relative else np.abs(s - s_ref)
+    bound = np.broadcast_to(scale_bound, s.shape)
+    bad_s = ~(s_dev <= bound)
+    if bad_s.any():
+        i = tuple(np.argwhere(bad_s)[0])
+        failures.append(
+            f"{int(bad_s.sum())} scales of {of} outside their bound (first at {at}, group {first(bad_s)}: "
+            f"got {float(s[i])!r}, want {float(s_ref[i])!r} +- {float(bound[i]):.3e}"
+            f"{' relative' if scale_relative else ''})"
+        )
+    dist = ref.fp8_step_distance(q, q_ref)
+    beyond = dist > 1
+    if beyond.any():
+        i = tuple(np.argwhere(beyond)[0])
+        failures.append(
+            f"{int(beyond.sum())} codes of {of} two or more steps from the reference, or NaN (first at {at}, "
+            f"column {first(beyond)}: got {int(q[i]):#04x}, want {int(q_ref[i]):#04x})"
+        )
+    one = dist == 1
+    mid = (ref.fp8_e4m3_decode(q) + ref.fp8_e4m3_decode(q_ref)) / 2
+    with np.errstate(invalid="ignore"):
+        near = one & (np.abs(scaled - mid) <= window)
+    off = one & ~near
+    if off.any():
+        i = tuple(np.argwhere(off)[0])
+        failures.append(
+            f"{int(off.sum())} codes of {of} one step off, away from an E4M3 midpoint by more than their "
+            f"window (first at {at}, column {first(off)}: got {int(q[i]):#04x}, want {int(q_ref[i]):#04x}, "
+            f"{of}/s = {float(scaled[i])!r} +- {float(window[i]):.3e})"
+        )
+    counts = {"codes": int(q.size), "fp8_one_step_at_midpoint": int(near.sum()), "scales": int(s.size)}
+    return failures, counts
