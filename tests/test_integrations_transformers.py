@@ -257,7 +257,7 @@ def test_the_gpu_tests_models_are_derived_from_the_table() -> None:
     """hf_models.served, the GPU test's parameters: sm_90's release table keeps the five the H200 ran, and
     on tables certifying other contracts a model is in exactly when each of its norm contracts is
     certified, its weight offset included (Gemma-2-9B's 3584 with offset 1 has an entry, Qwen2.5-7B's
-    with offset 0 none; Gemma-7B's 3072 none)."""
+    with offset 0 none; Gemma-7B's 3072 none), DeepSeek-V3's MLA latent norms included."""
     table = json.loads((REPO / "release" / "tables" / "sm_90.json").read_text())
     assert [name for name in hf_models.served(table) if name in RUN_ON_H200] == RUN_ON_H200
 
@@ -268,7 +268,14 @@ def test_the_gpu_tests_models_are_derived_from_the_table() -> None:
     assert with_qk == ["Llama-3.1-8B", "Mistral-7B-v0.3", "Qwen3-8B"]
     every = hf_models.served(_accepting(table, {entry["key"] for entry in table["entries"]}))
     assert every == [name for name in hf_models.PUBLISHED if name not in ("Qwen2.5-7B", "Gemma-7B")]
-    assert {"Qwen3-14B", "Qwen3-32B", "Llama-3.1-70B"} < set(every)
+    assert {"Qwen3-14B", "Qwen3-32B", "Llama-3.1-70B", "DeepSeek-V3"} < set(every)
+
+    # DeepSeek-V3: the 7168-wide norms and MLA's q_a (1536) and kv_a (512) latent norms, each needed
+    assert "DeepSeek-V3" in hf_models.served(table)
+    mla = {f"rmsnorm(hidden={h},weight_offset=0)" for h in (7168, 1536, 512)}
+    assert hf_models.served(_accepting(table, mla)) == ["DeepSeek-V3"]
+    for key in sorted(mla):
+        assert hf_models.served(_accepting(table, mla - {key})) == [], key
 
 
 def test_published_norms_are_the_model_manifests() -> None:
@@ -283,6 +290,6 @@ def test_published_norms_are_the_model_manifests() -> None:
         m = models.parse(toml.load(path), f"manifests/models/{path.name}")
         manifests[m.model] = {contract_key(op, params) for op, params in m.needs if op == "rmsnorm"}
     checked = [name for name in hf_models.PUBLISHED if name in manifests]
-    assert {"Qwen3-14B", "Qwen3-32B", "Llama-3.1-70B", *RUN_ON_H200} <= set(checked)
+    assert {"Qwen3-14B", "Qwen3-32B", "Llama-3.1-70B", "DeepSeek-V3", *RUN_ON_H200} <= set(checked)
     for name in checked:
         assert hf_models.norm_contracts(name) == manifests[name], name

@@ -60,6 +60,7 @@ RULES: dict[str, NormRule] = {
     f"{_MODELS}.qwen2.modeling_qwen2.Qwen2RMSNorm": _LLAMA,
     f"{_MODELS}.qwen3.modeling_qwen3.Qwen3RMSNorm": _LLAMA,
     f"{_MODELS}.qwen3_moe.modeling_qwen3_moe.Qwen3MoeRMSNorm": _LLAMA,
+    f"{_MODELS}.deepseek_v3.modeling_deepseek_v3.DeepseekV3RMSNorm": _LLAMA,
     f"{_MODELS}.gemma.modeling_gemma.GemmaRMSNorm": _GEMMA,
     f"{_MODELS}.gemma2.modeling_gemma2.Gemma2RMSNorm": _GEMMA,
 }
