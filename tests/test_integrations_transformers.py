@@ -123,6 +123,38 @@ def _ulps(a: Any, b: Any) -> int:
     return int((ia - ib).abs().max())
 
 
+def test_a_view_of_part_of_each_row_reaches_netra_contiguous(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepSeek-V3's kv_a_layernorm normalizes the first kv_lora_rank columns of kv_a_proj_with_mqa's output,
+    a view whose rows are not contiguous; the kernel reads contiguous rows (on a GPU such a call would run
+    the composite, and strict mode would refuse it), so NetraRMSNorm hands netra.torch a contiguous copy.
+    Every call is watched on its way into nt.rmsnorm, which still computes it."""
+    model = hf_models.build(hf_models.tiny("DeepSeek-V3"), torch.bfloat16)
+    apply_netra(model)
+    given: dict[str, bool] = {}
+    passed: list[bool] = []
+    rmsnorm = nt.rmsnorm
+
+    def watch(x: Any, *args: Any) -> Any:
+        passed.append(x.is_contiguous())
+        return rmsnorm(x, *args)
+
+    def keep(name: str) -> Any:
+        def hook(module: Any, args: Any) -> None:
+            given[name] = args[0].is_contiguous()
+
+        return hook
+
+    monkeypatch.setattr(nt, "rmsnorm", watch)
+    for n, m in model.named_modules():
+        if isinstance(m, NetraRMSNorm):
+            m.register_forward_pre_hook(keep(n))
+    logits(model, ids())
+    assert sorted(n for n, contiguous in given.items() if not contiguous) == [
+        f"model.layers.{i}.self_attn.kv_a_layernorm" for i in (0, 1)
+    ]
+    assert len(passed) == len(given) == 9 and all(passed)
+
+
 def test_state_dict_and_parameters_unchanged() -> None:
     """The replacement holds the original's Parameter: loading, saving and device moves see one tensor."""
     model = hf_models.build(hf_models.tiny("Qwen3-8B"), torch.float32)

@@ -85,6 +85,11 @@ class NetraRMSNorm(torch.nn.Module):
         self.replaces = replaces
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # A view of part of each row (DeepSeek-V3's kv_a_layernorm normalizes the first 512 of the 576
+        # columns kv_a_proj_with_mqa writes) is not a layout the kernel reads: one copy costs less than
+        # the composite it would fall back to (refused under nt.strict()); the output is new either way.
+        if not x.is_contiguous():
+            x = x.contiguous()
         return nt.rmsnorm(x, self.weight, self.eps, self.weight_offset)
 
     def extra_repr(self) -> str:
