@@ -164,6 +164,47 @@ PUBLISHED: dict[str, tuple[str, dict[str, Any]]] = {
             "tie_word_embeddings": False,
         },
     ),
+    # deepseek-ai/DeepSeek-V3 (quantization_config, FP8 e4m3 in 128 x 128 blocks, left out: the norms
+    # and the decoder are built in the dtype asked for)
+    "DeepSeek-V3": (
+        "deepseek_v3",
+        {
+            "hidden_size": 7168,
+            "intermediate_size": 18432,
+            "moe_intermediate_size": 2048,
+            "num_attention_heads": 128,
+            "num_key_value_heads": 128,
+            "q_lora_rank": 1536,
+            "kv_lora_rank": 512,
+            "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64,
+            "v_head_dim": 128,
+            "num_hidden_layers": 61,
+            "first_k_dense_replace": 3,
+            "n_routed_experts": 256,
+            "n_shared_experts": 1,
+            "num_experts_per_tok": 8,
+            "n_group": 8,
+            "topk_group": 4,
+            "norm_topk_prob": True,
+            "routed_scaling_factor": 2.5,
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 10000.0,
+            "rope_scaling": {
+                "type": "yarn",
+                "factor": 40,
+                "original_max_position_embeddings": 4096,
+                "beta_fast": 32,
+                "beta_slow": 1,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+            },
+            "vocab_size": 129280,
+            "max_position_embeddings": 163840,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+        },
+    ),
     # google/gemma-7b
     "Gemma-7B": (
         "gemma",
@@ -205,8 +246,11 @@ PUBLISHED: dict[str, tuple[str, dict[str, Any]]] = {
 }
 # Gemma's norm weights are stored as w in x * (1 + w); Llama's as w in x * w.
 OFFSET = {name: 1 if mt.startswith("gemma") else 0 for name, (mt, _) in PUBLISHED.items()}
-# Norm modules per decoder layer: input and post-attention, Gemma-2's pre/post feed-forward, Qwen3's q/k.
-NORMS_PER_LAYER = {"llama": 2, "mistral": 2, "qwen2": 2, "gemma": 2, "gemma2": 4, "qwen3": 4, "qwen3_moe": 4}
+# Norm modules per decoder layer: input and post-attention, Gemma-2's pre/post feed-forward, Qwen3's q/k,
+# DeepSeek-V3's MLA q_a/kv_a (over the q and kv latents).
+NORMS_PER_LAYER = {
+    "llama": 2, "mistral": 2, "qwen2": 2, "gemma": 2, "gemma2": 4, "qwen3": 4, "qwen3_moe": 4, "deepseek_v3": 4,
+}  # fmt: skip
 _SHRINK = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "vocab_size": 512}
 
 
@@ -223,13 +267,22 @@ def published(name: str, layers: int | None = None) -> Any:
 
 def tiny(name: str) -> Any:
     """The config of `name` shrunk for CPU: two layers, hidden 256, two heads (head_dim 128, so Qwen3's q/k
-    norms keep their published width), eight experts; eps, offsets and softcaps as published."""
+    norms keep their published width), eight experts; eps, offsets and softcaps as published. DeepSeek-V3
+    keeps its MLA widths (the q_a/kv_a norms at 1536 and 512, kv_a's a view of part of each row) and
+    has one dense layer, then one MoE layer (eight experts in four groups, two groups and two experts
+    chosen)."""
     from transformers import AutoConfig
 
     model_type, values = PUBLISHED[name]
     values = {**values, **_SHRINK, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 128}
     if model_type == "qwen3_moe":
         values.update(moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2)
+    if model_type == "deepseek_v3":  # MLA expands its latent to every head: as many kv heads as heads
+        del values["head_dim"]  # its config derives it: qk_rope_head_dim, the rotary width
+        values.update(
+            num_key_value_heads=2, moe_intermediate_size=128, first_k_dense_replace=1, n_routed_experts=8,
+            num_experts_per_tok=2, n_group=4, topk_group=2,
+        )  # fmt: skip
     if model_type == "gemma2":
         values.update(query_pre_attn_scalar=128, sliding_window=16)
     return AutoConfig.for_model(model_type, **values)

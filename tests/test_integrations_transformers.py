@@ -123,6 +123,38 @@ def _ulps(a: Any, b: Any) -> int:
     return int((ia - ib).abs().max())
 
 
+def test_a_view_of_part_of_each_row_reaches_netra_contiguous(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepSeek-V3's kv_a_layernorm normalizes the first kv_lora_rank columns of kv_a_proj_with_mqa's output,
+    a view whose rows are not contiguous; the kernel reads contiguous rows (on a GPU such a call would run
+    the composite, and strict mode would refuse it), so NetraRMSNorm hands netra.torch a contiguous copy.
+    Every call is watched on its way into nt.rmsnorm, which still computes it."""
+    model = hf_models.build(hf_models.tiny("DeepSeek-V3"), torch.bfloat16)
+    apply_netra(model)
+    given: dict[str, bool] = {}
+    passed: list[bool] = []
+    rmsnorm = nt.rmsnorm
+
+    def watch(x: Any, *args: Any) -> Any:
+        passed.append(x.is_contiguous())
+        return rmsnorm(x, *args)
+
+    def keep(name: str) -> Any:
+        def hook(module: Any, args: Any) -> None:
+            given[name] = args[0].is_contiguous()
+
+        return hook
+
+    monkeypatch.setattr(nt, "rmsnorm", watch)
+    for n, m in model.named_modules():
+        if isinstance(m, NetraRMSNorm):
+            m.register_forward_pre_hook(keep(n))
+    logits(model, ids())
+    assert sorted(n for n, contiguous in given.items() if not contiguous) == [
+        f"model.layers.{i}.self_attn.kv_a_layernorm" for i in (0, 1)
+    ]
+    assert len(passed) == len(given) == 9 and all(passed)
+
+
 def test_state_dict_and_parameters_unchanged() -> None:
     """The replacement holds the original's Parameter: loading, saving and device moves see one tensor."""
     model = hf_models.build(hf_models.tiny("Qwen3-8B"), torch.float32)
@@ -257,7 +289,7 @@ def test_the_gpu_tests_models_are_derived_from_the_table() -> None:
     """hf_models.served, the GPU test's parameters: sm_90's release table keeps the five the H200 ran, and
     on tables certifying other contracts a model is in exactly when each of its norm contracts is
     certified, its weight offset included (Gemma-2-9B's 3584 with offset 1 has an entry, Qwen2.5-7B's
-    with offset 0 none; Gemma-7B's 3072 none)."""
+    with offset 0 none; Gemma-7B's 3072 none), DeepSeek-V3's MLA latent norms included."""
     table = json.loads((REPO / "release" / "tables" / "sm_90.json").read_text())
     assert [name for name in hf_models.served(table) if name in RUN_ON_H200] == RUN_ON_H200
 
@@ -268,7 +300,14 @@ def test_the_gpu_tests_models_are_derived_from_the_table() -> None:
     assert with_qk == ["Llama-3.1-8B", "Mistral-7B-v0.3", "Qwen3-8B"]
     every = hf_models.served(_accepting(table, {entry["key"] for entry in table["entries"]}))
     assert every == [name for name in hf_models.PUBLISHED if name not in ("Qwen2.5-7B", "Gemma-7B")]
-    assert {"Qwen3-14B", "Qwen3-32B", "Llama-3.1-70B"} < set(every)
+    assert {"Qwen3-14B", "Qwen3-32B", "Llama-3.1-70B", "DeepSeek-V3"} < set(every)
+
+    # DeepSeek-V3: the 7168-wide norms and MLA's q_a (1536) and kv_a (512) latent norms, each needed
+    assert "DeepSeek-V3" in hf_models.served(table)
+    mla = {f"rmsnorm(hidden={h},weight_offset=0)" for h in (7168, 1536, 512)}
+    assert hf_models.served(_accepting(table, mla)) == ["DeepSeek-V3"]
+    for key in sorted(mla):
+        assert hf_models.served(_accepting(table, mla - {key})) == [], key
 
 
 def test_published_norms_are_the_model_manifests() -> None:
@@ -283,6 +322,6 @@ def test_published_norms_are_the_model_manifests() -> None:
         m = models.parse(toml.load(path), f"manifests/models/{path.name}")
         manifests[m.model] = {contract_key(op, params) for op, params in m.needs if op == "rmsnorm"}
     checked = [name for name in hf_models.PUBLISHED if name in manifests]
-    assert {"Qwen3-14B", "Qwen3-32B", "Llama-3.1-70B", *RUN_ON_H200} <= set(checked)
+    assert {"Qwen3-14B", "Qwen3-32B", "Llama-3.1-70B", "DeepSeek-V3", *RUN_ON_H200} <= set(checked)
     for name in checked:
         assert hf_models.norm_contracts(name) == manifests[name], name

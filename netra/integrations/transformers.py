@@ -60,6 +60,7 @@ RULES: dict[str, NormRule] = {
     f"{_MODELS}.qwen2.modeling_qwen2.Qwen2RMSNorm": _LLAMA,
     f"{_MODELS}.qwen3.modeling_qwen3.Qwen3RMSNorm": _LLAMA,
     f"{_MODELS}.qwen3_moe.modeling_qwen3_moe.Qwen3MoeRMSNorm": _LLAMA,
+    f"{_MODELS}.deepseek_v3.modeling_deepseek_v3.DeepseekV3RMSNorm": _LLAMA,
     f"{_MODELS}.gemma.modeling_gemma.GemmaRMSNorm": _GEMMA,
     f"{_MODELS}.gemma2.modeling_gemma2.Gemma2RMSNorm": _GEMMA,
 }
@@ -84,6 +85,11 @@ class NetraRMSNorm(torch.nn.Module):
         self.replaces = replaces
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # A view of part of each row (DeepSeek-V3's kv_a_layernorm normalizes the first 512 of the 576
+        # columns kv_a_proj_with_mqa writes) is not a layout the kernel reads: one copy costs less than
+        # the composite it would fall back to (refused under nt.strict()); the output is new either way.
+        if not x.is_contiguous():
+            x = x.contiguous()
         return nt.rmsnorm(x, self.weight, self.eps, self.weight_offset)
 
     def extra_repr(self) -> str:
