@@ -14,7 +14,8 @@
 //
 // Kernel arguments (in order, 76 bytes): out bf16*, hq u8*, hs f32*, ids i32*, weights f32*, w2 u8*,
 // w2s f32*, y32 f32*, counts u32*, tokens u32. Contract constants: EXPERTS, TOPK, HIDDEN, INTER.
-// Tactic constants: MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS (as fp8_moe_gate_up.cu). Grid:
+// Tactic constants: MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH (as fp8_moe_gate_up.cu;
+// with PREFETCH 1 the first sub-slice is requested before the wait, the next before each is multiplied). Grid:
 // (HIDDEN/32, min(EXPERTS, tokens*TOPK)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split INTER).
 //
 // Mapping: CTA (x, y) computes output columns 32x .. 32x+31 of the y-th hit expert for all its n
@@ -48,8 +49,9 @@
 #if !defined(EXPERTS) || !defined(TOPK) || !defined(HIDDEN) || !defined(INTER)
 #error "fp8_moe_down: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
 #endif
-#if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS)
-#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE and RESIDENT_CHUNKS must be defined"
+#if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS) || \
+    !defined(PREFETCH)
+#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS and PREFETCH must be defined"
 #endif
 
 namespace fp8_moe_down_sm90 {
@@ -71,6 +73,10 @@ static_assert(K_SLICE == 128 || K_SLICE == 256 || K_SLICE == 512, "fp8_moe_down:
 static_assert(MAX_TOKENS >= 1 && MAX_TOKENS <= 256, "fp8_moe_down: MAX_TOKENS must be in [1, 256]");
 static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 8, "fp8_moe_down: MIN_BLOCKS must be in [1, 8]");
 static_assert(kRC == 1 || kRC == 2 || kRC == 4 || kRC == 8, "fp8_moe_down: RESIDENT_CHUNKS must be 1, 2, 4 or 8");
+#if PREFETCH  // (the PREFETCH 0 tactics compile exactly the source they were certified with)
+constexpr int kNS = kKW / kKS;  // sub-slices of a warp's k range
+static_assert(PREFETCH == 1 && kNS % 2 == 0, "fp8_moe_down: PREFETCH must be 0, or 1 where a warp's k range has an even number of sub-slices");
+#endif
 
 __device__ __forceinline__ bool valid(int e) { return e >= 0 && e < kE; }
 }  // namespace fp8_moe_down_sm90
@@ -100,17 +106,53 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   const float* se = w2s + (size_t)r.expert * (kH / 128) * (kI / 128) + (n0 / 128) * (kI / 128);
   const int chunks = (r.n + 7) / 8;
   // The first sub-slice's weights and scales do not depend on the gate/up stage: load them, then wait.
+#if PREFETCH
+  // PREFETCH 1: two register buffers, sub-slice s + 1 requested before s is multiplied (fp8_moe_gate_up.cu)
+  uint4 pa[2][kKS / 128][2][2], pb[2][kKS / 128][2][2];
+  float ps[2][kKS / 128];
+  const auto request = [&](int s, uint4 (&wa_)[kKS / 128][2][2], uint4 (&wb_)[kKS / 128][2][2], float* sa_) {
+    const int k0 = warp * kKW + s * kKS;
+    netra_moe::load_rows<kKS, kI>(wa_, we + (size_t)n0 * kI, k0);
+    netra_moe::load_rows<kKS, kI>(wb_, we + (size_t)(n0 + 16) * kI, k0);
+#pragma unroll
+    for (int kb = 0; kb < kKS / 128; ++kb) sa_[kb] = se[(k0 >> 7) + kb];
+  };
+  request(0, pa[0], pb[0], ps[0]);  // does not depend on the gate/up stage
+#else
   uint4 wa[kKS / 128][2][2], wb[kKS / 128][2][2];
   float sa[kKS / 128];
   netra_moe::load_rows<kKS, kI>(wa, we + (size_t)n0 * kI, warp * kKW);
   netra_moe::load_rows<kKS, kI>(wb, we + (size_t)(n0 + 16) * kI, warp * kKW);
 #pragma unroll
   for (int kb = 0; kb < kKS / 128; ++kb) sa[kb] = se[(warp * kKW >> 7) + kb];
+#endif
   netra_moe::wait_previous();
   // Rounds of kRC chunks: each sub-slice's weights are loaded once per round and used by every chunk
   // of it; the chunks' accumulators stay in registers (acc[rc] indexed at compile time).
   for (int c0 = 0; c0 < chunks; c0 += kRC) {
     float acc[kRC][8] = {};  // every chunk's accumulators start at zero
+#if PREFETCH
+    {
+      const auto multiply = [&](int s, const uint4 (&wa_)[kKS / 128][2][2], const uint4 (&wb_)[kKS / 128][2][2],
+                                const float* sa_) {
+        const int k0 = warp * kKW + s * kKS;
+#pragma unroll
+        for (int rc = 0; rc < kRC; ++rc) {
+          const int ch = kRC > 1 ? netra_moe::opaque(c0 + rc) : c0 + rc;  // see netra_moe::opaque
+          if (ch < chunks)  // the same for every thread of the CTA
+            netra_moe::warp_tile<kKS, kI, 1>(wa_, wb_, hq, hs, list, r.n, ch, k0, sa_, sa_, acc[rc]);
+        }
+      };
+      if (c0 > 0) request(0, pa[0], pb[0], ps[0]);  // the first round's was requested before the wait
+#pragma unroll 1
+      for (int sub = 0; sub < kNS; sub += 2) {
+        request(sub + 1, pa[1], pb[1], ps[1]);
+        multiply(sub, pa[0], pb[0], ps[0]);
+        if (sub + 2 < kNS) request(sub + 2, pa[0], pb[0], ps[0]);
+        multiply(sub + 1, pa[1], pb[1], ps[1]);
+      }
+    }
+#else
 #pragma unroll 1
     for (int sub = 0; sub < kKW / kKS; ++sub) {
       const int k0 = warp * kKW + sub * kKS;
@@ -127,6 +169,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
           netra_moe::warp_tile<kKS, kI, 1>(wa, wb, hq, hs, list, r.n, ch, k0, sa, sa, acc[rc]);
       }
     }
+#endif
 #pragma unroll
     for (int rc = 0; rc < kRC; ++rc) {
       const int ch = c0 + rc;

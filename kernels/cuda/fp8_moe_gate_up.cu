@@ -17,8 +17,9 @@
 // h32 f32*, counts u32*, tokens u32. Contract constants: EXPERTS, TOPK, HIDDEN, INTER (multiples of
 // 128). Tactic constants: MIN_BLOCKS (resident CTAs per SM the register budget is cut for),
 // MAX_TOKENS (the most tokens a launch may carry: the pair list lives in shared memory), K_SLICE (bytes
-// of a warp's k range held in registers at once) and RESIDENT_CHUNKS (chunks of 8 pairs whose
-// accumulators stay in registers while each weight sub-slice is loaded once). Grid: (INTER/16,
+// of a warp's k range held in registers at once), RESIDENT_CHUNKS (chunks of 8 pairs whose
+// accumulators stay in registers while each weight sub-slice is loaded once) and PREFETCH (1: the next
+// sub-slice requested into a second register buffer before this one is multiplied). Grid: (INTER/16,
 // min(EXPERTS, tokens*TOPK)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split HIDDEN).
 //
 // Mapping: CTA (x, y) computes gate rows 16x .. 16x+15 and the matching up rows of the y-th hit expert
@@ -27,8 +28,12 @@
 // sub-slices of KS = min(KW, K_SLICE) bytes. The chunks are taken in rounds of RESIDENT_CHUNKS: per
 // round, sub-slice outer, chunk inner: a sub-slice's weights are loaded, then every chunk of the round
 // multiplies them into its own accumulators (acc[rc], fully unrolled, so they stay in registers: the
-// build refuses local memory). A round's chunks then each meet in shared memory as before: warp
-// partial sums added in warp order (deterministic), one chunk at a time. The last of the 8 CTAs of a
+// build refuses local memory). With PREFETCH = 1 (an even number of sub-slices) sub-slice s + 1 is
+// requested into a second register buffer before sub-slice s is multiplied, so a warp has two
+// sub-slices of weights in flight: at decode a CTA is bound by the latency of its weight loads, not by
+// the bus (ncu, 2026-12-05: no eligible warp in 84% of cycles at one token), and this overlaps them;
+// every sub-slice is still loaded once per round. A round's chunks then each meet
+// in shared memory as before: warp partial sums added in warp order (deterministic), one chunk at a time. The last of the 8 CTAs of a
 // 128-column group (a counter per expert and group; that CTA resets it) quantizes the group for every
 // pair of the expert from h32.
 //
@@ -63,8 +68,9 @@
 #if !defined(EXPERTS) || !defined(TOPK) || !defined(HIDDEN) || !defined(INTER)
 #error "fp8_moe_gate_up: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
 #endif
-#if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS)
-#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE and RESIDENT_CHUNKS must be defined"
+#if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS) || \
+    !defined(PREFETCH)
+#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS and PREFETCH must be defined"
 #endif
 
 namespace fp8_moe_gate_up_sm90 {
@@ -86,6 +92,10 @@ static_assert(K_SLICE == 128 || K_SLICE == 256 || K_SLICE == 512, "fp8_moe_gate_
 static_assert(MAX_TOKENS >= 1 && MAX_TOKENS <= 256, "fp8_moe_gate_up: MAX_TOKENS must be in [1, 256]");
 static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 4, "fp8_moe_gate_up: MIN_BLOCKS must be in [1, 4]");
 static_assert(kRC == 1 || kRC == 2 || kRC == 4 || kRC == 8, "fp8_moe_gate_up: RESIDENT_CHUNKS must be 1, 2, 4 or 8");
+#if PREFETCH  // (the PREFETCH 0 tactics compile exactly the source they were certified with)
+constexpr int kNS = kKW / kKS;  // sub-slices of a warp's k range
+static_assert(PREFETCH == 1 && kNS % 2 == 0, "fp8_moe_gate_up: PREFETCH must be 0, or 1 where a warp's k range has an even number of sub-slices");
+#endif
 
 __device__ __forceinline__ float silu_mul(float g, float u) {
   float e;
@@ -118,6 +128,45 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   // of it; the chunks' accumulators stay in registers (acc[rc] indexed at compile time).
   for (int c0 = 0; c0 < chunks; c0 += kRC) {
     float acc[kRC][8] = {};  // every chunk's accumulators start at zero
+#if PREFETCH
+    {
+      // Two register buffers: sub-slice s + 1 is requested into one before sub-slice s, in the other, is
+      // multiplied, so a warp keeps two sub-slices in flight instead of one. The loop steps by two (not
+      // unrolled: the addresses of every sub-slice would stay live); the buffers are named at compile
+      // time inside it. The same fmas in the same order.
+      uint4 pg[2][kKS / 128][2][2], pu[2][kKS / 128][2][2];
+      float psg[2][kKS / 128], psu[2][kKS / 128];
+      const auto request = [&](int s, uint4 (&wg_)[kKS / 128][2][2], uint4 (&wu_)[kKS / 128][2][2], float* sg_,
+                               float* su_) {
+        const int k0 = warp * kKW + s * kKS;
+        netra_moe::load_rows<kKS, kH>(wg_, we + (size_t)n0 * kH, k0);
+        netra_moe::load_rows<kKS, kH>(wu_, we + (size_t)(kI + n0) * kH, k0);
+#pragma unroll
+        for (int kb = 0; kb < kKS / 128; ++kb) {
+          sg_[kb] = se[(n0 / 128) * (kH / 128) + (k0 >> 7) + kb];
+          su_[kb] = se[((kI + n0) / 128) * (kH / 128) + (k0 >> 7) + kb];
+        }
+      };
+      const auto multiply = [&](int s, const uint4 (&wg_)[kKS / 128][2][2], const uint4 (&wu_)[kKS / 128][2][2],
+                                const float* sg_, const float* su_) {
+        const int k0 = warp * kKW + s * kKS;
+#pragma unroll
+        for (int rc = 0; rc < kRC; ++rc) {
+          const int ch = kRC > 1 ? netra_moe::opaque(c0 + rc) : c0 + rc;  // see netra_moe::opaque
+          if (ch < chunks)  // the same for every thread of the CTA
+            netra_moe::warp_tile<kKS, kH, kK>(wg_, wu_, xq, xs, list, r.n, ch, k0, sg_, su_, acc[rc]);
+        }
+      };
+      request(0, pg[0], pu[0], psg[0], psu[0]);
+#pragma unroll 1
+      for (int sub = 0; sub < kNS; sub += 2) {
+        request(sub + 1, pg[1], pu[1], psg[1], psu[1]);
+        multiply(sub, pg[0], pu[0], psg[0], psu[0]);
+        if (sub + 2 < kNS) request(sub + 2, pg[0], pu[0], psg[0], psu[0]);
+        multiply(sub + 1, pg[1], pu[1], psg[1], psu[1]);
+      }
+    }
+#else
 #pragma unroll 1
     for (int sub = 0; sub < kKW / kKS; ++sub) {
       const int k0 = warp * kKW + sub * kKS;
@@ -137,6 +186,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
           netra_moe::warp_tile<kKS, kH, kK>(wg, wu, xq, xs, list, r.n, ch, k0, sg, su, acc[rc]);
       }
     }
+#endif
 #pragma unroll
     for (int rc = 0; rc < kRC; ++rc) {
       const int ch = c0 + rc;
