@@ -8,6 +8,7 @@ not a GPU. Real certification runs on the H200 (tests/test_gpu_sm90.py, docs/gpu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -41,6 +42,7 @@ def certified(raw: dict[str, Any], *, text: str | None = None) -> dict[str, Any]
         "protocol": {"rows": [1, 8192], "warmup": 1, "replays": 1, "prefill_rows": 8192},
     }]  # fmt: skip
     t["certification"]["note"] = tables.HARDWARE_NOTE.format(target="sm_90")
+    t["entries"][0]["dispatch"] = None  # its row dispatch names tactics whose evidence this replaces
     c = t["entries"][0]["candidates"][0]
     c["maturity"] = "accepted"
     c["evidence"]["hardware"] = certevidence.hardware(text or c["text_sha256"])
@@ -164,6 +166,25 @@ def test_the_committed_table_is_ranked_by_its_own_measurements() -> None:
     committed = tables.parse_certified(certevidence.read_certified(REPO), "sm_90", "sm_90")
     assert committed.certification == "hardware" and committed.runs
     assert certify.rerank(committed) == committed
+
+
+def test_a_tactic_added_after_certification_is_ranked_after_the_measured_ones() -> None:
+    """`netra lock` appends a tactic added since the class was certified (no evidence, experiment) to its
+    measured contract; rerank keeps it there, whatever its place in the table, and ranks the rest."""
+    committed = tables.parse_certified(certevidence.read_certified(REPO), "sm_90", "sm_90")
+    key, e = next((k, e) for k, e in sorted(committed.entries.items()) if len(e.candidates) >= 3)
+    new = dataclasses.replace(
+        e.candidates[1], maturity="experiment", evidence={**e.candidates[1].evidence, "hardware": None}
+    )
+    moved = (e.candidates[0], new, *e.candidates[2:])  # put first among the measured
+    table = dataclasses.replace(
+        committed, entries={**committed.entries, key: dataclasses.replace(e, candidates=moved, dispatch=())}
+    )
+    got = certify.rerank(table).entries[key].candidates
+    assert got[-1] == new and [c.tactic for c in got[:-1]] == [c.tactic for c in certify.rerank(
+        dataclasses.replace(committed, entries={key: dataclasses.replace(
+            e, candidates=tuple(c for c in e.candidates if c.tactic != new.tactic))})
+    ).entries[key].candidates]  # fmt: skip
 
 
 def test_ranking_is_deterministic_and_dispatch_follows_the_measurements() -> None:

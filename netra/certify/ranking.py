@@ -15,7 +15,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from netra.errors import CertificationError
 from netra.runtime import tables
 
 PREFILL_ROWS = 8192
@@ -94,22 +93,24 @@ def rerank(table: tables.Table) -> tables.Table:
     """The table's order, maturity and dispatch recomputed from the measurements it records (a certified
     table: each candidate's whole evidence record): the same table when it came from `certify` (ranking
     is a function of the measurements). A contract none of whose candidates was measured yet (added
-    after the run) is left as `netra lock` wrote it."""
+    after the run) is left as `netra lock` wrote it; a tactic added since to a measured contract follows
+    the measured ones in file order, as `netra lock` places it."""
     entries = {}
     for key, e in table.entries.items():
         if all(c.evidence["hardware"] is None for c in e.candidates):
             entries[key] = e  # a contract added since the class was certified: in file order until it is
             continue
-        results = []
+        results, unmeasured = [], []
         for c in e.candidates:
             hw = c.evidence["hardware"]
             if hw is None:
-                raise CertificationError(
-                    f"{c.artifact}: has no hardware evidence to rank", "certify the class first"
-                )
+                unmeasured.append(c)
+                continue
             results.append(Result(c, hw["passed"], hw["reason"], hw["max_rel_deviation"], hw["tolerance"],
                                   hw["cases"], hw["counts"], hw["timings"], hw["sanitizer"], hw["profile"]))  # fmt: skip
         ranked, dispatch = rank(results)
-        cands = tuple(dataclasses.replace(r.candidate, maturity=r.maturity) for r in ranked)
+        cands = tuple(dataclasses.replace(r.candidate, maturity=r.maturity) for r in ranked) + tuple(
+            unmeasured
+        )
         entries[key] = dataclasses.replace(e, candidates=cands, dispatch=dispatch)
     return dataclasses.replace(table, entries=entries)
