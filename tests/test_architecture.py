@@ -304,6 +304,9 @@ def test_every_registered_class_is_complete(name: str) -> None:
         t.sources and t.sources[0] == f"kernels/{name}" and all(s.startswith("kernels/") for s in t.sources)
     )
     assert t.provision[0] in ("apt", "pip-pinned") and t.provision[1]
+    # a pip-pinned toolchain names the pinned package that is it (the lock records its pins; the SBOM's purl)
+    assert (t.toolchain_package is not None) == (t.provision[0] == "pip-pinned")
+    assert t.toolchain_package is None or t.toolchain_package.startswith(t.provision[1])
     assert t.vendor in targets.vendors()
 
 

@@ -90,8 +90,8 @@ def empty_eventually(folder: Path, seconds: float = 30) -> list[str]:
 
 
 def sources(root: Path, dest: Path) -> Path:
-    """kernels/, manifests/ and release/ of `root`: what `netra lock` and `netra build` read."""
-    for d in ("kernels", "manifests", "release"):
+    """kernels/, manifests/, release/ and requirements/ of `root`: what `netra lock` and `netra build` read."""
+    for d in ("kernels", "manifests", "release", "requirements"):
         shutil.copytree(root / d, dest / d, symlinks=True)
     return dest
 
@@ -171,7 +171,7 @@ def _dup_first_file(t: str) -> str:
 
 def _artifacts_list(t: str) -> str:
     head = t[: _blocks(t, "artifacts")[0][0]]
-    return head.replace("schema = 2\n", "schema = 2\nartifacts = [1, 2]\n", 1)
+    return head.replace("schema = 3\n", "schema = 3\nartifacts = [1, 2]\n", 1)
 
 
 SHAPE_DAMAGE: dict[str, tuple[Callable[[str], Any], list[str]]] = {
@@ -228,15 +228,23 @@ SHAPE_DAMAGE: dict[str, tuple[Callable[[str], Any], list[str]]] = {
         ["toolchains.gfx950: flavour 'nvcc' cannot build"],
     ),
     "NUL in a string": (_sub1(r'^flavour = "llvm"', 'flavour = "ll\\u0000vm"'), ["contains a NUL"]),
-    "newer schema": (_sub1(r"^schema = 2", "schema = 3"), ["lock schema 3 is not the supported schema 2"]),
-    "schema as a string": (_sub1(r"^schema = 2", 'schema = "2"'), ["schema: must be 2"]),
+    "newer schema": (_sub1(r"^schema = 3", "schema = 4"), ["lock schema 4 is not the supported schema 3"]),
+    "schema as a string": (_sub1(r"^schema = 3", 'schema = "3"'), ["schema: must be 3"]),
+    "a toolchain package that is not one of its pins": (
+        _sub1(r'^package = "nvidia-cuda-nvcc"', 'package = "nvidia-cuda-nvcc-x"'),
+        ["toolchains.sm_100.package: 'nvidia-cuda-nvcc-x' is not one of its pins"],
+    ),
+    "a toolchain package at another version than the toolchain": (
+        _sub1(r'^version = "13.0.88"\nsha256 = \[\n    "56fe', 'version = "13.0.89"\nsha256 = [\n    "56fe'),
+        ["toolchains.sm_100.package: nvidia-cuda-nvcc is pinned at 13.0.89, the toolchain is 13.0.88"],
+    ),
     "empty file": (lambda t: "", ["missing required field 'schema'"]),
     "cut mid-line": (lambda t: t[: t.index('text_sha256 = "') + 30], ["not valid TOML"]),
     "not UTF-8": (lambda t: t.encode().replace(b"flavour", b"flav\xffour", 1), ["not UTF-8"]),
     "nested thousands deep": (lambda t: t + "x = " + "[" * 20000 + "]" * 20000 + "\n", ["nested too deeply"]),
     # tomllib raises a plain ValueError here (int()'s digit limit), not its TOMLDecodeError
     "an integer of 5000 digits": (
-        _sub1(r"^schema = 2", "schema = " + "9" * 5000),
+        _sub1(r"^schema = 3", "schema = " + "9" * 5000),
         ["not valid TOML", "digits"],
     ),
 }
@@ -1057,7 +1065,11 @@ def _member_edit(rel: str, change: Callable[[bytes], bytes]) -> Callable[[dict[s
 
 
 def _drop_toolchain(m: dict[str, bytes]) -> None:
-    _lock_edit(m, b'[toolchains.sm_90]\nflavour = "nvcc"\nversion = "13.0.88"\n\n', b"")
+    """[toolchains.sm_90] gone, with its pins ([[toolchains.sm_90.pins]]): up to the next other table."""
+    lock = m[DATA + "manifest.lock"]
+    found = re.search(rb"^\[toolchains\.sm_90\]\n(?:(?!\[(?!\[toolchains\.sm_90\.)).*\n)*", lock, re.M)
+    assert found is not None and b'flavour = "nvcc"' in found[0]
+    _lock_edit(m, found[0], b"")
 
 
 def _drop_evidence(m: dict[str, bytes]) -> None:

@@ -185,7 +185,7 @@ def test_the_table_dtypes_derived_from_the_record_are_the_certified_ones() -> No
 
 
 def _tree(tmp_path: Path) -> Path:
-    for d in ("kernels", "manifests", "release"):
+    for d in ("kernels", "manifests", "release", "requirements"):
         shutil.copytree(REPO / d, tmp_path / d, symlinks=True)
     return tmp_path
 

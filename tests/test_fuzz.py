@@ -151,7 +151,7 @@ def _record_for(lock_bytes: bytes, lock: lock_mod.Lock) -> bytes:
 @pytest.fixture(scope="module")
 def inputs(repo_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Inputs:
     root = tmp_path_factory.mktemp("fuzz") / "tree"
-    for d in ("kernels", "manifests", "release"):
+    for d in ("kernels", "manifests", "release", "requirements"):
         shutil.copytree(repo_copy / d, root / d)
     raw = (root / lock_mod.LOCK_PATH).read_bytes()
     lock = lock_mod.loads(raw, "lock")
@@ -305,7 +305,9 @@ def test_lock_structure_mutations(inputs: Inputs) -> None:
 def test_lock_garbage(data: Any) -> None:
     parses_or_refuses(lambda: lock_mod.from_dict(data, "release/manifest.lock"))
     parses_or_refuses(
-        lambda: lock_mod.from_dict({"schema": 2, "toolchains": {}, "files": data, "artifacts": data})
+        lambda: lock_mod.from_dict(
+            {"schema": lock_mod.SCHEMA, "toolchains": {}, "files": data, "artifacts": data}
+        )
     )
 
 

@@ -50,7 +50,7 @@ def _remove_once(path: Path, text: str) -> None:
 
 def test_broken_copy_fails_naming_the_artifact(tmp_path: Path) -> None:
     copy = tmp_path / "tree"
-    for d in ("kernels", "manifests", "release"):
+    for d in ("kernels", "manifests", "release", "requirements"):
         shutil.copytree(REPO / d, copy / d)
     k = copy / "kernels" / "gfx950"
     # rmsnorm: the NOP between v_pk_fma's result and the v_add_f32 reading it (1 wait state needed)

@@ -35,8 +35,8 @@ def netra(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[st
 
 
 def copy_sources(dest: Path) -> Path:
-    """The inputs `netra lock` and `netra build` read: kernels, manifests, release."""
-    for d in ("kernels", "manifests", "release"):
+    """The inputs `netra lock` and `netra build` read: kernels, manifests, release, requirements."""
+    for d in ("kernels", "manifests", "release", "requirements"):
         shutil.copytree(REPO / d, dest / d)
     return dest
 
@@ -213,6 +213,43 @@ def test_lock_check_names_each_difference(tmp_path: Path) -> None:
         in r.stdout
     )
     assert "out of date" in r.stderr
+
+
+def pinned_in_requirements(text: str, prefix: str) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """name -> (version, sorted sha256s) of each requirements/build.txt entry starting with `prefix`,
+    read the way tools/ensure-toolchain selects them (independently of netra's reader)."""
+    out = {}
+    for m in re.finditer(
+        rf"^({re.escape(prefix)}\S*)==(\S+) \\\n((?:    --hash=sha256:[0-9a-f]{{64}}.*\n)+)", text, re.M
+    ):
+        out[m[1]] = (m[2], tuple(sorted(re.findall(r"sha256:([0-9a-f]{64})", m[3]))))
+    return out
+
+
+def test_lock_records_the_toolchain_pins_of_requirements_and_check_names_a_disagreement(
+    tmp_path: Path,
+) -> None:
+    """The lock's [toolchains.sm_90] and [toolchains.sm_100] pins are requirements/build.txt's nvidia-
+    entries (what tools/ensure-toolchain installs), nvidia-cuda-nvcc at the locked nvcc version; one
+    pinned file hash changed in requirements/build.txt makes `netra lock --check` fail naming it."""
+    locked = lock.read(REPO / LOCK)
+    want = pinned_in_requirements((REPO / "requirements" / "build.txt").read_text(), "nvidia-")
+    assert want["nvidia-cuda-nvcc"][0] == "13.0.88" and "nvidia-nvvm" in want and len(want) >= 3, want
+    for cls in ("sm_90", "sm_100"):
+        pins = locked.pins[cls]
+        assert pins.package == "nvidia-cuda-nvcc" and locked.toolchains[cls].version == want[pins.package][0]
+        assert {p.name: (p.version, p.sha256) for p in pins.packages} == want, cls
+    assert "gfx950" not in locked.pins  # Debian's or ROCm's LLVM: no pinned wheel is the toolchain
+
+    root = copy_sources(tmp_path)
+    assert netra("lock", "--check", "--root", str(root), "-q").returncode == 0
+    reqs = root / "requirements" / "build.txt"
+    old = want["nvidia-nvvm"][1][0]
+    reqs.write_text(reqs.read_text().replace(old, "0" * 64, 1))
+    r = netra("lock", "--check", "--root", str(root), "-q")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "toolchain sm_90 (nvcc 13.0.88): nvidia-nvvm 13.0.88 file hashes differ" in r.stdout, r.stdout
+    assert f"locked only: {old[:16]}...; requirements/build.txt only: {'0' * 16}..." in r.stdout, r.stdout
 
 
 def test_build_refuses_a_tree_missing_a_tracked_file(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import tarfile
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Build, Venv, clean_env, log, run_build
+from conftest import REPO, Build, Venv, clean_env, log, run_build
 from wheeltools import rewrite
 
 from netra import targets
@@ -193,6 +194,49 @@ def test_wheel_carries_the_sbom_its_lock_generates(
         assert [(p.kind, p.member) for p in problems] == [(kind, member)] and says in problems[0].detail, (
             problems
         )
+
+
+def test_sbom_names_the_pinned_toolchain_by_package_and_wheel_hashes() -> None:
+    """The nvcc toolchain component is pkg:pypi/nvidia-cuda-nvcc at the locked version, with one
+    `distribution` reference per wheel requirements/build.txt pins for it (its sha256); every other
+    pinned nvidia- package is a component it depends on, the same way; LLVM, which no file pins,
+    carries no hash and says why. Valid CycloneDX 1.6, from the repository's lock (no build needed)."""
+    from netra.release import sbom
+
+    raw, lock = lock_of(REPO)
+    doc = json.loads(sbom.generate(lock, raw, "0.0.0"))
+    _cyclonedx_1_6().validate(doc)  # type: ignore[attr-defined]
+    text = (REPO / "requirements" / "build.txt").read_text()
+    pinned = {
+        m[1]: (m[2], sorted(re.findall(r"sha256:([0-9a-f]{64})", m[3])))
+        for m in re.finditer(
+            r"^(nvidia-\S*)==(\S+) \\\n((?:    --hash=sha256:[0-9a-f]{64}.*\n)+)", text, re.M
+        )
+    }
+    by_ref = {c["bom-ref"]: c for c in doc["components"]}
+
+    def wheels(c: dict[str, object]) -> list[str]:
+        refs = c["externalReferences"]
+        assert isinstance(refs, list) and all(r["type"] == "distribution" for r in refs), refs
+        return sorted(h["content"] for r in refs for h in r["hashes"] if h["alg"] == "SHA-256")
+
+    nvcc = by_ref["toolchain:nvcc@13.0.88"]
+    assert (
+        nvcc["purl"]
+        == f"pkg:pypi/nvidia-cuda-nvcc@{pinned['nvidia-cuda-nvcc'][0]}"
+        == "pkg:pypi/nvidia-cuda-nvcc@13.0.88"
+    )
+    assert wheels(nvcc) == pinned["nvidia-cuda-nvcc"][1] and len(wheels(nvcc)) == 3
+    others = sorted(f"pkg:pypi/{n}@{v}" for n, (v, _) in pinned.items() if n != "nvidia-cuda-nvcc")
+    assert "pkg:pypi/nvidia-nvvm@13.0.88" in others
+    deps = {d["ref"]: d["dependsOn"] for d in doc["dependencies"]}
+    assert deps["toolchain:nvcc@13.0.88"] == others
+    for ref in others:
+        name = by_ref[ref]["name"]
+        assert by_ref[ref]["purl"] == ref and wheels(by_ref[ref]) == pinned[name][1], ref
+    llvm = by_ref["toolchain:llvm@22.1.8"]
+    assert "purl" not in llvm and "externalReferences" not in llvm and "hashes" not in llvm
+    assert "no file of the project pins by hash" in llvm["description"]
 
 
 def test_build_reports_through_hatch_display(session_build: Build) -> None:

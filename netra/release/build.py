@@ -32,7 +32,7 @@ from netra.core.hashing import sha256_bytes
 from netra.core.types import ArtifactSpec, Toolchain
 from netra.errors import LockError, NetraError, PathError, TableError, ValidationError
 from netra.release import lock as locking
-from netra.release import manifests, tablegen
+from netra.release import manifests, requirements, tablegen
 from netra.release.compilecache import Cache
 from netra.release.manifests import Manifests
 from netra.runtime import lockfile, tables
@@ -56,6 +56,8 @@ class Derived:
     work: Path
     seconds: float = 0.0
     cache: Cache | None = None  # the compile cache it used, with its counts (None: everything compiled)
+    # requirements/build.txt's entries, where a class's toolchain is pinned there (else none are read)
+    build_requirements: tuple[requirements.Requirement, ...] = ()
 
 
 @dataclass
@@ -137,6 +139,8 @@ def _derive(
     root = Path(root).resolve()
     man = manifests.load(root)
     tracked = manifests.tracked_files(root)
+    pinned = any(targets.get(t).provision[0] == "pip-pinned" for t in man.targets())
+    reqs = requirements.read(root) if pinned else ()  # read before the work: a bad file stops it at once
     file_hashes: dict[str, tuple[str, str]] = {}
     tree_tables: dict[str, bytes] = {}
     for path, role in tracked:
@@ -201,7 +205,7 @@ def _derive(
             "fix the template or its manifest so the code object fits its contract and the GPU's limits",
             tuple(bad),
         )
-    return Derived(man, found, examined, file_hashes, tree_tables, work, time.monotonic() - t0, cache)
+    return Derived(man, found, examined, file_hashes, tree_tables, work, time.monotonic() - t0, cache, reqs)
 
 
 def locked_artifact(e: Examined) -> LockedArtifact:
@@ -228,7 +232,12 @@ def lock_of(d: Derived, table_toolchains: dict[str, Toolchain] | None = None) ->
         TrackedFile(p, sha256_bytes(text.encode()), "evidence" if tables.evidence_class_of(p) else "table")
         for p, text in made.files.items()
     ]
-    lock = Lock(toolchains=used, files=tuple(sorted(files_, key=lambda f: f.path)), artifacts=artifacts)
+    lock = Lock(
+        toolchains=used,
+        files=tuple(sorted(files_, key=lambda f: f.path)),
+        artifacts=artifacts,
+        pins=requirements.toolchain_pins(d.build_requirements, used),
+    )
     return Fresh(lock=lock, tables=made.files, voided=list(made.voided), derived=d)
 
 
@@ -315,6 +324,8 @@ def differences(root: Path, d: Derived, locked: Lock) -> tuple[Fresh, list[str]]
     """Every way the lock on disk and its tables differ from what the tree gives now."""
     fresh = lock_of(d, locked.toolchains)
     out = locking.compare(locked, fresh.lock)
+    # The pins of the toolchain the lock names, whatever toolchain built now: requirements/build.txt's.
+    out += locking.compare_pins(locked, requirements.toolchain_pins(d.build_requirements, locked.toolchains))
     for rel, text in sorted(fresh.tables.items()):
         if d.tree_tables.get(rel) != text.encode():
             state = "missing" if rel not in d.tree_tables else "out of date with the lock and sources"

@@ -14,12 +14,12 @@ from typing import Any
 
 from netra.core import files
 from netra.errors import LockError
-from netra.runtime.lockfile import Lock, to_dict
+from netra.runtime.lockfile import Lock, ToolchainPins, to_dict
 
 HEADER = (
     "# release/manifest.lock: written by `netra lock`; do not edit by hand.\n"
-    "# `netra lock --check` fails when it is out of date with kernels/, manifests/, release/tables/ or\n"
-    "# release/evidence/.\n"
+    "# `netra lock --check` fails when it is out of date with kernels/, manifests/, release/tables/,\n"
+    "# release/evidence/ or the toolchain pins of requirements/build.txt.\n"
 )
 
 
@@ -81,6 +81,45 @@ def compare(locked: Lock, fresh: Lock) -> list[str]:
             a, b = locked.toolchains.get(t), fresh.toolchains.get(t)
             if a != b:
                 out.append(f"toolchain {t}: locked with {a or 'none'}, now {b or 'none'}")
+    return out
+
+
+def compare_pins(locked: Lock, pinned: dict[str, ToolchainPins]) -> list[str]:
+    """Every way the lock's toolchain pins differ from `pinned` (requirements/build.txt's, for the
+    toolchains the lock names), one line each: a pin, a version or a file hash added or gone."""
+    out: list[str] = []
+    for t in sorted(locked.pins.keys() | pinned.keys()):
+        a, b = locked.pins.get(t), pinned.get(t)
+        if a == b:
+            continue
+        at = f"toolchain {t} ({locked.toolchains[t]})" if t in locked.toolchains else f"toolchain {t}"
+        if b is None:
+            out.append(f"{at}: the lock records its pins, requirements/build.txt pins none of it")
+            continue
+        if a is None:
+            out.append(f"{at}: the lock records no pins, requirements/build.txt pins it ({b.package})")
+            continue
+        if a.package != b.package:
+            out.append(f"{at}: the lock names package {a.package}, requirements/build.txt gives {b.package}")
+        old = {p.name: p for p in a.packages}
+        new = {p.name: p for p in b.packages}
+        for name in sorted(old.keys() | new.keys()):
+            o, n = old.get(name), new.get(name)
+            if o is None:
+                out.append(
+                    f"{at}: requirements/build.txt pins {name} {n.version if n else ''}, the lock does not"
+                )
+            elif n is None:
+                out.append(f"{at}: the lock pins {name} {o.version}, requirements/build.txt no longer does")
+            elif o.version != n.version:
+                out.append(f"{at}: {name} locked at {o.version}, requirements/build.txt pins {n.version}")
+            elif o.sha256 != n.sha256:
+                gone, added = sorted(set(o.sha256) - set(n.sha256)), sorted(set(n.sha256) - set(o.sha256))
+                out.append(
+                    f"{at}: {name} {o.version} file hashes differ (locked only: "
+                    f"{', '.join(h[:16] + '...' for h in gone) or 'none'}; requirements/build.txt only: "
+                    f"{', '.join(h[:16] + '...' for h in added) or 'none'})"
+                )
     return out
 
 

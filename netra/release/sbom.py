@@ -1,7 +1,8 @@
 """The wheel's SBOM: a CycloneDX 1.6 JSON document generated from the lock alone.
 
 The lock already names everything a release is made of: every tracked file with its sha256, every
-code object with the sha256 of its machine code, and the toolchain each GPU class was built with. The
+code object with the sha256 of its machine code, and the toolchain each GPU class was built with
+(where the project pins it as wheels, each pinned package with the sha256 of each of its files). The
 SBOM says the same in the format supply-chain tools read, at the place PEP 770 gives it in a wheel
 (`<name>.dist-info/sboms/`). Because it is a pure function of the lock's bytes and the version, the
 build hook writes it and `netra verify-wheel` regenerates it and compares bytes: an SBOM that is not
@@ -21,7 +22,7 @@ from typing import Any
 
 from netra.runtime import layout
 from netra.runtime.installed import DISTRIBUTION
-from netra.runtime.lockfile import LOCK_PATH, Lock
+from netra.runtime.lockfile import LOCK_PATH, Lock, PinnedPackage, ToolchainPins
 
 SPEC_VERSION = "1.6"
 FILE = f"{DISTRIBUTION}.cdx.json"  # its name under <name>.dist-info/sboms/
@@ -46,37 +47,100 @@ def _toolchain_ref(flavour: str, version: str) -> str:
     return f"toolchain:{flavour}@{version}"
 
 
+def _purl(p: PinnedPackage) -> str:
+    return f"pkg:pypi/{p.name}@{p.version}"
+
+
+def _distributions(p: PinnedPackage) -> list[dict[str, Any]]:
+    """One `distribution` reference per pinned file (a package's wheels are alternatives, one per
+    platform, so no single hash is the package's): its sha256, as `pip --require-hashes` checks it."""
+    n = len(p.sha256)
+    return [
+        {
+            "type": "distribution",
+            "url": f"https://pypi.org/project/{p.name}/{p.version}/",
+            "hashes": _sha(h),
+            "comment": f"one of the {n} files of {p.name} {p.version} requirements/build.txt pins",
+        }
+        for h in sorted(p.sha256)
+    ]
+
+
+def _unpinned(classes: list[str], provision: set[str]) -> str:
+    kinds = {x.split(" ", 1)[0] for x in provision}
+    if kinds == {"apt"}:
+        why = (
+            "it is a system toolchain (Debian's package, or ROCm's LLVM under $ROCM_PATH/llvm) that no "
+            "file of the project pins by hash, so its files have none here"
+        )
+    else:
+        why = "requirements/build.txt pins no package of this version, so its files have no hash here"
+    return (
+        f"the toolchain the lock records for GPU class(es) {', '.join(classes)}, by flavour and version: {why}; "
+        "what the lock pins instead is the sha256 of every code object's machine code (.text), which any "
+        "build of the same toolchain must reproduce"
+    )
+
+
+def _pinned(classes: list[str], pins: ToolchainPins, own: PinnedPackage) -> str:
+    return (
+        f"the toolchain the lock records for GPU class(es) {', '.join(classes)}: {own.name} {own.version} as "
+        f"requirements/build.txt pins it, installed with the {len(pins.packages) - 1} other pinned packages "
+        "it depends on here; each distribution reference is one file pip --require-hashes accepts for it"
+    )
+
+
 def document(lock: Lock, lock_sha256: str, version: str) -> dict[str, Any]:
     """The SBOM as data: the package, every locked file and code object, and each toolchain."""
     from netra import targets
 
     root = f"pkg:pypi/{DISTRIBUTION}@{version}"
     components: list[dict[str, Any]] = []
+    dependencies: list[dict[str, Any]] = []
     toolchains: dict[str, dict[str, Any]] = {}
     for cls, tc in sorted(lock.toolchains.items()):
         ref = _toolchain_ref(tc.flavour, tc.version)
         entry = toolchains.setdefault(ref, {"classes": [], "provision": set(), "flavour": tc.flavour,
-                                            "version": tc.version})  # fmt: skip
-        entry["classes"].append(cls)
+                                            "version": tc.version, "pins": lock.pins.get(cls)})  # fmt: skip
+        entry["classes"].append(cls)  # the lock's reader holds one toolchain to one set of pins
         tgt = targets.get(cls) if cls in targets.names() else None
         if tgt is not None:
             entry["provision"].add(" ".join(tgt.provision))
+    packages: dict[str, dict[str, Any]] = {}
     for ref, t in toolchains.items():
-        components.append(
-            {
-                "type": "application",
-                "bom-ref": ref,
-                "name": t["flavour"],
-                "version": t["version"],
-                "scope": "excluded",  # what built the code objects; not in the wheel
-                "description": "the toolchain the lock records for GPU class(es) "
-                + ", ".join(t["classes"])
-                + " (flavour and version: the lock records no hash of the toolchain itself)",
-                "properties": _props(
-                    gpu_classes=",".join(t["classes"]), provision="; ".join(sorted(t["provision"]))
-                ),
-            }
-        )
+        component: dict[str, Any] = {
+            "type": "application",
+            "bom-ref": ref,
+            "name": t["flavour"],
+            "version": t["version"],
+            "scope": "excluded",  # what built the code objects; not in the wheel
+            "description": _unpinned(t["classes"], t["provision"]),
+            "properties": _props(
+                gpu_classes=",".join(t["classes"]), provision="; ".join(sorted(t["provision"]))
+            ),
+        }
+        pins: ToolchainPins | None = t["pins"]
+        own = pins.pinned(pins.package) if pins is not None else None
+        if pins is not None and own is not None:
+            component["purl"] = _purl(own)
+            component["externalReferences"] = _distributions(own)
+            component["description"] = _pinned(t["classes"], pins, own)
+            others = [p for p in pins.packages if p.name != own.name]
+            for p in others:
+                packages[_purl(p)] = {
+                    "type": "library",
+                    "bom-ref": _purl(p),
+                    "name": p.name,
+                    "version": p.version,
+                    "purl": _purl(p),
+                    "scope": "excluded",
+                    "description": "installed with a toolchain, as requirements/build.txt pins it",
+                    "externalReferences": _distributions(p),
+                }
+            if others:
+                dependencies.append({"ref": ref, "dependsOn": sorted(_purl(p) for p in others)})
+        components.append(component)
+    components += packages.values()
     shipped = [f"file:{LOCK_PATH}"]
     components.append(
         {
@@ -104,7 +168,6 @@ def document(lock: Lock, lock_sha256: str, version: str) -> dict[str, Any]:
                 "properties": _props(**props),
             }
         )
-    dependencies: list[dict[str, Any]] = []
     for a in lock.artifacts:
         ref = f"artifact:{a.name}"
         shipped.append(ref)

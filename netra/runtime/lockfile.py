@@ -2,7 +2,9 @@
 
 The lock records every tracked file (sha256 and role), every artifact (its recipe; the sha256 of its
 machine code, of what it launches with and of the whole code object; the static facts read from it)
-and, per GPU class, the toolchain the hashes were made with. Only `netra lock` writes it
+and, per GPU class, the toolchain the hashes were made with: flavour and version and, where the
+project pins that toolchain as hash-pinned wheels (requirements/build.txt), the package that is the
+toolchain and every pinned package of it with the sha256 of each of its files. Only `netra lock` writes it
 (netra.release.lock); everything downstream (build gate, wheel gate, runtime, doctor) reads it
 through `from_dict`, one strict schema whose classes and flavours are the registry's, and never
 changes it.
@@ -21,7 +23,7 @@ from netra.core import schema as s
 from netra.core.types import Toolchain, artifact_file
 from netra.errors import LockError
 
-SCHEMA = 2
+SCHEMA = 3  # 3: [toolchains.<class>] may carry `package` and `pins`
 LOCK_PATH = "release/manifest.lock"
 # Each role's folder: every tracked file lies in its role's.
 ROLE_FOLDERS = {
@@ -44,6 +46,28 @@ class TrackedFile:
     path: str  # relative to the project root, forward slashes
     sha256: str
     role: str
+
+
+@dataclass(frozen=True)
+class PinnedPackage:
+    """One hash-pinned package of a toolchain, as requirements/build.txt pins it: every file (one per
+    platform wheel) that `pip install --require-hashes` accepts for it."""
+
+    name: str  # normalized (PEP 503)
+    version: str
+    sha256: tuple[str, ...]  # sorted
+
+
+@dataclass(frozen=True)
+class ToolchainPins:
+    """A class's toolchain as the project pins it: `package` is the toolchain itself (its version is the
+    toolchain's), `packages` everything installed with it (`package` included), sorted by name."""
+
+    package: str
+    packages: tuple[PinnedPackage, ...]
+
+    def pinned(self, name: str) -> PinnedPackage | None:
+        return next((p for p in self.packages if p.name == name), None)
 
 
 @dataclass(frozen=True)
@@ -78,6 +102,7 @@ class Lock:
     files: tuple[TrackedFile, ...] = ()
     artifacts: tuple[LockedArtifact, ...] = ()
     schema: int = SCHEMA
+    pins: dict[str, ToolchainPins] = field(default_factory=dict)  # GPU class -> its toolchain's pins, if any
     _by_name: dict[str, LockedArtifact] = field(default_factory=dict, compare=False, repr=False)
     _by_path: dict[str, TrackedFile] = field(default_factory=dict, compare=False, repr=False)
 
@@ -100,6 +125,7 @@ class Lock:
 
 
 _SHA = s.sha256()
+_PACKAGE = s.Str(pattern=re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?"), max_len=100)  # PEP 503 normalized
 _SYMBOL = s.Str(pattern=re.compile(r"[A-Za-z_][A-Za-z0-9_.]*"), max_len=128)
 _INTS = s.MapOf(
     s.Str(pattern=re.compile(r"[a-z_][a-z0-9_]*"), max_len=64), s.Int(min=0, max=2**31 - 1), max_len=16
@@ -118,6 +144,22 @@ def _schema() -> s.Table:
                     {
                         "flavour": s.Str(choices=targets.flavour_names()),
                         "version": s.Str(pattern=_VERSION, max_len=64),
+                        "package": s.maybe(_PACKAGE),
+                        "pins": s.maybe(
+                            s.ListOf(
+                                s.Table(
+                                    {
+                                        "name": _PACKAGE,
+                                        "version": s.Str(pattern=_VERSION, max_len=64),
+                                        "sha256": s.ListOf(_SHA, min_len=1, max_len=64, unique=lambda v: v),
+                                    },
+                                    label="name",
+                                ),
+                                min_len=1,
+                                max_len=64,
+                                unique="name",
+                            )
+                        ),
                     }
                 ),
                 max_len=32,
@@ -204,6 +246,31 @@ def _cross_checks(d: dict[str, Any], p: s.Problems) -> None:
             p.add(at, f"symbols: must include the kernel {a['name']}")
     for t in sorted(set(d["toolchains"]) - used):
         p.add(f"toolchains.{t}", "no locked artifact of this class")
+    _check_pins(d["toolchains"], p)
+
+
+def _check_pins(toolchains: dict[str, Any], p: s.Problems) -> None:
+    """A toolchain's pins name the package that is it, at its version; one toolchain, one set of pins."""
+    seen: dict[tuple[str, str], tuple[str, Any]] = {}
+    for t, tc in sorted(toolchains.items()):
+        at = f"toolchains.{t}"
+        if ("package" in tc) != ("pins" in tc):
+            p.add(at, "package and pins go together: the pinned package that is the toolchain, and its pins")
+            continue
+        if "pins" in tc:
+            own = next((x for x in tc["pins"] if x["name"] == tc["package"]), None)
+            if own is None:
+                p.add(f"{at}.package", f"{tc['package']!r} is not one of its pins")
+            elif own["version"] != tc["version"]:
+                p.add(
+                    f"{at}.package",
+                    f"{tc['package']} is pinned at {own['version']}, the toolchain is {tc['version']}",
+                )
+        key = (tc["flavour"], tc["version"])
+        mine = (tc.get("package"), tc.get("pins"))
+        if key in seen and seen[key][1] != mine:
+            p.add(at, f"the same toolchain as toolchains.{seen[key][0]} with other pins")
+        seen.setdefault(key, (t, mine))
 
 
 _readers: list[s.Reader] = []
@@ -230,7 +297,27 @@ def from_dict(data: Any, where: str = LOCK_PATH) -> Lock:
         toolchains={k: targets.toolchain(k, v["flavour"], v["version"]) for k, v in d["toolchains"].items()},
         files=tuple(TrackedFile(**f) for f in d["files"]),
         artifacts=tuple(LockedArtifact(**{**a, "symbols": tuple(a["symbols"])}) for a in d["artifacts"]),
+        pins=_pins_of(d["toolchains"]),
     )
+
+
+def _pins_of(toolchains: dict[str, Any]) -> dict[str, ToolchainPins]:
+    return {
+        t: ToolchainPins(
+            package=str(v["package"]),
+            packages=tuple(
+                sorted(
+                    (
+                        PinnedPackage(str(x["name"]), str(x["version"]), tuple(sorted(map(str, x["sha256"]))))
+                        for x in v["pins"]
+                    ),
+                    key=lambda x: x.name,
+                )
+            ),
+        )
+        for t, v in toolchains.items()
+        if "pins" in v
+    }
 
 
 def from_vouched(data: dict[str, Any]) -> Lock:
@@ -258,6 +345,7 @@ def from_vouched(data: dict[str, Any]) -> Lock:
         artifacts=tuple(
             frozen.build(LockedArtifact, a, symbols=tuple(a["symbols"])) for a in data["artifacts"]
         ),
+        pins=_pins_of(data["toolchains"]),
     )
 
 
@@ -306,9 +394,20 @@ def to_dict(lock: Lock) -> dict[str, Any]:
         artifacts.append(dict(sorted(d.items())))
     return {
         "schema": lock.schema,
-        "toolchains": {
-            t: {"flavour": tc.flavour, "version": tc.version} for t, tc in sorted(lock.toolchains.items())
-        },
+        "toolchains": {t: _toolchain_dict(lock, t) for t in sorted(lock.toolchains)},
         "files": [asdict(f) for f in sorted(lock.files, key=lambda f: f.path)],
         "artifacts": artifacts,
     }
+
+
+def _toolchain_dict(lock: Lock, cls: str) -> dict[str, Any]:
+    tc = lock.toolchains[cls]
+    out: dict[str, Any] = {"flavour": tc.flavour, "version": tc.version}
+    pins = lock.pins.get(cls)
+    if pins is not None:
+        out["package"] = pins.package
+        out["pins"] = [
+            {"name": x.name, "version": x.version, "sha256": sorted(x.sha256)}
+            for x in sorted(pins.packages, key=lambda x: x.name)
+        ]
+    return out

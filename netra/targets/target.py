@@ -128,6 +128,12 @@ class Target(Protocol):
         packages, as root) or ("pip-pinned", the name prefix of the hash-pinned requirements/build.txt
         entries to install into the Python environment)."""
 
+    @property
+    def toolchain_package(self) -> str | None:
+        """For a "pip-pinned" toolchain, the pinned package that is the toolchain itself, whose version is
+        the toolchain's (sm_90: nvidia-cuda-nvcc); None otherwise. `netra lock` records its pins
+        (netra.release.requirements) and the SBOM names the toolchain by it."""
+
     def discover(self, env: dict[str, str] | None = None) -> Tools: ...
 
     def driver_need(self, toolchain: Toolchain) -> DriverNeed:

@@ -45,6 +45,7 @@ class Gfx950:
 
     sources = ("kernels/gfx950",)
     provision = ("apt", "llvm-22 lld-22")  # Debian 12's LLVM with the AMDGPU target
+    toolchain_package = None  # a system package (or ROCm's LLVM): no pinned wheel is the toolchain
     # A template manifest's register and LDS allocation, fixed for every instantiation (docs/authoring.md).
     budget: ClassVar[dict[str, Field]] = {
         "vgprs": Field(Int(min=1, max=512)),

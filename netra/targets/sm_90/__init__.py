@@ -55,6 +55,7 @@ class Sm90:
     # Its template sources: its own folder, then the CUDA templates shared by NVIDIA classes.
     sources = ("kernels/sm_90", NVIDIA.shared_templates)
     provision = ("pip-pinned", "nvidia-")  # the pinned nvidia-cuda-nvcc wheels and their headers
+    toolchain_package = "nvidia-cuda-nvcc"  # nvcc itself; the other nvidia- pins are what it runs with
     # A template's resource budget: the most any instantiation may use (the gate refuses more).
     budget: ClassVar[dict[str, Field]] = {
         "registers": Field(Int(min=16, max=255)),
