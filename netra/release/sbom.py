@@ -70,8 +70,9 @@ def _unpinned(classes: list[str], provision: set[str]) -> str:
     kinds = {x.split(" ", 1)[0] for x in provision}
     if kinds == {"apt"}:
         why = (
-            "it is a system toolchain (Debian's package, or ROCm's LLVM under $ROCM_PATH/llvm) that no "
-            "file of the project pins by hash, so its files have none here"
+            f"it is a system toolchain (provisioned as {'; '.join(sorted(provision))}, or the vendor's own "
+            "install the class's target also accepts) that no file of the project pins by hash, so its files "
+            "have none here"
         )
     else:
         why = "requirements/build.txt pins no package of this version, so its files have no hash here"
