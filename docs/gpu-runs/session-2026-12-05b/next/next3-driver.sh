@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The next device session (after 2026-12-05b), run under setsid by .gpu/next3-call.sh: the certified MoE chain
-# benched with vLLM's kernel side by side, every gpu-marked test on the certified table, then ncu of the chain.
+# benched with vLLM's kernel side by side, the operator-path bench (issue 31), every gpu-marked test on the
+# certified table, then ncu of the chain.
 set -u
 R=/tmp/run
 cd "$R/tree"
@@ -16,6 +17,9 @@ for c in Qwen3-30B-A3B Qwen3-235B-A22B; do
   step "bench-$c" "rc=$?"
 done
 pack bench
+mkdir -p "$R/path"; step path start
+timeout 600 tools/gpu-session path-bench "$R/house" "$R/path" > "$R/path/session.log" 2>&1
+step path "rc=$?"; pack path
 mkdir -p "$R/tests"; step tests start
 NETRA_TEST_MOE_CONTRACTS=30b,235b timeout 1500 tools/gpu-session tests "$R/house" "$R/tests" --durations=25 \
   > "$R/tests/session.log" 2>&1
