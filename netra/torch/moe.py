@@ -15,8 +15,9 @@ stage's fallback, named). Per call: the link tensors (h's FP8 codes and scales) 
 stage is launched on torch's current stream with its workspace carved from one buffer per (device,
 stream) that was zeroed when it was made: the stages' counters reset themselves, so no call clears
 anything. Past the chain's max tokens (64), the composite runs, with the reason. The second stage is
-launched without the programmatic-dependent-launch attribute for now: its griddepcontrol.wait is then a
-no-op and stream order holds (docs/ops/fp8_moe.md).
+launched with programmatic dependent launch (the chain record's overlaps_previous, netra.torch.dispatch's
+OVERLAPS): it may start while gate/up runs, loads its first weights, and waits in griddepcontrol.wait for
+gate/up's writes (docs/ops/fp8_moe.md).
 
 The composite is the contract's semantics in fp32 torch ops, one token at a time over its gathered experts
 (no host synchronisation, so it captures in CUDA graphs): correct anywhere, slow (it dequantizes each routed
