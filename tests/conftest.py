@@ -15,6 +15,7 @@ archives (hatchling's version does, and both pin it). One test builds the isolat
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -100,6 +101,19 @@ def torch_state() -> Any:
     yield
     nt.set_strict(prev)
     nt.reset_stats()
+
+
+def release_table(gpu_class: str, repo: Path = REPO) -> dict[str, Any]:
+    """A class's committed table as JSON (release/tables/<class>.json): what this tree's wheel ships."""
+    table: dict[str, Any] = json.loads((repo / "release" / "tables" / f"{gpu_class}.json").read_text())
+    return table
+
+
+def accepted(table: dict[str, Any]) -> list[str]:
+    """The contracts a table's default policy serves: those with at least one accepted candidate."""
+    return sorted(
+        e["key"] for e in table["entries"] if any(c["maturity"] == "accepted" for c in e["candidates"])
+    )
 
 
 def repo_files(repo: Path = REPO) -> list[str]:

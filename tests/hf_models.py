@@ -320,9 +320,7 @@ def norm_contracts(name: str) -> frozenset[str]:
 def served(table: dict[str, Any]) -> list[str]:
     """The published models whose every norm contract has an accepted candidate in `table` (a release
     table's JSON, e.g. release/tables/sm_90.json): those whose norms strict mode serves certified."""
-    certified = {
-        entry["key"]
-        for entry in table["entries"]
-        if any(candidate["maturity"] == "accepted" for candidate in entry["candidates"])
-    }
+    from conftest import accepted
+
+    certified = set(accepted(table))
     return [name for name in PUBLISHED if norm_contracts(name) <= certified]

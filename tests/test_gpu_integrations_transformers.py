@@ -14,7 +14,6 @@ Skipped elsewhere (the gpu marker; CI has no GPU).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -25,12 +24,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import hf_models  # noqa: E402
-from conftest import REPO  # noqa: E402
+from conftest import release_table  # noqa: E402
 
 DEV = "cuda:0"
 # The published configs whose every norm contract (apply_netra's, on the config's own modules) has an
 # accepted candidate in sm_90's release table: derived, so a width certified there is tested here.
-SERVED = hf_models.served(json.loads((REPO / "release" / "tables" / "sm_90.json").read_text()))
+SERVED = hf_models.served(release_table("sm_90"))
 
 
 def _tokens(seq: int) -> Any:

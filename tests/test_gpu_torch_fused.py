@@ -15,13 +15,12 @@ Skipped elsewhere (the gpu marker; CI has no GPU).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import release_table
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("torch_state")]
 
@@ -33,8 +32,7 @@ WORKERS = os.cpu_count() or 1
 DEV = "cuda:0"
 FAMILIES = ("fused_add_rmsnorm", "fused_add_rmsnorm_fp8_group_quant", "rmsnorm_fp8_group_quant")
 # every fused contract of the sm_90 table this tree releases; the install must list exactly these (checked below)
-TABLE = Path(__file__).resolve().parents[1] / "release" / "tables" / "sm_90.json"
-FUSED = sorted(e["key"] for e in json.loads(TABLE.read_text())["entries"] if e["contract"]["op"] in FAMILIES)
+FUSED = sorted(e["key"] for e in release_table("sm_90")["entries"] if e["contract"]["op"] in FAMILIES)
 
 
 def _contract(key: str) -> tuple[str, dict[str, int]]:

@@ -14,13 +14,12 @@ Skipped elsewhere (the gpu marker; CI has no GPU).
 
 from __future__ import annotations
 
-import json
 import os
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import accepted, release_table
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("torch_state")]
 
@@ -29,20 +28,12 @@ np = pytest.importorskip("numpy")
 
 LARGE = int(os.environ.get("NETRA_TEST_LARGE_ROWS", "8192"))
 WORKERS = os.cpu_count() or 1
-REPO = Path(__file__).resolve().parents[1]
 UNFUSED = ("fp8_group_quant", "moe_topk_softmax", "rmsnorm", "silu_mul_fp8_quant")
-
-
-def _accepted(table: dict[str, Any]) -> list[str]:
-    """The contracts a table serves under the default policy: at least one accepted candidate."""
-    return sorted(
-        e["key"] for e in table["entries"] if any(c["maturity"] == "accepted" for c in e["candidates"])
-    )
 
 
 # what the installed wheel must serve: the certified table this tree releases (checked against the install
 # below); the fused families and the routed MoE have their own tests (test_gpu_torch_fused.py, test_gpu_moe.py)
-SOURCE_ACCEPTED = _accepted(json.loads((REPO / "release" / "tables" / "sm_90.json").read_text()))
+SOURCE_ACCEPTED = accepted(release_table("sm_90"))
 SERVED = [k for k in SOURCE_ACCEPTED if k.split("(")[0] in UNFUSED]
 DEV = "cuda:0"
 
