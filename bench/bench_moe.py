@@ -770,26 +770,34 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse(argv)
+def start(name: str, cpu_smoke: bool) -> tuple[Any, Any, bool, dict[str, Any]]:
+    """A GPU bench's opening, shared by the bench scripts that measure an install: torch and netra.torch
+    imported (else one line naming the install to make), a CUDA device required unless `cpu_smoke`, the
+    environment read and printed. Returns (torch, netra.torch, gpu, environment)."""
     try:
         import torch
 
         import netra
         import netra.torch as nt
-        from netra.torch import composite
     except ImportError as e:  # the bench measures an install: netra-kernel[torch] must be importable
-        sys.exit(f"bench_moe: {e.msg}; install the wheel with torch (pip install 'netra_kernel-*.whl[torch]'), "
+        sys.exit(f"{name}: {e.msg}; install the wheel with torch (pip install 'netra_kernel-*.whl[torch]'), "
                  "or run it with PYTHONPATH at a source tree")  # fmt: skip
-
-    gpu = not args.cpu_smoke
+    gpu = not cpu_smoke
     if gpu and not torch.cuda.is_available():
-        sys.exit("bench_moe: no CUDA device visible to torch (--cpu-smoke runs the CPU check)")
-    dev = torch.device("cuda" if gpu else "cpu")
+        sys.exit(f"{name}: no CUDA device visible to torch (--cpu-smoke runs the CPU check)")
     env = environment(torch, gpu)
-    contracts = SMOKE if args.cpu_smoke else {n: CONTRACTS[n] for n in args.contracts}
     print(f"netra {netra.__version__} ({env['netra_install']}); torch {torch.__version__}; "
           f"{env.get('gpu') or 'cpu smoke'}; commit {env['commit']}; python {env['python']}")  # fmt: skip
+    return torch, nt, gpu, env
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    torch, nt, gpu, env = start("bench_moe", args.cpu_smoke)
+    from netra.torch import composite
+
+    dev = torch.device("cuda" if gpu else "cpu")
+    contracts = SMOKE if args.cpu_smoke else {n: CONTRACTS[n] for n in args.contracts}
 
     vllm: Vllm | None = None
     if args.vllm_src is None:

@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from _entry import run
-from bench_moe import L2_DEFAULT, Graph, copies_past, environment, one_line
+from bench_moe import L2_DEFAULT, Graph, copies_past, one_line, start
 
 DEFAULT_CONTRACTS = [
     "rmsnorm(hidden=2048,weight_offset=0)",
@@ -623,21 +623,8 @@ def write_json(args: argparse.Namespace, env: dict[str, Any], rows: list[dict[st
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    try:
-        import torch
-
-        import netra
-        import netra.torch as nt
-    except ImportError as e:  # the bench measures an install: netra-kernel[torch] must be importable
-        sys.exit(f"bench_operator_path: {e.msg}; install the wheel with torch (pip install "
-                 "'netra_kernel-*.whl[torch]'), or run it with PYTHONPATH at a source tree")  # fmt: skip
-    gpu = not args.cpu_smoke
-    if gpu and not torch.cuda.is_available():
-        sys.exit("bench_operator_path: no CUDA device visible to torch (--cpu-smoke runs the CPU check)")
+    torch, nt, gpu, env = start("bench_operator_path", args.cpu_smoke)
     dev = torch.device("cuda" if gpu else "cpu")
-    env = environment(torch, gpu)
-    print(f"netra {netra.__version__} ({env['netra_install']}); torch {torch.__version__}; "
-          f"{env.get('gpu') or 'cpu smoke'}; commit {env['commit']}; python {env['python']}")  # fmt: skip
     l2 = (
         (getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or L2_DEFAULT)
         if gpu
