@@ -42,7 +42,7 @@ def derived_rows() -> dict[tuple[str, str], list[str]]:
     for t in {a.tactic.name: a.tactic for a in moe}.values():
         stage, k_name = STAGES[t.op]
         warps, k_slice, resident = t.block // 32, t.constants["K_SLICE"], t.constants["RESIDENT_CHUNKS"]
-        prefetch = t.constants["PREFETCH"]
+        prefetch, stages = t.constants["PREFETCH"], t.constants["STAGES"]
         widths = [(h if k_name == "hidden" else i) // warps for h, i in CONTRACTS]  # a warp's k range
         subs = [kw // min(kw, k_slice) for kw in widths]
         per_contract = [", ".join(str(loads(s, resident, n)) for n in PAIRS) for s in subs]
@@ -51,6 +51,7 @@ def derived_rows() -> dict[tuple[str, str], list[str]]:
             str(k_slice),
             str(resident),
             str(prefetch),
+            str(stages),
             " / ".join(map(str, subs)),
             *per_contract,
         ]
@@ -59,7 +60,7 @@ def derived_rows() -> dict[tuple[str, str], list[str]]:
 
 def test_the_pages_load_table_is_every_sm90_moe_tactic_as_built() -> None:
     want = derived_rows()
-    assert len(want) == 11  # g8s, g8, g16, g8sr4, g4r8, g4p / d3, d6, d3r4, d3r8, d3p
+    assert len(want) == 15  # g8s, g8, g16, g8sr4, g4r8, g4p, g4a2, g2a4 / d3, d6, d3r4, d3r8, d3p, d3a2, d2a3
     assert rows_of_the_page() == want
 
 
@@ -67,4 +68,4 @@ def test_a_tactic_reading_every_chunk_is_seen_by_the_rule() -> None:
     """The rule is not vacuous: g8s (two sub-slices at hidden 2048, one chunk resident) loads an expert
     with 64 pairs 8 times; g4r8 (8 resident) once; one sub-slice once whatever the pairs."""
     assert loads(2, 1, 64) == 8 and loads(4, 8, 64) == 1 and loads(1, 1, 64) == 1 and loads(2, 4, 33) == 2
-    assert derived_rows()[("gate_up", "g8s")][5] == "1, 2, 4, 8"
+    assert derived_rows()[("gate_up", "g8s")][6] == "1, 2, 4, 8"

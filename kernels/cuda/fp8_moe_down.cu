@@ -14,8 +14,10 @@
 //
 // Kernel arguments (in order, 76 bytes): out bf16*, hq u8*, hs f32*, ids i32*, weights f32*, w2 u8*,
 // w2s f32*, y32 f32*, counts u32*, tokens u32. Contract constants: EXPERTS, TOPK, HIDDEN, INTER.
-// Tactic constants: MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH (as fp8_moe_gate_up.cu;
-// with PREFETCH 1 the first sub-slice is requested before the wait, the next before each is multiplied). Grid:
+// Tactic constants: MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES (as fp8_moe_gate_up.cu;
+// with PREFETCH 1 the first sub-slice is requested before the wait, the next before each is multiplied;
+// with STAGES = S the weights of the first S sub-slices are requested before the wait, their hq and hs
+// after it, each later sub-slice S ahead into the ring of shared-memory slots). Grid:
 // (HIDDEN/32, min(EXPERTS, tokens*TOPK)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split INTER).
 //
 // Mapping: CTA (x, y) computes output columns 32x .. 32x+31 of the y-th hit expert for all its n
@@ -50,8 +52,8 @@
 #error "fp8_moe_down: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
 #endif
 #if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS) || \
-    !defined(PREFETCH)
-#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS and PREFETCH must be defined"
+    !defined(PREFETCH) || !defined(STAGES)
+#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH and STAGES must be defined"
 #endif
 
 namespace fp8_moe_down_sm90 {
@@ -77,6 +79,13 @@ static_assert(kRC == 1 || kRC == 2 || kRC == 4 || kRC == 8, "fp8_moe_down: RESID
 constexpr int kNS = kKW / kKS;  // sub-slices of a warp's k range
 static_assert(PREFETCH == 1 && kNS % 2 == 0, "fp8_moe_down: PREFETCH must be 0, or 1 where a warp's k range has an even number of sub-slices");
 #endif
+#if STAGES  // (as PREFETCH: the STAGES 0 tactics compile exactly the source they were certified with)
+constexpr int kNS = kKW / kKS;  // sub-slices of a warp's k range
+using Slot = netra_moe::Slot<kKS, kRC>;
+static_assert(STAGES >= 2 && STAGES <= 4 && PREFETCH == 0, "fp8_moe_down: STAGES must be 0, or 2 to 4 with PREFETCH 0");
+static_assert(kNS >= 2, "fp8_moe_down: STAGES needs a warp's k range of at least two sub-slices of K_SLICE bytes");
+static_assert(STAGES * Slot::kBytes >= 32 * 8 * 4, "fp8_moe_down: the ring must hold a warp's partial sums");
+#endif
 
 __device__ __forceinline__ bool valid(int e) { return e >= 0 && e < kE; }
 }  // namespace fp8_moe_down_sm90
@@ -88,7 +97,13 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
                  uint32_t tokens) {
   using namespace fp8_moe_down_sm90;
   __shared__ int list[kMaxPairs];
+#if STAGES
+  // Each warp's STAGES slots (a ring); once a round's sub-slices are multiplied, the warps' partial sums.
+  __shared__ __align__(16) uint8_t ring[STAGES][kWarps][Slot::kBytes];
+  float(*red)[32][8] = reinterpret_cast<float(*)[32][8]>(&ring[0][0][0]);
+#else
   __shared__ float red[kWarps][32][8];
+#endif
   __shared__ int last[kMaxPairs];
   if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit); no write past list
   const netra_moe::Route r = netra_moe::route<kE, kMaxPairs>(ids, (int)tokens * kK, list);
@@ -106,7 +121,26 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   const float* se = w2s + (size_t)r.expert * (kH / 128) * (kI / 128) + (n0 / 128) * (kI / 128);
   const int chunks = (r.n + 7) / 8;
   // The first sub-slice's weights and scales do not depend on the gate/up stage: load them, then wait.
-#if PREFETCH
+#if STAGES
+  // The ring (fp8_moe_gate_up.cu): sub-slice s in slot s % STAGES, one commit per sub-slice. Before the
+  // wait only the weights of the first round's first STAGES sub-slices are requested (each its own
+  // group); their activations (hq, hs) follow the wait, one group each, so sub-slice s has arrived once
+  // all but the newest STAGES - 1 groups have, as in every later round.
+  const auto slot = [&](int sub) { return &ring[sub % STAGES][warp][0]; };
+  const auto request_weights = [&](int sub) {
+    const int k0 = warp * kKW + sub * kKS;
+    netra_moe::stage_weights<kKS, kI, kRC>(slot(sub), we + (size_t)n0 * kI, we + (size_t)(n0 + 16) * kI, k0,
+                                           se + (k0 >> 7), se + (k0 >> 7));
+  };
+  const auto request_acts = [&](int sub, int c0) {
+    netra_moe::stage_acts<kKS, kI, 1, kRC>(slot(sub), hq, hs, list, r.n, c0, chunks, warp * kKW + sub * kKS);
+  };
+#pragma unroll
+  for (int sub = 0; sub < STAGES; ++sub) {
+    if (sub < kNS) request_weights(sub);
+    netra_moe::cp_commit();
+  }
+#elif PREFETCH
   // PREFETCH 1: two register buffers, sub-slice s + 1 requested before s is multiplied (fp8_moe_gate_up.cu)
   uint4 pa[2][kKS / 128][2][2], pb[2][kKS / 128][2][2];
   float ps[2][kKS / 128];
@@ -127,11 +161,48 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   for (int kb = 0; kb < kKS / 128; ++kb) sa[kb] = se[(warp * kKW >> 7) + kb];
 #endif
   netra_moe::wait_previous();
+#if STAGES
+#pragma unroll
+  for (int sub = 0; sub < STAGES; ++sub) {
+    if (sub < kNS) request_acts(sub, 0);
+    netra_moe::cp_commit();
+  }
+#endif
   // Rounds of kRC chunks: each sub-slice's weights are loaded once per round and used by every chunk
   // of it; the chunks' accumulators stay in registers (acc[rc] indexed at compile time).
   for (int c0 = 0; c0 < chunks; c0 += kRC) {
     float acc[kRC][8] = {};  // every chunk's accumulators start at zero
-#if PREFETCH
+#if STAGES
+    {
+      if (c0 > 0) {  // the first round's were requested around the wait
+#pragma unroll
+        for (int sub = 0; sub < STAGES; ++sub) {
+          if (sub < kNS) {
+            request_weights(sub);
+            request_acts(sub, c0);
+          }
+          netra_moe::cp_commit();
+        }
+      }
+#pragma unroll 1
+      for (int sub = 0; sub < kNS; ++sub) {
+        netra_moe::cp_wait<STAGES - 1>();
+#pragma unroll
+        for (int rc = 0; rc < kRC; ++rc) {
+          if (c0 + rc < chunks)  // the same for every thread of the CTA
+            netra_moe::staged_tile<kKS, kRC>(slot(sub), r.n, c0 + rc, rc, acc[rc]);
+        }
+        __syncwarp();
+        if (sub + STAGES < kNS) {  // into the slot this lane has just read
+          request_weights(sub + STAGES);
+          request_acts(sub + STAGES, c0);
+        }
+        netra_moe::cp_commit();
+      }
+      netra_moe::cp_wait<0>();
+      __syncthreads();  // every warp has read its slots: the ring takes the partial sums
+    }
+#elif PREFETCH
     {
       const auto multiply = [&](int s, const uint4 (&wa_)[kKS / 128][2][2], const uint4 (&wb_)[kKS / 128][2][2],
                                 const float* sa_) {

@@ -18,8 +18,9 @@
 // 128). Tactic constants: MIN_BLOCKS (resident CTAs per SM the register budget is cut for),
 // MAX_TOKENS (the most tokens a launch may carry: the pair list lives in shared memory), K_SLICE (bytes
 // of a warp's k range held in registers at once), RESIDENT_CHUNKS (chunks of 8 pairs whose
-// accumulators stay in registers while each weight sub-slice is loaded once) and PREFETCH (1: the next
-// sub-slice requested into a second register buffer before this one is multiplied). Grid: (INTER/16,
+// accumulators stay in registers while each weight sub-slice is loaded once), PREFETCH (1: the next
+// sub-slice requested into a second register buffer before this one is multiplied) and STAGES (2 to 4:
+// that many sub-slices per warp staged in shared memory by cp.async; below). Grid: (INTER/16,
 // min(EXPERTS, tokens*TOPK)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split HIDDEN).
 //
 // Mapping: CTA (x, y) computes gate rows 16x .. 16x+15 and the matching up rows of the y-th hit expert
@@ -32,7 +33,12 @@
 // requested into a second register buffer before sub-slice s is multiplied, so a warp has two
 // sub-slices of weights in flight: at decode a CTA is bound by the latency of its weight loads, not by
 // the bus (ncu, 2026-12-05: no eligible warp in 84% of cycles at one token), and this overlaps them;
-// every sub-slice is still loaded once per round. A round's chunks then each meet
+// every sub-slice is still loaded once per round. With STAGES = S (PREFETCH 0, at least two
+// sub-slices per warp) the registers hold no weights in flight: each lane requests by cp.async the bytes
+// it will multiply (its weight fragments and their scales, its B column and its C columns' scales for the
+// round's chunks) into a ring of S slots per warp in shared memory (include/netra_moe_sm90.cuh: Slot),
+// S sub-slices ahead, and waits only on its own groups; the ring then holds the warps' partial sums.
+// Loaded once per round like the register path (never kept across rounds). A round's chunks then each meet
 // in shared memory as before: warp partial sums added in warp order (deterministic), one chunk at a time. The last of the 8 CTAs of a
 // 128-column group (a counter per expert and group; that CTA resets it) quantizes the group for every
 // pair of the expert from h32.
@@ -69,8 +75,8 @@
 #error "fp8_moe_gate_up: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
 #endif
 #if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS) || \
-    !defined(PREFETCH)
-#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS and PREFETCH must be defined"
+    !defined(PREFETCH) || !defined(STAGES)
+#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH and STAGES must be defined"
 #endif
 
 namespace fp8_moe_gate_up_sm90 {
@@ -96,6 +102,13 @@ static_assert(kRC == 1 || kRC == 2 || kRC == 4 || kRC == 8, "fp8_moe_gate_up: RE
 constexpr int kNS = kKW / kKS;  // sub-slices of a warp's k range
 static_assert(PREFETCH == 1 && kNS % 2 == 0, "fp8_moe_gate_up: PREFETCH must be 0, or 1 where a warp's k range has an even number of sub-slices");
 #endif
+#if STAGES  // (as PREFETCH: the STAGES 0 tactics compile exactly the source they were certified with)
+constexpr int kNS = kKW / kKS;  // sub-slices of a warp's k range
+using Slot = netra_moe::Slot<kKS, kRC>;
+static_assert(STAGES >= 2 && STAGES <= 4 && PREFETCH == 0, "fp8_moe_gate_up: STAGES must be 0, or 2 to 4 with PREFETCH 0");
+static_assert(kNS >= 2, "fp8_moe_gate_up: STAGES needs a warp's k range of at least two sub-slices of K_SLICE bytes");
+static_assert(STAGES * Slot::kBytes >= 32 * 8 * 4, "fp8_moe_gate_up: the ring must hold a warp's partial sums");
+#endif
 
 __device__ __forceinline__ float silu_mul(float g, float u) {
   float e;
@@ -111,7 +124,13 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
                  uint32_t tokens) {
   using namespace fp8_moe_gate_up_sm90;
   __shared__ int list[kMaxPairs];
+#if STAGES
+  // Each warp's STAGES slots (a ring); once a round's sub-slices are multiplied, the warps' partial sums.
+  __shared__ __align__(16) uint8_t ring[STAGES][kWarps][Slot::kBytes];
+  float(*red)[32][8] = reinterpret_cast<float(*)[32][8]>(&ring[0][0][0]);
+#else
   __shared__ float red[kWarps][32][8];
+#endif
   __shared__ bool last;
   netra_moe::launch_dependents();  // the down stage may start routing and loading its weights now
   if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit); no write past list
@@ -128,7 +147,41 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   // of it; the chunks' accumulators stay in registers (acc[rc] indexed at compile time).
   for (int c0 = 0; c0 < chunks; c0 += kRC) {
     float acc[kRC][8] = {};  // every chunk's accumulators start at zero
-#if PREFETCH
+#if STAGES
+    {
+      // The ring: sub-slice s in slot s % STAGES. STAGES sub-slices (weights, this round's activations and
+      // scales) are requested first; each is multiplied once its group has arrived and its slot then
+      // takes sub-slice s + STAGES. One commit per sub-slice (empty past the last) keeps "all but the
+      // newest STAGES - 1 groups" meaning "sub-slice s has arrived". The same fmas in the same order.
+      const auto slot = [&](int sub) { return &ring[sub % STAGES][warp][0]; };
+      const auto request = [&](int sub) {
+        const int k0 = warp * kKW + sub * kKS;
+        netra_moe::stage_weights<kKS, kH, kRC>(slot(sub), we + (size_t)n0 * kH, we + (size_t)(kI + n0) * kH, k0,
+                                               se + (n0 / 128) * (kH / 128) + (k0 >> 7),
+                                               se + ((kI + n0) / 128) * (kH / 128) + (k0 >> 7));
+        netra_moe::stage_acts<kKS, kH, kK, kRC>(slot(sub), xq, xs, list, r.n, c0, chunks, k0);
+      };
+#pragma unroll
+      for (int sub = 0; sub < STAGES; ++sub) {
+        if (sub < kNS) request(sub);
+        netra_moe::cp_commit();
+      }
+#pragma unroll 1
+      for (int sub = 0; sub < kNS; ++sub) {
+        netra_moe::cp_wait<STAGES - 1>();
+#pragma unroll
+        for (int rc = 0; rc < kRC; ++rc) {
+          if (c0 + rc < chunks)  // the same for every thread of the CTA
+            netra_moe::staged_tile<kKS, kRC>(slot(sub), r.n, c0 + rc, rc, acc[rc]);
+        }
+        __syncwarp();
+        if (sub + STAGES < kNS) request(sub + STAGES);  // into the slot this lane has just read
+        netra_moe::cp_commit();
+      }
+      netra_moe::cp_wait<0>();
+      __syncthreads();  // every warp has read its slots: the ring takes the partial sums
+    }
+#elif PREFETCH
     {
       // Two register buffers: sub-slice s + 1 is requested into one before sub-slice s, in the other, is
       // multiplied, so a warp keeps two sub-slices in flight instead of one. The loop steps by two (not

@@ -124,6 +124,31 @@ __device__ __forceinline__ void load_rows(uint4 (&w)[KS / 128][2][2], const uint
   }
 }
 
+// One 128-byte scale block of both weight tiles (wa, wb: this lane's 32 bytes of rows g and g + 8) against
+// this lane's 32 bytes of its B column (xb): the tensor cores' partial sums pa (tile a), pv (tile b).
+__device__ __forceinline__ void block_mma(const uint4 (&wa)[2][2], const uint4 (&wb)[2][2], const uint4 (&xb)[2],
+                                          float (&pa)[4], float (&pv)[4]) {
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    const uint32_t b0 = word(xb, 2 * s), b1 = word(xb, 2 * s + 1);
+    mma_e4m3(pa, word(wa[0], 2 * s), word(wa[1], 2 * s), word(wa[0], 2 * s + 1), word(wa[1], 2 * s + 1), b0, b1);
+    mma_e4m3(pv, word(wb[0], 2 * s), word(wb[1], 2 * s), word(wb[0], 2 * s + 1), word(wb[1], 2 * s + 1), b0, b1);
+  }
+}
+// Each partial sum times RN(w_scale * x_scale) added to acc with one fma (acc[0..3] tile a, acc[4..7] tile
+// b; the lane's C columns, pairs 2c and 2c + 1, scaled by s0 and s1).
+__device__ __forceinline__ void block_fma(const float (&pa)[4], const float (&pv)[4], float sa, float sb, float s0,
+                                          float s1, float* acc) {
+  acc[0] = __fmaf_rn(pa[0], __fmul_rn(sa, s0), acc[0]);
+  acc[1] = __fmaf_rn(pa[1], __fmul_rn(sa, s1), acc[1]);
+  acc[2] = __fmaf_rn(pa[2], __fmul_rn(sa, s0), acc[2]);
+  acc[3] = __fmaf_rn(pa[3], __fmul_rn(sa, s1), acc[3]);
+  acc[4] = __fmaf_rn(pv[0], __fmul_rn(sb, s0), acc[4]);
+  acc[5] = __fmaf_rn(pv[1], __fmul_rn(sb, s1), acc[5]);
+  acc[6] = __fmaf_rn(pv[2], __fmul_rn(sb, s0), acc[6]);
+  acc[7] = __fmaf_rn(pv[3], __fmul_rn(sb, s1), acc[7]);
+}
+
 // One warp, one k sub-slice [k0, k0 + KS) of both weight tiles (wa, wb) against the 8 pairs of chunk
 // `ch` of the list: acc[0..3] tile a, acc[4..7] tile b (C layout: rows g, g + 8; pairs 2c, 2c + 1).
 // act: FP8 rows of length KD, indexed by list[i] / DIV; act_s: their f32 scales per 128 block.
@@ -149,26 +174,147 @@ __device__ __forceinline__ void warp_tile(const uint4 (&wa)[KS / 128][2][2], con
       xb[1] = xb[0];
     }
     float pa[4] = {0.f, 0.f, 0.f, 0.f}, pv[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      const uint32_t b0 = word(xb, 2 * s), b1 = word(xb, 2 * s + 1);
-      mma_e4m3(pa, word(wa[kb][0], 2 * s), word(wa[kb][1], 2 * s), word(wa[kb][0], 2 * s + 1),
-               word(wa[kb][1], 2 * s + 1), b0, b1);
-      mma_e4m3(pv, word(wb[kb][0], 2 * s), word(wb[kb][1], 2 * s), word(wb[kb][0], 2 * s + 1),
-               word(wb[kb][1], 2 * s + 1), b0, b1);
-    }
+    block_mma(wa[kb], wb[kb], xb, pa, pv);
     const int kblk = (k0 >> 7) + kb;
     const float s0 = p0 >= 0 ? act_s[(size_t)p0 * (KD / 128) + kblk] : 0.f;
     const float s1 = p1 >= 0 ? act_s[(size_t)p1 * (KD / 128) + kblk] : 0.f;
-    const float sa = swa[kb], sb = swb[kb];
-    acc[0] = __fmaf_rn(pa[0], __fmul_rn(sa, s0), acc[0]);
-    acc[1] = __fmaf_rn(pa[1], __fmul_rn(sa, s1), acc[1]);
-    acc[2] = __fmaf_rn(pa[2], __fmul_rn(sa, s0), acc[2]);
-    acc[3] = __fmaf_rn(pa[3], __fmul_rn(sa, s1), acc[3]);
-    acc[4] = __fmaf_rn(pv[0], __fmul_rn(sb, s0), acc[4]);
-    acc[5] = __fmaf_rn(pv[1], __fmul_rn(sb, s1), acc[5]);
-    acc[6] = __fmaf_rn(pv[2], __fmul_rn(sb, s0), acc[6]);
-    acc[7] = __fmaf_rn(pv[3], __fmul_rn(sb, s1), acc[7]);
+    block_fma(pa, pv, swa[kb], swb[kb], s0, s1, acc);
+  }
+}
+
+// ---- Staging in shared memory (tactics with STAGES > 0) -------------------------------------------
+// cp.async copies global memory to shared memory without holding a register per byte in flight, so a warp
+// can have several sub-slices of weights requested while it multiplies an earlier one. Each lane copies
+// exactly the bytes it later reads itself (its weight fragments, its B column, its scales), so completion
+// needs only the lane's own cp.async.wait_group, no barrier.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+// Weights: streamed once, bypassing L1, 256-byte L2 prefetch (as ld_weight16).
+__device__ __forceinline__ void cp_weight16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_act16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Wait until at most N of this thread's most recent groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// A warp's slot: one k sub-slice of KS bytes of both 16-row weight tiles with their scales (one per tile
+// and 128-byte block), and for each of RC chunks of 8 pairs the activations and activation scales of the
+// same k range. Lane-major: 16-byte unit u of lane l at byte (u * 32 + l) * 16, 4-byte value f at
+// kUnits * 512 + (f * 32 + l) * 4, so a warp's shared loads of one unit are 512 contiguous bytes.
+template <int KS, int RC>
+struct Slot {
+  static constexpr int kKB = KS / 128;
+  static constexpr int kUnits = kKB * 8 + RC * kKB * 2;   // weights: kb, tile, row half, 16-byte half; acts
+  static constexpr int kValues = kKB * 2 + RC * kKB * 2;  // weight scales: kb, tile; act scales: rc, kb, column
+  static constexpr int kBytes = 32 * (16 * kUnits + 4 * kValues);
+  __device__ static int w(int kb, int t, int h, int q) { return ((kb * 2 + t) * 2 + h) * 2 + q; }
+  __device__ static int a(int rc, int kb, int q) { return kKB * 8 + (rc * kKB + kb) * 2 + q; }
+  __device__ static int ws(int kb, int t) { return kb * 2 + t; }
+  __device__ static int as(int rc, int kb, int j) { return kKB * 2 + (rc * kKB + kb) * 2 + j; }
+  __device__ static uint4* unit(uint8_t* s, int u) { return reinterpret_cast<uint4*>(s) + u * 32 + (threadIdx.x & 31); }
+  __device__ static const uint4* unit(const uint8_t* s, int u) {
+    return reinterpret_cast<const uint4*>(s) + u * 32 + (threadIdx.x & 31);
+  }
+  __device__ static float* value(uint8_t* s, int f) {
+    return reinterpret_cast<float*>(s + kUnits * 512) + f * 32 + (threadIdx.x & 31);
+  }
+  __device__ static const float* value(const uint8_t* s, int f) {
+    return reinterpret_cast<const float*>(s + kUnits * 512) + f * 32 + (threadIdx.x & 31);
+  }
+};
+
+// Request a warp's sub-slice [k0, k0 + KS) of weight tiles a and b (16 rows each from rows_a, rows_b,
+// row stride KD) and their scales (scale_a[kb], scale_b[kb]) into `slot`: the lanes' fragments as
+// load_rows holds them.
+template <int KS, int KD, int RC>
+__device__ __forceinline__ void stage_weights(uint8_t* slot, const uint8_t* __restrict__ rows_a,
+                                              const uint8_t* __restrict__ rows_b, int k0,
+                                              const float* __restrict__ scale_a, const float* __restrict__ scale_b) {
+  using S = Slot<KS, RC>;
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int kb = 0; kb < KS / 128; ++kb) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const size_t off = (size_t)(g + 8 * h) * KD + k0 + kb * 128 + 32 * c;
+      cp_weight16(S::unit(slot, S::w(kb, 0, h, 0)), rows_a + off);
+      cp_weight16(S::unit(slot, S::w(kb, 0, h, 1)), rows_a + off + 16);
+      cp_weight16(S::unit(slot, S::w(kb, 1, h, 0)), rows_b + off);
+      cp_weight16(S::unit(slot, S::w(kb, 1, h, 1)), rows_b + off + 16);
+    }
+    cp_4(S::value(slot, S::ws(kb, 0)), scale_a + kb);
+    cp_4(S::value(slot, S::ws(kb, 1)), scale_b + kb);
+  }
+}
+
+// The B column and C-column scales of chunks c0 .. c0 + RC - 1 for the same sub-slice, as warp_tile
+// reads them (act rows indexed by list[i] / DIV); pairs past n are not copied (read as zero).
+template <int KS, int KD, int DIV, int RC>
+__device__ __forceinline__ void stage_acts(uint8_t* slot, const uint8_t* __restrict__ act,
+                                           const float* __restrict__ act_s, const int* list, int n, int c0,
+                                           int chunks, int k0) {
+  using S = Slot<KS, RC>;
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int rc = 0; rc < RC; ++rc) {
+    const int ch = c0 + rc;
+    if (ch >= chunks) break;  // the same for every thread of the CTA
+    const int tok_b = ch * 8 + g, t0 = ch * 8 + 2 * c, t1 = t0 + 1;
+    const int pb = tok_b < n ? list[tok_b] / DIV : -1;
+    const int p0 = t0 < n ? list[t0] / DIV : -1, p1 = t1 < n ? list[t1] / DIV : -1;
+#pragma unroll
+    for (int kb = 0; kb < KS / 128; ++kb) {
+      if (pb >= 0) {
+        const uint8_t* x = act + (size_t)pb * KD + k0 + kb * 128 + 32 * c;
+        cp_act16(S::unit(slot, S::a(rc, kb, 0)), x);
+        cp_act16(S::unit(slot, S::a(rc, kb, 1)), x + 16);
+      }
+      const int kblk = (k0 >> 7) + kb;
+      if (p0 >= 0) cp_4(S::value(slot, S::as(rc, kb, 0)), act_s + (size_t)p0 * (KD / 128) + kblk);
+      if (p1 >= 0) cp_4(S::value(slot, S::as(rc, kb, 1)), act_s + (size_t)p1 * (KD / 128) + kblk);
+    }
+  }
+}
+
+// warp_tile's arithmetic, read from a slot that stage_weights and stage_acts filled (its cp.async group
+// complete): chunk `ch`, the rc-th of its round. The same products, scales and fmas in the same order.
+template <int KS, int RC>
+__device__ __forceinline__ void staged_tile(const uint8_t* slot, int n, int ch, int rc, float* acc) {
+  using S = Slot<KS, RC>;
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int tok_b = ch * 8 + g, t0 = ch * 8 + 2 * c, t1 = t0 + 1;
+  const bool hb = tok_b < n, h0 = t0 < n, h1 = t1 < n;  // as warp_tile's pb, p0, p1 >= 0 (list holds pairs)
+#pragma unroll
+  for (int kb = 0; kb < KS / 128; ++kb) {
+    uint4 wa[2][2], wb[2][2], xb[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        wa[h][q] = *S::unit(slot, S::w(kb, 0, h, q));
+        wb[h][q] = *S::unit(slot, S::w(kb, 1, h, q));
+      }
+    }
+    if (hb) {
+      xb[0] = *S::unit(slot, S::a(rc, kb, 0));
+      xb[1] = *S::unit(slot, S::a(rc, kb, 1));
+    } else {
+      xb[0] = make_uint4(0u, 0u, 0u, 0u);
+      xb[1] = xb[0];
+    }
+    float pa[4] = {0.f, 0.f, 0.f, 0.f}, pv[4] = {0.f, 0.f, 0.f, 0.f};
+    block_mma(wa, wb, xb, pa, pv);
+    const float s0 = h0 ? *S::value(slot, S::as(rc, kb, 0)) : 0.f;
+    const float s1 = h1 ? *S::value(slot, S::as(rc, kb, 1)) : 0.f;
+    block_fma(pa, pv, *S::value(slot, S::ws(kb, 0)), *S::value(slot, S::ws(kb, 1)), s0, s1, acc);
   }
 }
 
