@@ -324,3 +324,62 @@ def served(table: dict[str, Any]) -> list[str]:
 
     certified = set(accepted(table))
     return [name for name in PUBLISHED if norm_contracts(name) <= certified]
+
+
+def fp8_experts(model: Any, seed: int = 0) -> list[str]:
+    """Each routed-experts module of `model` (Qwen3-MoE's `mlp.experts`) made what loading a FineGrainedFP8
+    checkpoint (Qwen3-30B-A3B-FP8) makes of it: transformers' own FP8Experts class, gate_up_proj [E, 2I, H]
+    and down_proj [E, H, I] in E4M3FN with float32 scales per 128 x 128 block, random (each block's codes
+    spanning the format, scales about 2^-8). Returns the modules' names."""
+    import torch
+    from transformers.integrations.finegrained_fp8 import ALL_FP8_EXPERTS_FUNCTIONS, FP8Experts
+    from transformers.integrations.moe import use_experts_implementation
+
+    cls = use_experts_implementation(FP8Experts, experts_interface=ALL_FP8_EXPERTS_FUNCTIONS)
+    gen = torch.Generator().manual_seed(seed)
+    names = []
+    for name, module in list(model.named_modules()):
+        if not name.endswith(".experts"):
+            continue
+        device = next(module.parameters()).device
+        fp8 = cls(config=module.config, block_size=(128, 128))
+        with torch.no_grad():
+            for proj in ("gate_up_proj", "down_proj"):
+                w, sf = getattr(fp8, proj), getattr(fp8, f"{proj}_scale_inv")
+                codes = (torch.randn(w.shape, generator=gen) * 96).clamp(-448, 448).to(torch.float8_e4m3fn)
+                scales = torch.rand(sf.shape, generator=gen) * 2**-7 + 2**-9
+                w.data = codes.to(device)
+                sf.data = scales.to(device)
+        parent, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent), attr, fp8)
+        names.append(name)
+    return names
+
+
+def moe_reference(
+    x: Any, ids: Any, w: Any, w13: Any, w13s: Any, w2: Any, w2s: Any, swap: bool = False
+) -> Any:
+    """docs/ops/fp8_moe.md's definition in float64, written here from the page (not netra's code): the
+    tokens quantized per 128 columns, h = silu(gate) * up quantized per 128, the down projection, the
+    router-weighted sum over the slots. `swap` takes up for gate: the wiring error the bound must catch."""
+    import torch
+
+    def quant(v: Any) -> Any:  # per 128 columns: s = max(amax, 1e-10) / 448, codes E4M3FN round to nearest
+        g = v.double().reshape(*v.shape[:-1], -1, 128)
+        s = (g.abs().amax(-1, keepdim=True).clamp_min(1e-10) / 448).float().double()
+        return ((g / s).clamp(-448, 448).float().to(torch.float8_e4m3fn).double() * s).reshape(v.shape)
+
+    def blocks(codes: Any, scales: Any) -> Any:
+        return codes.double() * scales.double().repeat_interleave(128, -2).repeat_interleave(128, -1)
+
+    w13, w13s, w2, w2s, x = (t.detach() for t in (w13, w13s, w2, w2s, x))
+    w13d, w2d, xd = blocks(w13, w13s), blocks(w2, w2s), quant(x)
+    inter = w13.shape[1] // 2
+    out = torch.zeros(x.shape, dtype=torch.float64, device=x.device)
+    for t in range(x.shape[0]):
+        for j in range(ids.shape[1]):
+            e = int(ids[t, j])
+            gu = w13d[e] @ xd[t]
+            gate, up = (gu[inter:], gu[:inter]) if swap else (gu[:inter], gu[inter:])
+            out[t] += float(w[t, j]) * (w2d[e] @ quant(gate * torch.sigmoid(gate) * up))
+    return out

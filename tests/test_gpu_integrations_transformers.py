@@ -85,3 +85,60 @@ def test_cuda_graph_equals_eager(name: str) -> None:
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, eager)
+
+
+# The routed experts of an FP8 checkpoint: Qwen3-30B-A3B's published shape (128 experts, top-8, hidden 2048,
+# inter 768) made transformers' FP8Experts (hf_models.fp8_experts), one decoder layer. transformers' own FP8
+# experts need a kernel it downloads from the Hugging Face hub, which the H200 cannot reach: the reference is
+# the float64 definition (hf_models.moe_reference) on the GPU.
+MOE = "Qwen3-30B-A3B"
+
+
+@pytest.mark.skipif(MOE not in SERVED, reason=f"{MOE}'s norms are not all certified in sm_90's table")
+def test_fp8_experts_served_certified_and_in_cuda_graphs() -> None:
+    import netra.torch as nt
+    from netra.integrations.transformers import apply_netra
+
+    model = hf_models.build(hf_models.published(MOE, layers=1), torch.bfloat16, DEV)
+    experts = hf_models.fp8_experts(model)
+    report = apply_netra(model, strict=True)
+    moe = sorted(r.contract for r in report.replaced if r.contract.startswith("fp8_moe"))
+    assert moe == ["fp8_moe(experts=128,topk=8,hidden=2048,inter=768)"], moe
+    stages = [f"{op}(experts=128,topk=8,hidden=2048,inter=768)" for op in ("fp8_moe_gate_up", "fp8_moe_down")]
+    norms = sorted({r.contract for r in report.replaced} - set(moe))
+    said = nt.prepare(keys=[*norms, "fp8_group_quant(hidden=2048,group=128)", *stages])
+    assert not any(v.startswith("fallback") for v in said.values()), said
+    mod = model.get_submodule(experts[0])
+    gen = torch.Generator().manual_seed(7)
+    for tokens in (1, 8, 64):
+        x = torch.randn(tokens, 2048, generator=gen).to(torch.bfloat16).to(DEV)
+        ids_ = torch.stack([torch.randperm(128, generator=gen)[:8] for _ in range(tokens)]).to(DEV)
+        w = torch.softmax(torch.randn(tokens, 8, generator=gen), -1).to(torch.bfloat16).to(DEV)
+        nt.reset_stats()
+        with nt.strict(), torch.no_grad():
+            got = mod(x, ids_, w)
+        stats = nt.stats()
+        assert all(set(paths) == {"certified"} for paths in stats.values()), stats
+        ref = hf_models.moe_reference(
+            x, ids_, w, mod.gate_up_proj, mod.gate_up_proj_scale_inv, mod.down_proj, mod.down_proj_scale_inv
+        )
+        err = float((got.double() - ref).norm() / ref.norm())
+        assert err < 2e-2, (tokens, err)
+    # the whole decoder layer's decode step in strict mode, eager and as a CUDA graph
+    tokens = _tokens(1)
+    nt.reset_stats()
+    with nt.strict():
+        eager = _forward(model, tokens)
+    assert all(set(paths) == {"certified"} for paths in nt.stats().values()), nt.stats()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        _forward(model, tokens)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with nt.strict(), torch.cuda.graph(graph):
+        captured = _forward(model, tokens)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, eager)
+    report.restore()

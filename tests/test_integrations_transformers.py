@@ -325,3 +325,87 @@ def test_published_norms_are_the_model_manifests() -> None:
     assert {"Qwen3-14B", "Qwen3-32B", "Llama-3.1-70B", "DeepSeek-V3", *RUN_ON_H200} <= set(checked)
     for name in checked:
         assert hf_models.norm_contracts(name) == manifests[name], name
+
+
+# ---- the routed experts of an FP8 checkpoint (transformers' FP8Experts) --------------------------------
+
+
+def _moe_model(seed: int = 0) -> tuple[Any, list[str]]:
+    model = hf_models.build(hf_models.tiny("Qwen3-30B-A3B"), torch.bfloat16, seed=seed)
+    return model, hf_models.fp8_experts(model, seed)
+
+
+def test_fp8_experts_served_through_fp8_moe_within_the_definitions_rounding() -> None:
+    from netra.integrations.transformers import NetraFP8Experts
+
+    model, experts = _moe_model()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    report = apply_netra(model, experts="netra")
+    assert experts and {r.name for r in report.replaced if r.contract.startswith("fp8_moe")} == set(experts)
+    assert sorted(model.state_dict()) == sorted(state)  # the same Parameters under the same names
+    mod = model.get_submodule(experts[0])
+    assert isinstance(mod, NetraFP8Experts)
+    gen = torch.Generator().manual_seed(5)
+    x = (torch.randn(5, 256, generator=gen) * 2).to(torch.bfloat16)
+    ids_ = torch.stack([torch.randperm(8, generator=gen)[:2] for _ in range(5)])
+    w = torch.softmax(torch.randn(5, 2, generator=gen), -1).to(torch.bfloat16)
+    nt.reset_stats()
+    with torch.no_grad():
+        got = mod(x, ids_, w).double()
+    ref = hf_models.moe_reference(
+        x, ids_, w, mod.gate_up_proj, mod.gate_up_proj_scale_inv, mod.down_proj, mod.down_proj_scale_inv
+    )
+    bad = hf_models.moe_reference(
+        x, ids_, w, mod.gate_up_proj, mod.gate_up_proj_scale_inv, mod.down_proj, mod.down_proj_scale_inv, True
+    )
+    err = float((got - ref).norm() / ref.norm())
+    print(f"relative error {err:.2e}")
+    assert err < 2e-2, err  # bf16 output, the fp32 sums, a few FP8 codes one step apart at most
+    assert float((bad - ref).norm() / ref.norm()) > 0.3  # the bound tells a swapped gate and up apart
+    stats = nt.stats()
+    assert any(k.startswith("fp8_moe(") for k in stats), (
+        stats
+    )  # the call went through netra.torch (CPU: composite)
+    with torch.no_grad():
+        assert torch.isfinite(model(ids()).logits).all()  # the whole model runs with the experts swapped
+    report.restore()
+    assert type(model.get_submodule(experts[0])).__name__ == "FP8Experts"
+
+
+def test_fp8_experts_auto_routes_calls_netra_does_not_serve_to_transformers() -> None:
+    from netra.errors import StrictModeError
+    from netra.integrations.transformers import expert_routes
+
+    model, experts = _moe_model()
+    apply_netra(model)  # auto: on CPU tensors no call is netra's
+    mod = model.get_submodule(experts[0])
+    x = torch.zeros(3, 256, dtype=torch.bfloat16)
+    ids_ = torch.tensor([[0, 1], [2, 3], [4, 5]])
+    why = mod._route(x, ids_)
+    assert "CUDA" in why
+    with (
+        nt.strict(),
+        pytest.raises(StrictModeError, match=r"fp8_moe\(experts=8,topk=2,hidden=256,inter=128\)"),
+    ):
+        mod(x, ids_, torch.full((3, 2), 0.5, dtype=torch.bfloat16))
+    assert isinstance(expert_routes(), dict)
+
+
+def test_fp8_experts_netra_does_not_compute_are_kept_and_strict_refuses() -> None:
+    model, experts = _moe_model()
+    model.get_submodule(experts[0]).activation_scheme = "static"
+    report = apply_netra(model)
+    assert "static activation scales" in report.kept[experts[0]]
+    assert experts[1] not in report.kept
+    model2, experts2 = _moe_model()
+    model2.get_submodule(experts2[1]).block_size = (1, 128)
+    before = {n: type(m) for n, m in model2.named_modules()}
+    with pytest.raises(IntegrationError, match="128 x 128"):
+        apply_netra(model2, strict=True)
+    assert {n: type(m) for n, m in model2.named_modules()} == before  # nothing replaced
+    off = apply_netra(model2, experts="off")
+    assert not any(r.contract.startswith("fp8_moe") for r in off.replaced) and not set(experts2) & set(
+        off.kept
+    )
+    with pytest.raises(IntegrationError, match="experts="):
+        apply_netra(model2, experts="sometimes")
