@@ -254,6 +254,9 @@ def certify(
                       if tools.checkers else "memory checkers " + ("skipped" if tools.skipped_sanitizer else "unavailable"))
                    + "; profiler " + (f"{tools.profiler[0].tool} {tools.profiler[2]}" if tools.profiler
                                       else "skipped" if tools.skipped_profile else "unavailable"))  # fmt: skip
+    if carried is not None:
+        _say(progress, f"not carried from {carried.source} (changed, new, or without evidence there), "
+                       "certified here: " + ", ".join(carried.rerun))  # fmt: skip
     logs_given = opts.logs is not None
     logs = opts.logs if opts.logs is not None else Path(tempfile.mkdtemp(prefix="netra-certify-logs-"))
     logs.mkdir(parents=True, exist_ok=True)
