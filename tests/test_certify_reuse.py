@@ -193,3 +193,28 @@ def test_a_bad_or_foreign_reused_table_is_one_line_and_nothing_is_written(tmp_pa
             lines,
         )
         assert "Traceback" not in r.stderr and not (tmp_path / "out.json").exists(), why
+
+
+def test_netra_lock_keeps_the_order_of_the_runs_and_drops_those_no_evidence_refers_to() -> None:
+    """A table of three runs whose first entry refers to the last and no candidate to the middle one:
+    `netra lock`'s merge keeps the first and the last in that order, renumbered (the first stays run 0,
+    as certify's own run must before the runs it carried)."""
+    from netra.release import manifests, tablegen
+    from netra.runtime import lockfile
+
+    raw = certevidence.read_certified(REPO)
+    first = raw["certification"]["runs"][0]
+    runs = [first, {**first, "seed": 1}, {**first, "seed": 2}]
+    raw["certification"]["runs"] = runs
+    for c in raw["entries"][0]["candidates"]:
+        if c["evidence"]["hardware"] is not None:
+            c["evidence"]["hardware"]["run"] = 2
+    existing = tables.parse_certified(raw, "sm_90.json", "sm_90")
+    lock = lockfile.read(REPO / lockfile.LOCK_PATH)
+    merged, _ = tablegen.merge(tablegen.skeleton(manifests.load(REPO), "sm_90", lock), existing)
+    assert merged["certification"]["runs"] == [runs[0], runs[2]]
+    for i, e in enumerate(merged["entries"]):
+        got = {
+            c["evidence"]["hardware"]["run"] for c in e["candidates"] if c["evidence"]["hardware"] is not None
+        }
+        assert got == ({1} if i == 0 else {0}) or not got, e["key"]
