@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import certevidence
 import pytest
 from conftest import REPO, TIMEOUT, Venv, clean_env, log, signals_default
 from wheeltools import rewrite
@@ -450,6 +451,57 @@ def test_certify_json_follows_its_schema(tmp_path: Path) -> None:
     )
     assert doc["candidates"]["verified"] > 0 and doc["candidates"]["accepted"] == 0
     assert set(doc["memory_checks"]) == {"skipped"} and set(doc["profiles"]) <= {"skipped"}
+    assert doc["reused"] is None and doc["carried"] == 0 and doc["certified"] == doc["contracts"]
+
+
+@pytest.mark.gpu
+def test_certify_reuse_certifies_only_the_contracts_that_changed(tmp_path: Path) -> None:
+    """On an H200: `netra certify --reuse` of the committed table, one small contract's evidence taken
+    away (as if its kernel had changed), certifies that contract and those with a tactic added since
+    their certification, and carries every other one as committed; a table certified on another device
+    is refused in one line before anything runs."""
+    from netra.runtime import tables
+
+    committed = certevidence.read_certified(REPO)
+    changed = next(e for e in committed["entries"] if e["contract"]["op"] == "rmsnorm")["key"]
+    reused = json.loads(json.dumps(committed))
+    for e in reused["entries"]:
+        if e["key"] == changed:
+            e["dispatch"] = None
+            for c in e["candidates"]:
+                c["maturity"], c["evidence"]["hardware"] = "experiment", None
+    rerun = {
+        e["key"] for e in reused["entries"] if any(c["evidence"]["hardware"] is None for c in e["candidates"])
+    }
+
+    def certify(table: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        serving, evidence = tables.split(table)
+        (tmp_path / "reused.json").write_text(tables.dumps(serving))
+        (tmp_path / "reused.evidence.json").write_text(tables.dumps(evidence or {}))
+        return subprocess.run([sys.executable, "-m", "netra", "certify", "--gpu-class", "sm_90", "--out", str(tmp_path / "t.json"),
+                               "--reuse", str(tmp_path / "reused.json"), "--quick", "--json", "-q"],
+                              capture_output=True, text=True, timeout=3600, cwd="/", check=False)  # fmt: skip
+
+    elsewhere = json.loads(json.dumps(reused))
+    elsewhere["certification"]["runs"][0]["device"] = "another GPU"
+    r = certify(elsewhere)
+    assert r.returncode == 1 and not (tmp_path / "t.json").exists(), log(r)
+    assert len(r.stderr.strip().splitlines()) == 1 and "certified on another GPU" in r.stderr, log(r)
+    r = certify(reused)
+    assert r.returncode == 0, log(r)
+    doc = valid("certify", r.stdout)
+    assert doc["certified"] == len(rerun) and doc["carried"] == len(committed["entries"]) - len(rerun)
+    out, ev = tmp_path / "t.json", tmp_path / "t.evidence.json"
+    made = tables.join(out.read_bytes(), ev.read_bytes(), str(out), str(ev), "sm_90")
+    assert made["certification"]["runs"][1:] == committed["certification"]["runs"]
+    for e, was in zip(made["entries"], committed["entries"], strict=True):
+        runs = {c["evidence"]["hardware"]["run"] for c in e["candidates"]}
+        if e["key"] in rerun:
+            assert runs == {0}, e["key"]  # measured by this run
+        else:
+            for c in was["candidates"]:
+                c["evidence"]["hardware"]["run"] += 1
+            assert e == was, e["key"]  # carried: evidence, maturity, order and dispatch as committed
 
 
 # -- every name and number typed is held to the valid ones -----------------------------------------------

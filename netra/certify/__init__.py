@@ -3,6 +3,7 @@ certify`, docs/certify.md).
 
 run: the certification run (its phases); tools: the memory checkers and profiler it runs, found, and
 what they say of a candidate; certified: the typed certified table the run makes and its two files;
+reuse: the contracts carried from a certified table instead of run again (--reuse);
 measure: launching and timing on the device;
 prepare: the host work in worker processes (cases, references, judging); sanitizer and profile: the
 vendor's memory checkers and profiler over every candidate, through the worker (worker, plan); ranking:
@@ -11,8 +12,8 @@ reference: the float64 reference of every op family. numpy (the certify extra) i
 functions that need it.
 """
 
-from netra.certify.certified import evidence_out, write
+from netra.certify.certified import carried, evidence_out, write
 from netra.certify.ranking import Result, rank, rerank
 from netra.certify.run import Options, certify
 
-__all__ = ["Options", "Result", "certify", "evidence_out", "rank", "rerank", "write"]
+__all__ = ["Options", "Result", "carried", "certify", "evidence_out", "rank", "rerank", "write"]

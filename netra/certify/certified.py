@@ -1,6 +1,7 @@
 """The certified table a run makes: the installed table (typed) with this run's evidence, order, maturity
-and dispatch (`table`), checked by the runtime's own reader and against the install's lock before it
-is returned; and the two files it is written to (`write`: the table, and its evidence file beside it).
+and dispatch, and the entries carried from a reused table (netra.certify.reuse) (`table`), checked by
+the runtime's own reader and against the install's lock before it is returned; and the two files it
+is written to (`write`: the table, and its evidence file beside it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from netra.errors import CertificationError, NetraError
 from netra.runtime import tables
 
 if TYPE_CHECKING:
+    from netra.certify.reuse import Carried
     from netra.runtime.catalog import Catalog
     from netra.runtime.lockfile import Lock
 
@@ -69,14 +71,22 @@ def _candidate(r: Result) -> tables.Candidate:
 
 
 def table(
-    cat: Catalog, run: dict[str, Any], results: dict[str, list[Result]], logs: Path | None = None
+    cat: Catalog,
+    run: dict[str, Any],
+    results: dict[str, list[Result]],
+    logs: Path | None = None,
+    carried: Carried | None = None,
 ) -> tables.Table:
     """The installed table with this run's evidence, order, maturity and dispatch (each entry's `results`
-    by its key), as the runtime reads it back; when that check fails, the unchecked table is kept in
-    `logs` beside the tools' logs."""
+    by its key) and, for the contracts `carried` takes from a reused table, that table's entries (their
+    runs after this one), as the runtime reads it back; when that check fails, the unchecked table is
+    kept in `logs` beside the tools' logs."""
     installed = cat.table
     entries = {}
     for key, e in installed.entries.items():
+        if carried is not None and key in carried.entries:
+            entries[key] = carried.entries[key]
+            continue
         ranked, dispatch = rank(results[key])
         entries[key] = dataclasses.replace(
             e, candidates=tuple(_candidate(r) for r in ranked), dispatch=dispatch
@@ -85,7 +95,7 @@ def table(
         installed,
         certification="hardware",
         note=tables.HARDWARE_NOTE.format(target=installed.gpu_class),
-        runs=(run,),
+        runs=(run, *(carried.runs if carried is not None else ())),
         entries=entries,
     )
     raw = tables.to_json(made)
@@ -104,6 +114,14 @@ def table(
             )  # the certified form
         raise
     return checked
+
+
+def carried(table: tables.Table) -> list[str]:
+    """The contracts of a table certify made that it carried from a reused table: those none of whose
+    evidence is this run's (run 0)."""
+    return sorted(
+        k for k, e in table.entries.items() if all(c.hardware and c.hardware.run for c in e.candidates)
+    )
 
 
 def evidence_out(out: Path) -> Path:

@@ -19,6 +19,9 @@ progress lines:
 6. ranking (netra.certify.ranking) and the certified table (netra.certify.certified), checked by the
    runtime's own reader before it is returned.
 
+With `reuse` (a certified table), the contracts whose candidates it certified as they are now are
+carried from it and not run (netra.certify.reuse): the phases run over the other contracts only.
+
 The tools are found first (netra.certify.tools). Nothing is written before the end;
 netra.certify.certified.write writes the table and its evidence file atomically.
 """
@@ -204,10 +207,13 @@ def certify(
     seed: int = 0,
     progress: Progress | None = None,
     options: Options | None = None,
+    reuse: Path | None = None,
 ) -> tables.Table:
     """The certified table of `gpu_class` for this install, measured on this host's GPU (write it with
-    netra.certify.certified.write)."""
+    netra.certify.certified.write); `reuse`: a certified table whose contracts that certified this
+    install's candidates as they are now are carried instead of run again (netra.certify.reuse)."""
     from netra import runtime
+    from netra.certify import reuse as reusing
 
     opts = options or Options()
     t_start = time.monotonic()
@@ -220,6 +226,7 @@ def certify(
             f'set certification = "hardware" in manifests/{gpu_class}/tactics.toml, `netra lock`, rebuild, '
             "then certify from that wheel",
         )
+    reused = reusing.read(reuse, gpu_class) if reuse is not None else None
     vendor = targets.get(gpu_class).vendor
     tools = toolset.find(vendor, opts.sanitize, opts.profile)
     dev = vendor.open_loader()
@@ -229,15 +236,27 @@ def certify(
             f"this host's GPU is {have} ({dev.device_name()}); certifying {gpu_class} needs an {gpu_class} GPU",
             f"run `netra certify --gpu-class {gpu_class}` on a host with that GPU",
         )
+    carried = reusing.carry(table, reused, dev.device_name()) if reused is not None else None
+    if carried is not None and not carried.rerun:
+        raise CertificationError(
+            f"--reuse {carried.source}: certifies every contract of this install's {gpu_class} table with "
+            "the same machine code: nothing to certify",
+            "use that table as it is, or certify without --reuse to measure every contract again",
+        )
+    keys = set(carried.rerun) if carried is not None else set(table.entries)
     cat.verify()  # every code object against the lock before anything runs
     l2 = measure.l2_bytes(dev)
-    total = sum(len(e.candidates) for e in table.entries.values())
+    total = sum(len(table.entries[k].candidates) for k in keys)
     checkers = ", ".join(c.check for c, _, _ in tools.checkers)
-    _say(progress, f"certify {gpu_class} on {dev.device_name()}: {total} candidates of {len(table.entries)} contracts; "
+    also = f" ({len(carried.entries)} carried from {carried.source})" if carried is not None else ""
+    _say(progress, f"certify {gpu_class} on {dev.device_name()}: {total} candidates of {len(keys)} contracts{also}; "
                    + (f"memory checkers {checkers} ({tools.checkers[0][0].tool} {tools.checkers[0][2]})"
                       if tools.checkers else "memory checkers " + ("skipped" if tools.skipped_sanitizer else "unavailable"))
                    + "; profiler " + (f"{tools.profiler[0].tool} {tools.profiler[2]}" if tools.profiler
                                       else "skipped" if tools.skipped_profile else "unavailable"))  # fmt: skip
+    if carried is not None:
+        _say(progress, f"not carried from {carried.source} (changed, new, or without evidence there), "
+                       "certified here: " + ", ".join(carried.rerun))  # fmt: skip
     logs_given = opts.logs is not None
     logs = opts.logs if opts.logs is not None else Path(tempfile.mkdtemp(prefix="netra-certify-logs-"))
     logs.mkdir(parents=True, exist_ok=True)
@@ -247,12 +266,16 @@ def certify(
     workers = opts.workers or max(1, min(8, (os.cpu_count() or 2) - 2))
     ok = False
     try:
-        results = _measure(cat, dev, tools, opts, rows, replays, seed, l2, scratch, logs, workers, progress)
+        results = _measure(
+            cat, keys, dev, tools, opts, rows, replays, seed, l2, scratch, logs, workers, progress
+        )
         made = certified.table(
-            cat, certified.run_info(dev, table, cat.lock, rows, replays, seed), results, logs
+            cat, certified.run_info(dev, table, cat.lock, rows, replays, seed), results, logs, carried
         )
         ok = True
-        _say(progress, f"certified in {time.monotonic() - t_start:.1f} s")
+        _say(progress, f"certified {len(keys)} contracts"
+                       + (f", carried {len(carried.entries)}" if carried is not None else "")
+                       + f" in {time.monotonic() - t_start:.1f} s")  # fmt: skip
         return made
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -263,13 +286,14 @@ def certify(
 
 
 def _measure(
-    cat: Any, dev: Any, tools: Tools, opts: Options, rows: tuple[int, ...], replays: int, seed: int, l2: int,
-    scratch: Path, logs: Path, workers: int, progress: Progress | None,
+    cat: Any, keys: set[str], dev: Any, tools: Tools, opts: Options, rows: tuple[int, ...], replays: int,
+    seed: int, l2: int, scratch: Path, logs: Path, workers: int, progress: Progress | None,
 ) -> dict[str, list[Result]]:  # fmt: skip
+    """The results of every candidate of the contracts `keys` of the installed table."""
     from netra.certify import prepare
 
     table = cat.table
-    entries = sorted(table.entries.items())
+    entries = sorted((k, e) for k, e in table.entries.items() if k in keys)
     symbols = {c.artifact: c.symbol for c in table.candidates()}
     pool = _Pool(workers, _host_memory() // 2)
     state: list[_Entry] = []

@@ -224,6 +224,12 @@ def parser() -> argparse.ArgumentParser:
         "--seed", type=choices.natural_int, default=0, help="seed of the test vectors (recorded in the table)"
     )
     ce.add_argument(
+        "--reuse",
+        metavar="TABLE",
+        help="a certified table (its evidence file beside it): carry each contract whose candidates it "
+        "certified with this install's machine code on this host's device, and certify only the others",
+    ).complete = _FILE  # type: ignore[attr-defined]
+    ce.add_argument(
         "--skip-sanitizer",
         action="store_true",
         help="do not run the vendor's memory checkers: recorded as skipped, so no candidate is accepted (at most verified)",

@@ -301,7 +301,11 @@ def cmd_certify(args: argparse.Namespace) -> int:
         logs=Path(args.logs) if args.logs else None,
         **({"tool_timeout": args.tool_timeout} if args.tool_timeout is not None else {}),
     )
-    table = certify.certify(args.gpu_class, progress=_progress(args), seed=args.seed, options=opts)
+    reuse = Path(args.reuse) if args.reuse else None
+    table = certify.certify(
+        args.gpu_class, progress=_progress(args), seed=args.seed, options=opts, reuse=reuse
+    )
+    carried = certify.carried(table)
     certify.write(table, out)
     _PROGRESS.end()
     counts = dict.fromkeys(MATURITIES, 0)
@@ -320,12 +324,17 @@ def cmd_certify(args: argparse.Namespace) -> int:
             "table_sha256": sha256_bytes(out.read_bytes()), "evidence": str(certify.evidence_out(out)),
             "evidence_sha256": sha256_bytes(certify.evidence_out(out).read_bytes()), "contracts": len(table.entries),
             "candidates": counts, "memory_checks": dict(sorted(checks.items())),
-            "profiles": dict(sorted(profiles.items())), "run": table.runs[-1],
+            "profiles": dict(sorted(profiles.items())), "run": table.runs[0],
+            "reused": str(reuse) if reuse is not None else None, "carried": len(carried),
+            "certified": len(table.entries) - len(carried),
         })  # fmt: skip
         return 0
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v)
     print(f"wrote {out}: {len(table.entries)} contracts, candidates {summary}; its evidence: "
           f"{certify.evidence_out(out)}")  # fmt: skip
+    if reuse is not None:
+        print(f"certified {len(table.entries) - len(carried)} contracts on this host; carried {len(carried)} "
+              f"from {reuse} as they were certified")  # fmt: skip
     print("memory checkers: " + ", ".join(f"{k} {v}" for k, v in sorted(checks.items()))
           + "; profile: " + ", ".join(f"{k} {v}" for k, v in sorted(profiles.items())))  # fmt: skip
     if counts.get("verified"):

@@ -171,14 +171,14 @@ def merge(fresh: dict[str, Any], existing: Table | None) -> tuple[dict[str, Any]
 
     A candidate keeps its certified maturity and evidence only if the existing table certified the
     same artifact with the same machine code (.text sha256) as the fresh lock; certified candidates
-    keep their certified order, uncertified ones follow in tactic order. Returns the table and one
-    line per voided certification (so `netra lock` can say what needs `netra certify` again).
+    keep their certified order, uncertified ones follow in tactic order; the runs their evidence refers
+    to keep theirs. Returns the table and one line per voided certification (so `netra lock` can say
+    what needs `netra certify` again).
     """
     if existing is None or fresh["certification"]["kind"] != "hardware":
         return fresh, []
     voided: list[str] = []
-    used_runs: dict[int, int] = {}
-    runs: list[dict[str, Any]] = []
+    used: set[int] = set()
     for entry in fresh["entries"]:
         old = existing.entries.get(entry["key"])
         old_by_tactic = {c.tactic: c for c in old.candidates} if old else {}
@@ -196,10 +196,7 @@ def merge(fresh: dict[str, Any], existing: Table | None) -> tuple[dict[str, Any]
                 fresh_only.append(cand)
                 continue
             hw = dict(o.evidence["hardware"])
-            if hw["run"] not in used_runs:
-                used_runs[hw["run"]] = len(runs)
-                runs.append(existing.runs[hw["run"]])
-            hw["run"] = used_runs[hw["run"]]
+            used.add(hw["run"])
             cand = {**cand, "maturity": o.maturity, "evidence": {**cand["evidence"], "hardware": hw}}
             assert old is not None  # o is one of its candidates
             carried.append((old.candidates.index(o), cand))
@@ -210,6 +207,15 @@ def merge(fresh: dict[str, Any], existing: Table | None) -> tuple[dict[str, Any]
                 entry["dispatch"] = [{"max_rows": d.max_rows, "tactic": d.tactic} for d in old.dispatch]
             else:
                 voided.append(f"{entry['key']}: its row-count dispatch named a voided tactic and is dropped")
+    # The runs still referred to, in their order (a run certify made stays run 0 before those it carried
+    # from a reused table), renumbered past the ones no evidence refers to any more.
+    number = {r: i for i, r in enumerate(sorted(used))}
+    for entry in fresh["entries"]:
+        for cand in entry["candidates"]:
+            hw = cand["evidence"]["hardware"]
+            if hw is not None:
+                hw["run"] = number[hw["run"]]
+    runs = [existing.runs[r] for r in sorted(used)]
     fresh["certification"]["runs"] = runs
     if runs:
         fresh["certification"]["note"] = HARDWARE_NOTE.format(target=fresh["gpu_class"])

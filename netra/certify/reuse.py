@@ -1,0 +1,135 @@
+"""Evidence carried from a certified table (`netra certify --reuse TABLE`, docs/certify.md): a contract of
+this install's table whose candidates the reused table certified as they are now (the same artifacts,
+the same machine code launched the same way, every one with hardware evidence) is not run again; its
+entry (evidence, maturity, order, dispatch) is taken as it is, its runs renumbered after this run's.
+
+`read` reads the two files through the runtime's strict readers; `carry` decides from the typed tables
+and this host's device name, and touches nothing (netra.certify.certified.table joins what it carries to
+what this run measured). A table of another class, or certified on another device, carries nothing: it
+is refused, so that a session that meant to certify a few contracts never spends its device time
+certifying all of them unasked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from netra.errors import CertificationError, NetraError
+from netra.runtime import tables
+
+HINT = (
+    "pass a certified table with its evidence file, as `netra certify` writes them (<stem>.json and "
+    "<stem>.evidence.json) or as a source tree commits them (release/tables/<class>.json and "
+    "release/evidence/<class>.json), or certify without --reuse"
+)
+
+
+@dataclass(frozen=True)
+class Reused:
+    """A certified table read for reuse, and where its two files are."""
+
+    path: Path
+    evidence: Path
+    table: tables.Table
+
+
+@dataclass(frozen=True)
+class Carried:
+    """What a run takes from a reused table: the carried entries (their evidence's `run` already points
+    past this run's, at `runs`), the reused runs they refer to in the reused table's order, and the
+    contracts this run certifies."""
+
+    source: str
+    entries: dict[str, tables.Entry]
+    runs: tuple[dict[str, Any], ...]
+    rerun: tuple[str, ...]
+
+
+def evidence_of(path: Path) -> Path:
+    """Where the evidence of the table at `path` is: beside it as `netra certify` writes it
+    (<stem>.evidence.json), else, for a table in a tree's release/tables/, in release/evidence/."""
+    beside = path.with_name(f"{path.stem}.evidence.json")
+    tree = path.parent.parent / Path(tables.EVIDENCE_DIR).name / path.name
+    if beside.exists() or path.parent.name != Path(tables.TABLES_DIR).name:
+        return beside
+    return tree
+
+
+def read(path: Path, gpu_class: str) -> Reused:
+    """The certified table at `path` and its evidence file, read and held to each other by the runtime's
+    strict readers; a table of another class than `gpu_class` is refused."""
+    from netra.core import files
+
+    ev = evidence_of(path)
+    try:
+        raw = files.read_path(path, limit=files.SOURCE_LIMIT, what="table to reuse")
+        ev_raw = (  # absent: the reader says whether the table needs one (a static table has none)
+            files.read_path(ev, limit=files.SOURCE_LIMIT, what="evidence of the table to reuse")
+            if ev.exists() or ev.is_symlink()
+            else None
+        )
+        table = tables.read_certified(raw, ev_raw, str(path), str(ev))
+    except NetraError as e:  # each names the file: missing, not a file, too large, not the format
+        raise CertificationError(f"--reuse {e.message}", HINT, e.details) from None
+    if table.gpu_class != gpu_class:
+        raise CertificationError(
+            f"--reuse {path}: the {table.gpu_class} table, not the {gpu_class} table this run certifies",
+            f"pass the {gpu_class} table (release/tables/{gpu_class}.json), or certify without --reuse",
+        )
+    return Reused(path, ev, table)
+
+
+def _launched(c: tables.Candidate) -> tuple[Any, ...]:
+    """What a candidate's evidence was measured on: its machine code and how it is launched."""
+    return (c.tactic, c.artifact, c.file, c.symbol, c.text_sha256, c.launch, c.lds_bytes,
+            c.workspace_bytes, c.kernarg)  # fmt: skip
+
+
+def _same(now: tables.Entry, then: tables.Entry) -> bool:
+    """Whether `then` certified on hardware exactly the candidates `now` has."""
+    was = {c.artifact: c for c in then.candidates}
+    return (
+        len(was) == len(now.candidates)
+        and all(c.artifact in was and _launched(was[c.artifact]) == _launched(c) for c in now.candidates)
+        and all(c.hardware is not None for c in then.candidates)
+    )
+
+
+def carry(installed: tables.Table, reused: Reused, device: str) -> Carried:
+    """Which contracts of `installed` take their entry from the reused table (renumbered: this run is
+    run 0, the reused runs follow in their order) and which this run certifies. Refused when the reused
+    table was certified on another device name than `device` (this host's)."""
+    other = sorted({r["device"] for r in reused.table.runs} - {device})
+    if other:
+        raise CertificationError(
+            f"--reuse {reused.path}: certified on {other[0]}, not on this host's {device}: its timings, "
+            "order and dispatch do not hold here",
+            f"reuse a table certified on this host's device ({device}), or certify without --reuse",
+        )
+    then = reused.table.entries
+    keep = {k: then[k] for k, e in sorted(installed.entries.items()) if k in then and _same(e, then[k])}
+    used = sorted({c.hardware.run for e in keep.values() for c in e.candidates if c.hardware is not None})
+    number = {r: 1 + i for i, r in enumerate(used)}
+    entries = {}
+    for key, e in keep.items():
+        now = {c.artifact: c for c in installed.entries[key].candidates}
+        cands = []
+        for c in e.candidates:
+            record = {**c.evidence["hardware"], "run": number[c.evidence["hardware"]["run"]]}
+            cands.append(dataclasses.replace(
+                now[c.artifact], maturity=c.maturity,
+                evidence={**now[c.artifact].evidence, "hardware": record},
+                hardware=tables.HardwareEvidence.of(record),
+            ))  # fmt: skip
+        entries[key] = dataclasses.replace(
+            installed.entries[key], candidates=tuple(cands), dispatch=e.dispatch
+        )
+    return Carried(
+        source=str(reused.path),
+        entries=entries,
+        runs=tuple(reused.table.runs[r] for r in used),
+        rerun=tuple(k for k in sorted(installed.entries) if k not in entries),
+    )
