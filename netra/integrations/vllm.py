@@ -200,7 +200,10 @@ def register() -> None:
             shared_experts: Any = None,
             shared_experts_input: torch.Tensor | None = None,
         ) -> Any:
-            if _netra_experts(self, x, topk_ids, _experts_variant(self, Fp8MoEMethod)):
+            variant = self.__dict__.get("_netra_variant")
+            if variant is None:  # the layer's configuration is fixed once built: read it once (8 us a call)
+                variant = self._netra_variant = _experts_variant(self, Fp8MoEMethod)
+            if _netra_experts(self, x, topk_ids, variant):
                 xq, xs = nt.fp8_group_quant(x.contiguous())
                 return nt.fp8_moe(
                     xq, xs, topk_ids.to(torch.int32), topk_weights.to(torch.float32), self.w13_weight,
@@ -223,9 +226,8 @@ def register() -> None:
                 "so netra's is not registered",
                 "uninstall the other plugin, or set VLLM_PLUGINS to the one plugin you want",
             )
-        base.register_oot(
-            ours
-        )  # CustomOp's and PluggableLayer's: the in-tree class's name, replaced at __new__
+        # CustomOp's and PluggableLayer's register_oot alike: keyed by the in-tree class's name, swapped in __new__
+        base.register_oot(ours)
         _REGISTERED[name] = ours
 
 
