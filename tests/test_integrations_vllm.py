@@ -202,6 +202,7 @@ def test_routed_experts_variant_keeps_vllms_path(results: dict[str, Any]) -> Non
     out = results["experts_variant"]  # Fp8 with one scale per tensor, NETRA_VLLM=netra
     assert out["netra"] == out["vllm"] == VLLM_NO_KERNEL and out["stats"] == {}
     assert out["strict"]["reason"] == "weights not in 128 x 128 blocks"
+    assert out["routes"] == {f"{EXPERTS} on cpu": "vllm: variant: weights not in 128 x 128 blocks"}
 
 
 def test_routed_experts_route_without_cuda_is_vllms_with_the_reason(results: dict[str, Any]) -> None:

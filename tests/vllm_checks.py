@@ -467,7 +467,7 @@ def experts() -> dict[str, Any]:
 @check
 def experts_variant() -> dict[str, Any]:
     """A layer netra has no op for (Fp8 with one scale per tensor, no blocks) keeps vLLM's path even with
-    NETRA_VLLM=netra, and strict mode names why."""
+    NETRA_VLLM=netra, and routes() and strict mode name why."""
     import os
 
     from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
@@ -487,6 +487,7 @@ def experts_variant() -> dict[str, Any]:
             "stats": nt.stats(),
         }
         out["strict"] = _strict(lambda: layer.forward_modular(x, weights, ids))
+    out["routes"] = {k: v for k, v in plug.routes().items() if k.startswith("fp8_moe")}
     os.environ["NETRA_VLLM"] = "auto"
     plug.register()
     return out
@@ -497,7 +498,8 @@ def route() -> dict[str, Any]:
     """The per-contract route on a torch without CUDA: vLLM's forward, with netra.torch's reason."""
     import netra.integrations.vllm as plug
 
-    return {"served": plug._served("rmsnorm(hidden=4096,weight_offset=0)", 0), "routes": plug.routes()}
+    served = plug._served("rmsnorm(hidden=4096,weight_offset=0)", 0)
+    return {"served": served, "routes": {k: v for k, v in plug.routes().items() if k.startswith("rmsnorm")}}
 
 
 @check
@@ -510,7 +512,7 @@ def experts_route() -> dict[str, Any]:
     params = {"experts": 128, "topk": 8, "hidden": 2048, "inter": 768}
     return {
         "served": served(params, 0) if served else None,
-        "routes": {k: v for k, v in plug.routes().items() if k.startswith("fp8_moe")},
+        "routes": {k: v for k, v in plug.routes().items() if k.startswith("fp8_moe") and "cuda" in k},
     }
 
 

@@ -51,7 +51,8 @@ Marlin, AITER, ...) or routes inside its kernel (forward_monolithic) keeps vLLM'
 shard is served where netra has a contract for its shape (the runner all-reduces after). Per call, in
 auto mode, netra.torch runs it with bf16 CUDA tokens, at most the chain's 64 tokens, where this GPU's table
 serves the tokens' quantization and both stages at the policy; every other call runs vLLM's path, with
-the reason in routes() and StrictModeError in strict mode, as for the norms.
+the reason in routes() and StrictModeError in strict mode, as for the norms (a layer netra has no op for:
+"vllm: variant: <what>").
 
 Not registered, and why: vLLM's QuantFP8 group quantization floors its scale at 1/(448 * 512), netra's
 fp8_group_quant at 1e-10/448 (docs/ops/fp8_group_quant.md): groups whose largest magnitude is below 1/512
@@ -75,6 +76,7 @@ from netra.errors import IntegrationError, StrictModeError
 SWITCH = "NETRA_VLLM"
 MODES = ("auto", "netra", "vllm")
 _decisions: dict[tuple[str, int], tuple[bool, str]] = {}
+_variants: dict[tuple[str, str], str] = {}  # (contract, device) -> what a layer computes that netra does not
 
 
 def mode() -> str:
@@ -88,11 +90,16 @@ def mode() -> str:
 
 
 def routes() -> dict[str, str]:
-    """Each contract and device seen, and where its calls go: "netra", or "vllm: <code>: <reason>"."""
-    return {
+    """Each contract and device seen, and where its calls go: "netra", or "vllm: <code>: <reason>"; a
+    layer netra has no op for (routed experts vLLM computes otherwise) "vllm: variant: <what>", on any
+    device."""
+    out = {
         f"{key} on cuda:{index}": "netra" if served else f"vllm: {why}"
-        for (key, index), (served, why) in sorted(_decisions.items())
+        for (key, index), (served, why) in _decisions.items()
     }
+    for (key, device), why in _variants.items():
+        out.setdefault(f"{key} on {device}", f"vllm: variant: {why}")
+    return dict(sorted(out.items()))
 
 
 @torch.compiler.assume_constant_result
@@ -318,6 +325,7 @@ def _netra_experts(layer: Any, x: torch.Tensor, ids: torch.Tensor, variant: str)
     index = x.device.index or 0
     if variant:
         why = variant
+        _variants.setdefault((key, str(x.device)), variant)
     elif _MODE != "auto":
         return _MODE == "netra"
     elif not (x.is_cuda and x.dtype == torch.bfloat16 and x.dim() == 2 and ids.is_cuda):
