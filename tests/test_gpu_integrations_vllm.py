@@ -137,7 +137,7 @@ def moe() -> Any:
         experts.quant_method.process_weights_after_loading(experts)
     assert type(experts).__name__ == "NetraRoutedExperts"
     assert experts.quant_method.fp8_backend.value == "TRITON"  # vLLM's choice on Hopper without EP
-    layer.config = config
+    layer.netra_test_config = config  # what set_forward_context needs to find the layer by name
     return layer
 
 
@@ -148,7 +148,7 @@ def _call(moe: Any, tokens: int) -> tuple[Any, ...]:
     g = torch.Generator(device=DEV).manual_seed(tokens)
     x = torch.randn(tokens, H, generator=g, device=DEV).to(torch.bfloat16)
     logits = torch.randn(tokens, E, generator=g, device=DEV)
-    with torch.no_grad(), set_forward_context(None, moe.config):
+    with torch.no_grad(), set_forward_context(None, moe.netra_test_config):
         y = moe(x, logits)
         weights, ids = moe.router.select_experts(hidden_states=x, router_logits=logits)
     return y, x, weights, ids
