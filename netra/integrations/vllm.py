@@ -38,8 +38,9 @@ vLLM's MoERunner calls with the tokens and the top-k its router computed) goes t
 
 Why this extension point: vLLM 0.32's FP8 MoE kernels are a closed list (oracle/fp8.py's backends, with a
 TODO for out-of-tree ones), a quant method is chosen by the checkpoint's quantization config, and a
-MoERunner by the model's code; RoutedExperts is the one MoE class vLLM lets a plugin replace, and its
-forward_modular receives exactly netra's operands: the unquantized tokens, vLLM's router's top-k (its
+MoERunner by the model's code; the MoE classes a plugin can replace are two PluggableLayers (RoutedExperts,
+the router's GateLinear) and three CustomOps (the unquantized and modular quant methods, the grouped
+top-k router), and only RoutedExperts runs every FP8 layer's experts. Its forward_modular receives exactly netra's operands: the unquantized tokens, vLLM's router's top-k (its
 scoring, renormalization, grouping, correction bias and routed scaling already applied) and the
 checkpoint's weights, gate rows then up rows, with 128 x 128 block scales. A layer is netra's only where
 it computes what fp8_moe computes: vLLM's Fp8MoEMethod with 128 x 128 blocks and dynamic activation
