@@ -12,7 +12,16 @@ the residual is bf16(x + residual) exactly and updated in place where vLLM's ker
 QuantFP8 disagrees with netra's fp8_group_quant on small groups, which is why it is not registered;
 torch.compile (fullgraph) traces the plugin's forward in both routes; a contract's route on a torch without
 CUDA is vLLM's forward, with netra.torch's reason in routes().
-The served path on an H200 is tests/test_gpu_integrations_vllm.py.
+
+vLLM's routed experts (a FusedMoE layer of an Fp8 checkpoint with 128 x 128 blocks, built by vLLM's
+FusedMoEFactory, loaded by vLLM's weight loader from per-expert gate, up and down projections, called with
+vLLM's router's top-k): vLLM builds netra's NetraRoutedExperts; vLLM 0.32 has no block-FP8 MoE kernel on a
+CPU without AMX-FP8 (Fp8MoeBackend.NONE), so its own path raises here, and a call netra does not serve is
+seen to take that path by the same error from the same vLLM function as the in-tree class; with
+NETRA_VLLM=netra the output is netra.torch's fp8_moe on the checkpoint's tensors, bit for bit, and within a
+bound derived from the float64 definition (tests/vllm_checks.py); a layer netra has no op for keeps vLLM's
+path in every mode, and strict mode names why.
+The served paths on an H200 are tests/test_gpu_integrations_vllm.py.
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ def test_plugin_registers_through_vllms_loader(results: dict[str, Any]) -> None:
     assert out["oot"] == {
         "GemmaRMSNorm": "netra.integrations.vllm.NetraGemmaRMSNorm",
         "RMSNorm": "netra.integrations.vllm.NetraRMSNorm",
+        "RoutedExperts": "netra.integrations.vllm.NetraRoutedExperts",
     }
     assert out["types"] == ["NetraRMSNorm", "NetraGemmaRMSNorm"]
     assert out["bases"] == ["RMSNorm", "GemmaRMSNorm"]
@@ -144,4 +154,61 @@ def test_bad_mode_is_one_line(vllm_python: str) -> None:
     assert (
         "IntegrationError: NETRA_VLLM='fast' is not a routing mode; hint: set NETRA_VLLM to one of auto, netra, vllm"
         in r.stderr
+    )
+
+
+# vLLM's own error for a block-FP8 MoE call on this CPU: no backend (Fp8MoeBackend.NONE), no kernel
+VLLM_NO_KERNEL = {
+    "error": "AttributeError: 'NoneType' object has no attribute 'is_monolithic'",
+    "where": "model_executor/layers/fused_moe/fused_moe_method_base.py:is_monolithic",
+}
+EXPERTS = "fp8_moe(experts=8,topk=2,hidden=256,inter=384)"
+
+
+def test_routed_experts_unserved_call_runs_vllms_path(results: dict[str, Any]) -> None:
+    out = results["experts"]
+    assert out["types"] == ["NetraRoutedExperts", "RoutedExperts", "MoERunner"]  # vLLM built netra's class
+    assert out["router"] == ["torch.float32", "torch.int32", [5, 2]]
+    assert out["vllm"] == VLLM_NO_KERNEL  # the in-tree class's forward_modular on CPU tokens
+    assert out["auto"] == out["vllm"] and out["auto_stats"] == {}  # the same path; netra.torch never called
+
+
+def test_routed_experts_strict_mode_refuses_vllms_path(results: dict[str, Any]) -> None:
+    assert results["experts"]["strict"] == {
+        "code": "vllm",
+        "reason": "the tokens are not a 2-D bf16 CUDA tensor",
+        "message": f"{EXPERTS}: vLLM's RoutedExperts runs its own forward: the tokens are not a 2-D bf16 CUDA "
+        "tensor; hint: serve the call with at most 64 bf16 CUDA tokens at a contract this GPU's table serves "
+        "(netra catalog), or leave strict mode",
+    }
+
+
+def test_routed_experts_netra_route_is_netras_op_on_vllms_weights(results: dict[str, Any]) -> None:
+    out = results["experts"]
+    assert out["netra_stats"] == {
+        "fp8_group_quant(hidden=256,group=128)": {"device": 1},
+        EXPERTS: {"device": 1},
+    }
+    got = out["netra"]
+    assert got["dtype"] == "torch.bfloat16" and got["shape"] == [5, 256]
+    # vLLM's loader put gate rows then up rows in w13, and its router's ids and weights went through as they are
+    assert got["equal_to_checkpoint_operands"] is True
+    assert got["within_bound"] is True and got["max_error_over_bound"] <= 1
+    # the bound is tight enough to see a mistake: gate and up swapped are 185 bounds off (checked by hand)
+    assert got["bound_over_magnitude"] < 2**-6
+
+
+def test_routed_experts_variant_keeps_vllms_path(results: dict[str, Any]) -> None:
+    out = results["experts_variant"]  # Fp8 with one scale per tensor, NETRA_VLLM=netra
+    assert out["netra"] == out["vllm"] == VLLM_NO_KERNEL and out["stats"] == {}
+    assert out["strict"]["reason"] == "weights not in 128 x 128 blocks"
+    assert out["routes"] == {f"{EXPERTS} on cpu": "vllm: variant: weights not in 128 x 128 blocks"}
+
+
+def test_routed_experts_route_without_cuda_is_vllms_with_the_reason(results: dict[str, Any]) -> None:
+    out = results["experts_route"]
+    assert out["served"] is False
+    assert list(out["routes"]) == ["fp8_moe(experts=128,topk=8,hidden=2048,inter=768) on cuda:0"]
+    assert next(iter(out["routes"].values())).startswith(
+        "vllm: device: fp8_group_quant(hidden=2048,group=128): this torch "
     )
