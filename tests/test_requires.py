@@ -1,11 +1,14 @@
 """A tactic serves the contracts its template admits (issue 28, DeepSeek-V3's routed experts): a template
 manifest's [[requires]] decide which (contract, tactic) pairs are built, each mirrors a static_assert the
-real nvcc still enforces, and a malformed one is refused naming the manifest."""
+real nvcc still enforces, every pair the manifests declared before is still built, and a contract none of
+whose tactics is admitted is one line naming it and the requirement."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,12 +21,24 @@ from netra.errors import AssemblyError, LaunchError, ManifestError
 from netra.release import manifests
 
 DEEPSEEK = {"experts": 256, "topk": 8, "hidden": 7168, "inter": 2048}
+QWEN3 = ({"experts": 128, "topk": 8, "hidden": 2048, "inter": 768},
+         {"experts": 128, "topk": 8, "hidden": 4096, "inter": 1536})  # fmt: skip
 MOE = ("fp8_moe_gate_up", "fp8_moe_down")
 
 
 @pytest.fixture(scope="module")
 def cat() -> manifests.Manifests:
     return manifests.load(REPO)
+
+
+def _key(op: str, params: dict[str, int]) -> str:
+    from netra.core.ops import contract_key
+
+    return contract_key(op, params)
+
+
+def _tactics(cat: manifests.Manifests, cls: str, key: str) -> set[str]:
+    return {a.tactic.name for a in cat.artifacts if a.target == cls and a.key == key}
 
 
 @pytest.mark.parametrize(
@@ -56,6 +71,41 @@ def test_a_bad_condition_is_one_line_launch_error(text: str, fragment: str) -> N
     with pytest.raises(LaunchError) as e:
         expr.holds(text, {"A": 1, "B": 1, "C": 1})
     assert "\n" not in str(e.value) and fragment in str(e.value), str(e.value)
+
+
+def test_every_contract_keeps_every_tactic_of_its_class_but_deepseek_s_routed_experts(
+    cat: manifests.Manifests,
+) -> None:
+    """Only DeepSeek-V3's routed experts lose tactics (the ones that do not divide hidden 7168 or inter
+    2048), and every class that builds the op still builds it: d2 divides all three INTER."""
+    deepseek = {_key(op, DEEPSEEK) for op in MOE}
+    by_class_op: dict[tuple[str, str], set[str]] = {}
+    for t in cat.tactics:
+        by_class_op.setdefault((t.target, t.op), set()).add(t.name)
+    for key in {a.key for a in cat.artifacts} - deepseek:
+        for cls in cat.targets():
+            built = _tactics(cat, cls, key)
+            op = key.partition("(")[0]
+            assert not built or built == by_class_op[(cls, op)], (cls, key)
+    assert not any(n.key not in deepseek for n in cat.not_admitted)
+    want = {
+        ("sm_90", "fp8_moe_gate_up"): {"g8s", "g8sr4", "g4r8", "g4p"},
+        ("sm_90", "fp8_moe_down"): {"d2"},
+        ("sm_100", "fp8_moe_gate_up"): {"bg8s", "bg8sr4", "bg4r8"},
+        ("sm_100", "fp8_moe_down"): {"bd2"},
+    }
+    for (cls, op), tactics in want.items():
+        key = _key(op, DEEPSEEK)
+        assert _tactics(cat, cls, key) == tactics
+        refused = {n.tactic for n in cat.not_admitted if (n.target, n.key) == (cls, key)}
+        assert refused == by_class_op[(cls, op)] - tactics
+    for q in QWEN3:  # d2 divides inter 768 and 1536 as well: it applies to them
+        assert "d2" in _tactics(cat, "sm_90", _key("fp8_moe_down", q))
+        assert "bd2" in _tactics(cat, "sm_100", _key("fp8_moe_down", q))
+    reasons = {(n.target, n.tactic): n.requirement.holds for n in cat.not_admitted}
+    assert reasons[("sm_90", "g16")] == "HIDDEN % (NETRA_BLOCK / 32 * 128) == 0"
+    assert reasons[("sm_90", "g8")].startswith("HIDDEN / (NETRA_BLOCK / 32) % min(")
+    assert reasons[("sm_90", "d3")] == "INTER % (NETRA_BLOCK / 32 * 128) == 0"
 
 
 # One failing (contract, tactic) pair per requirement of the two templates: it fails that requirement
@@ -105,6 +155,40 @@ def _tree(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def _drop_tactic(root: Path, cls: str, name: str) -> None:
+    rel = root / "manifests" / cls / "tactics.toml"
+    text = rel.read_text()
+    start = text.index(f'[[tactics]]\nop = "fp8_moe_down"\nname = "{name}"')
+    end = text.find("[[tactics]]", start + 1)
+    rel.write_text(text[:start] + (text[end:] if end >= 0 else ""))
+
+
+def test_a_contract_no_tactic_is_admitted_for_is_one_line_naming_it_and_the_requirement(
+    tmp_path: Path,
+) -> None:
+    root = _tree(tmp_path)
+    _drop_tactic(root, "sm_90", "d2")
+    with pytest.raises(ManifestError) as e:
+        manifests.load(root)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"contract {_key('fp8_moe_down', DEEPSEEK)} (used by DeepSeek-V3)"), msg
+    assert "none of the sm_90 tactics for fp8_moe_down" in msg
+    assert "'INTER % (NETRA_BLOCK / 32 * 128) == 0'" in msg and "kernels/cuda/fp8_moe_down.toml" in msg
+    assert "add to manifests/sm_90/tactics.toml a tactic for fp8_moe_down" in msg
+    # the command says the same, one line, non-zero, no traceback, nothing written
+    before = (root / "release" / "manifest.lock").read_bytes()
+    r = subprocess.run(
+        [sys.executable, "-m", "netra", "lock", "--root", str(root)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "none of the sm_90 tactics for fp8_moe_down" in r.stderr
+    assert (root / "release" / "manifest.lock").read_bytes() == before
+
+
 @pytest.mark.parametrize(
     ("holds", "fragment"),
     [
@@ -136,3 +220,37 @@ def test_a_requirement_that_cannot_be_evaluated_is_the_manifest_s_error(tmp_path
         manifests.load(root)
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith(rel) and "is not exact" in msg and "cdiv" in msg, msg
+
+
+def test_netra_lock_lists_every_pair_not_admitted_and_why(tmp_path: Path, cat: manifests.Manifests) -> None:
+    """What the artifact count leaves out is visible where the lock is written: --json (its schema) and
+    the text report, one line a pair, each with the condition it fails."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from netra.cli import schemas
+
+    root = _tree(tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "netra", "lock", "--json", "-q", "--root", str(root)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    jsonschema.validate(doc, schemas.load("lock"))
+    assert (root / "release/manifest.lock").read_bytes() == (REPO / "release/manifest.lock").read_bytes()
+    want = [(n.target, n.key, n.tactic, n.requirement.holds, n.requirement.why) for n in cat.not_admitted]
+    got = [(d["gpu_class"], d["contract"], d["tactic"], d["requires"], d["why"]) for d in doc["not_admitted"]]
+    assert got == want and len(got) == 13
+    assert {d["template"] for d in doc["not_admitted"]} == {
+        "kernels/cuda/fp8_moe_gate_up.toml",
+        "kernels/cuda/fp8_moe_down.toml",
+    }
+    r = subprocess.run(
+        [sys.executable, "-m", "netra", "lock", "-q", "--root", str(root)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[1] == "not built, the template does not admit the pair (13):"
+    assert any("sm_90 tactic g16 fails 'HIDDEN % (NETRA_BLOCK / 32 * 128) == 0'" in ln for ln in lines[2:])
