@@ -223,8 +223,9 @@ def test_a_requirement_that_cannot_be_evaluated_is_the_manifest_s_error(tmp_path
 
 
 def test_netra_lock_lists_every_pair_not_admitted_and_why(tmp_path: Path, cat: manifests.Manifests) -> None:
-    """What the artifact count leaves out is visible where the lock is written: --json (its schema) and
-    the text report, one line a pair, each with the condition it fails."""
+    """What the artifact count leaves out is visible where the lock is written (--json, its schema; the
+    text report prints the same pairs, one a line), each with the condition it fails. One run: the lock
+    examines every code object."""
     jsonschema = pytest.importorskip("jsonschema")
     from netra.cli import schemas
 
@@ -244,13 +245,38 @@ def test_netra_lock_lists_every_pair_not_admitted_and_why(tmp_path: Path, cat: m
         "kernels/cuda/fp8_moe_gate_up.toml",
         "kernels/cuda/fp8_moe_down.toml",
     }
+
+
+def test_the_table_and_netra_explain_say_why_a_tactic_is_no_candidate(cat: manifests.Manifests) -> None:
+    """Where the contract is served (an install has no template manifests): the class's table records the
+    tactics not admitted in the contract's entry, and `netra explain` prints them (and the routed MoE's
+    grid expression, which it used to fail on with a KeyError)."""
+    from test_cli import valid
+
+    from netra.runtime import open_catalog
+
+    key = _key("fp8_moe_down", DEEPSEEK)
+    entry = open_catalog("sm_90").table.entries[key]
+    assert [c.tactic for c in entry.candidates] == ["d2"]
+    want = [(n.tactic, n.requirement.holds, n.requirement.why) for n in cat.not_admitted
+            if (n.target, n.key) == ("sm_90", key)]  # fmt: skip
+    assert (
+        sorted((n.tactic, n.requires, n.why) for n in entry.not_admitted) == sorted(want) and len(want) == 5
+    )
+    assert not open_catalog("sm_90").table.entries[_key("fp8_moe_down", QWEN3[0])].not_admitted
     r = subprocess.run(
-        [sys.executable, "-m", "netra", "lock", "-q", "--root", str(root)],
+        [sys.executable, "-m", "netra", "explain", key, "--gpu-class", "sm_90", "--json"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = valid("explain", r.stdout)
+    assert [n["tactic"] for n in doc["matches"][0]["not_admitted"]] == ["d3", "d6", "d3r4", "d3r8", "d3p"]
+    r = subprocess.run(
+        [sys.executable, "-m", "netra", "explain", key, "--gpu-class", "sm_90"],
         capture_output=True,
         text=True,
         check=False,
     )
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
-    assert lines[1] == "not built, the template does not admit the pair (13):"
-    assert any("sm_90 tactic g16 fails 'HIDDEN % (NETRA_BLOCK / 32 * 128) == 0'" in ln for ln in lines[2:])
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "  not admitted: tactic d3: INTER must split into whole 128-byte blocks per warp (" in r.stdout
+    assert "grid (224, min(256, rows * 8), 1)" in r.stdout
