@@ -258,6 +258,9 @@ def test_a_template_whose_args_differ_from_the_record_is_refused_naming_the_file
         ("min(experts, tokens * topk)", {"experts": 128, "tokens": 64, "topk": 8}, 128),
         ("max(1, 2, 3) - (4 - 2) * 1", {}, 1),
         ("cdiv(2 * inter, 128)", {"inter": 1536}, 24),
+        ("hidden % (8 * 128)", {"hidden": 7168}, 0),
+        ("inter % (3 * 128)", {"inter": 2048}, 128),
+        ("896 / 128 % 2", {}, 1),  # % binds as * and /: (896 / 128) % 2
     ],
 )
 def test_expressions_evaluate(text: str, env: dict[str, int], value: int) -> None:
@@ -269,6 +272,7 @@ def test_expressions_evaluate(text: str, env: dict[str, int], value: int) -> Non
     [
         ("hidden / group", {"hidden": 100, "group": 128}, "100 / 128 is not exact"),
         ("rows / 0", {"rows": 1}, "division by zero"),
+        ("rows % 0", {"rows": 1}, "division by zero"),
         ("tokens * topk", {"tokens": 1}, "no value for 'topk'"),
         ("__import__('os')", {}, 'unexpected "\'"'),
         ("open(1)", {}, "unknown function 'open'"),

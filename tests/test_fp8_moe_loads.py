@@ -2,7 +2,8 @@
 tactics the lock builds: a warp's k range (K / warps, K = hidden for gate_up, inter for down) in
 sub-slices of min(that, K_SLICE) bytes; one sub-slice stays in registers for the whole call, otherwise
 the weights are loaded once per round of RESIDENT_CHUNKS chunks of 8 pairs (the templates' Bytes
-paragraphs). A tactic added, or its constants changed, without its row fails here."""
+paragraphs); "—" where the template does not admit the (contract, tactic) pair, so nothing is built
+(its [[requires]]). A tactic added, or its constants changed, without its row fails here."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from netra.release import manifests
 PAGE = REPO / "docs" / "ops" / "fp8_moe.md"
 STAGES = {"fp8_moe_gate_up": ("gate_up", "hidden"), "fp8_moe_down": ("down", "inter")}
 PAIRS = (8, 16, 32, 64)
-CONTRACTS = ((2048, 768), (4096, 1536))  # the table's columns: Qwen3-30B-A3B, Qwen3-235B-A22B
+# the table's columns: Qwen3-30B-A3B, Qwen3-235B-A22B, DeepSeek-V3 (hidden, inter)
+CONTRACTS = ((2048, 768), (4096, 1536), (7168, 2048))
+NOT_BUILT = "—"
 
 
 def loads(sub_slices: int, resident: int, pairs: int) -> int:
@@ -38,21 +41,26 @@ def derived_rows() -> dict[tuple[str, str], list[str]]:
     cat = manifests.load(REPO)
     moe = [a for a in cat.artifacts if a.target == "sm_90" and a.op in STAGES]
     assert {(a.contract["hidden"], a.contract["inter"]) for a in moe} == set(CONTRACTS)
+    built = {(a.tactic.name, a.contract["hidden"], a.contract["inter"]) for a in moe}
     out = {}
     for t in {a.tactic.name: a.tactic for a in moe}.values():
         stage, k_name = STAGES[t.op]
         warps, k_slice, resident = t.block // 32, t.constants["K_SLICE"], t.constants["RESIDENT_CHUNKS"]
         prefetch, stages = t.constants["PREFETCH"], t.constants["STAGES"]
-        widths = [(h if k_name == "hidden" else i) // warps for h, i in CONTRACTS]  # a warp's k range
-        subs = [kw // min(kw, k_slice) for kw in widths]
-        per_contract = [", ".join(str(loads(s, resident, n)) for n in PAIRS) for s in subs]
+        subs: list[int | None] = []
+        for h, i in CONTRACTS:
+            kw = (h if k_name == "hidden" else i) // warps  # a warp's k range
+            subs.append(kw // min(kw, k_slice) if (t.name, h, i) in built else None)
+        per_contract = [
+            NOT_BUILT if s is None else ", ".join(str(loads(s, resident, n)) for n in PAIRS) for s in subs
+        ]
         out[(stage, t.name)] = [
             str(warps),
             str(k_slice),
             str(resident),
             str(prefetch),
             str(stages),
-            " / ".join(map(str, subs)),
+            " / ".join(NOT_BUILT if s is None else str(s) for s in subs),
             *per_contract,
         ]
     return out
@@ -60,7 +68,9 @@ def derived_rows() -> dict[tuple[str, str], list[str]]:
 
 def test_the_pages_load_table_is_every_sm90_moe_tactic_as_built() -> None:
     want = derived_rows()
-    assert len(want) == 15  # g8s, g8, g16, g8sr4, g4r8, g4p, g4a2, g2a4 / d3, d6, d3r4, d3r8, d3p, d3a2, d2a3
+    assert (
+        len(want) == 16
+    )  # g8s, g8, g16, g8sr4, g4r8, g4p, g4a2, g2a4 / d3, d6, d3r4, d3r8, d3p, d3a2, d2a3, d2
     assert rows_of_the_page() == want
 
 

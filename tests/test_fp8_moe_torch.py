@@ -221,3 +221,37 @@ def test_set_policy_makes_the_operator_choose_its_kernels_again() -> None:
         assert not moe._plans, "set_policy left nt.fp8_moe's plans of the old policy in place"
     finally:
         nt.set_policy(prev)
+
+
+def test_deepseek_v3_s_routed_experts_are_a_locked_contract_answered_below_policy() -> None:
+    """DeepSeek-V3 (E 256, k 8, H 7168, I 2048): the call's contract, derived from the operands (meta
+    tensors: the shapes alone), is the one the model manifest declares; both stages are in the sm_90 and
+    sm_100 tables (locked, not certified), and the default policy answers each with the explicit
+    below-policy fallback, never a kernel or an error."""
+    from netra.core.ops import contract_key
+    from netra.runtime import open_catalog
+    from netra.runtime.catalog import Fallback
+    from netra.torch import moe
+
+    e, k, h, i, t = 256, 8, 7168, 2048, 3
+
+    def meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.empty(*shape, dtype=dtype, device="meta")
+
+    args = (
+        meta(t, h, dtype=FP8), meta(t, h // 128), meta(t, k, dtype=torch.int32), meta(t, k),
+        meta(e, 2 * i, h, dtype=FP8), meta(e, 2 * i // 128, h // 128), meta(e, h, i, dtype=FP8),
+        meta(e, h // 128, i // 128),
+    )  # fmt: skip
+    shape = moe.check(*args)
+    params = {"experts": e, "topk": k, "hidden": h, "inter": i}
+    assert shape.params == params and shape.tokens == t
+    assert nt.fp8_moe(*args).shape == (t, h)  # the fake: the out= shape of the call
+    for cls in ("sm_90", "sm_100"):
+        cat = open_catalog(cls)
+        for fam in CHAINS["fp8_moe"].stages:
+            key = contract_key(fam, params)
+            assert key in cat.table.entries, (cls, key)
+            if cls == "sm_90":
+                got = cat.served(key, "accepted")
+                assert isinstance(got, Fallback) and got.code == "below_policy", got

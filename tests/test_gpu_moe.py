@@ -11,7 +11,9 @@ Run on the GPU machine against an installed wheel (docs/gpu.md):
     NETRA_TEST_INSTALLED=1 /path/to/venv/bin/pytest tests/test_gpu_moe.py -v
 
 Skipped elsewhere (the gpu marker; CI has no GPU). NETRA_TEST_MOE_CONTRACTS=30b limits it to Qwen3-30B-A3B
-(the 235B contract's weights are 2.4 GB per case upload).
+(the 235B contract's weights are 2.4 GB per case upload); NETRA_TEST_MOE_CONTRACTS=v3 runs DeepSeek-V3's
+routed experts instead (E 256, H 7168, I 2048: locked, not yet run on a GPU; its w13 alone is 7.5 GB, so it
+is not in the default run).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ np = pytest.importorskip("numpy")
 CONTRACTS = {
     "30b": {"experts": 128, "topk": 8, "hidden": 2048, "inter": 768},
     "235b": {"experts": 128, "topk": 8, "hidden": 4096, "inter": 1536},
+    "v3": {"experts": 256, "topk": 8, "hidden": 7168, "inter": 2048},  # DeepSeek-V3: opt in (above)
 }
 CHOSEN = [k for k in os.environ.get("NETRA_TEST_MOE_CONTRACTS", "30b,235b").split(",") if k]
 STAGES = ("fp8_moe_gate_up", "fp8_moe_down")

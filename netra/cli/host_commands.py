@@ -119,9 +119,19 @@ def _render_explain(d: dict[str, Any]) -> str:
         for k in m["candidates"]:
             out.append(f"  candidate {k['rank']}: {k['artifact']} (tactic {k['tactic']}, {k['maturity']})")
             out += [f"    {line}" for line in _candidate_lines(k)]
+        for n in m["not_admitted"]:  # a tactic of the op that is no candidate, and why
+            out.append(f"  not admitted: tactic {n['tactic']}: {n['why']} ({n['requires']} fails)")
     for g in d.get("not_built", []):
         out.append(f"{d['matches'][0]['key']} on {g['gpu_class']}: not built ({g['model']}: {g['reason']})")
     return "\n".join(out)
+
+
+def _axis(a: int | dict[str, Any]) -> str:
+    """A grid axis as the table records it: a constant, ceil(rows / n), or an expression of rows (a routed
+    MoE's experts hit, `min(128, rows * 8)`)."""
+    if not isinstance(a, dict):
+        return str(a)
+    return f"ceil(rows/{a['rows_per_block']})" if "rows_per_block" in a else str(a["rows"])
 
 
 def _candidate_lines(k: dict[str, Any]) -> list[str]:
@@ -144,9 +154,7 @@ def _candidate_lines(k: dict[str, Any]) -> list[str]:
             lines.append(f"timings (median): {times}")
         lines += _tool_lines(hw)
     ln = k["launch"]
-    grid = ", ".join(
-        f"ceil(rows/{a['rows_per_block']})" if isinstance(a, dict) else str(a) for a in ln["grid"]
-    )
+    grid = ", ".join(_axis(a) for a in ln["grid"])
     lines.append(f"launch: block {'x'.join(map(str, ln['block']))}, grid ({grid}); LDS {k['lds_bytes']} static + "
                  f"{ln['dynamic_lds_bytes']} dynamic bytes; workspace {k['workspace_bytes']} bytes; "
                  f"max {k['max_threads']} threads")  # fmt: skip

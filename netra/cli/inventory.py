@@ -21,7 +21,13 @@ from netra.runtime import tables
 from netra.runtime.installed import Install
 from netra.runtime.lockfile import Lock, LockedArtifact
 from netra.runtime.tables.model import Table
-from netra.runtime.tables.writing import contract_json, dispatch_json, kernarg_json, launch_json
+from netra.runtime.tables.writing import (
+    contract_json,
+    dispatch_json,
+    kernarg_json,
+    launch_json,
+    not_admitted_json,
+)
 
 SCHEMA = 1
 MODELS = "manifests/models/"
@@ -348,4 +354,5 @@ def _entry(inv: Inventory, cls: str, key: str, only: str | None = None) -> dict[
         "served_by_default": default.artifact if default is not None else None,
         "dispatch": dispatch_json(e.dispatch),
         "candidates": cands,
+        "not_admitted": not_admitted_json(e.not_admitted),
     }

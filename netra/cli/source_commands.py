@@ -52,18 +52,27 @@ def cmd_lock(args: argparse.Namespace) -> int:
         with build.committing("release/manifest.lock and its tables"):
             build.write_lock(root, fresh)
     lk = fresh.lock
+    refused = fresh.derived.manifests.not_admitted if fresh.derived is not None else ()
     if args.json:
         _json({
             "schema": 1, "command": "lock", "check": False, "root": str(root), "wrote": "release/manifest.lock",
             "artifacts": len(lk.artifacts), "files": len(lk.files),
             "toolchains": {t: str(tc) for t, tc in sorted(lk.toolchains.items())},
             "tables": sorted(fresh.tables), "voided": list(fresh.voided),
+            "not_admitted": [{
+                "gpu_class": n.target, "contract": n.key, "tactic": n.tactic, "template": n.template,
+                "requires": n.requirement.holds, "why": n.requirement.why,
+            } for n in refused],
         })  # fmt: skip
     else:
         print(
             f"wrote release/manifest.lock: {len(lk.artifacts)} artifacts, {len(lk.files)} files, "
             f"{lk.describe_toolchains()}"
         )
+        if refused:  # what the artifact count leaves out, and why: a template's requirement, not an omission
+            print(f"not built, the template does not admit the pair ({len(refused)}):")
+            for n in refused:
+                print(f"  {n.key}: {n}")
     return 0
 
 

@@ -1,8 +1,8 @@
 """The integer expressions an op family's record is written in: shapes, bytes, grid axes, workspace sizes.
 
 A record is data, so its sizes are strings such as "hidden / group" or "cdiv(tokens * topk, 8)" read by
-this small interpreter: integers, names, + - *, exact division /, and the functions cdiv (ceiling
-division), min and max. Nothing is passed to eval(); a name is looked up in the mapping the caller
+this small interpreter: integers, names, + - *, exact division /, remainder %, and the functions cdiv
+(ceiling division), min and max; `holds` compares two of them (a template's requirements). Nothing is passed to eval(); a name is looked up in the mapping the caller
 gives (contract parameters, runtime values, tactic constants). Parsing is cached per string, so a
 record costs nothing at import and one parse per expression afterwards.
 """
@@ -30,9 +30,9 @@ def _tokens(text: str) -> list[str]:
         tok = m.group(1) or m.group(2) or m.group(3)
         if tok is None:
             continue
-        if m.group(3) is not None and tok not in "+-*/(),":
+        if m.group(3) is not None and tok not in "+-*/%(),":
             raise LaunchError(
-                f"expression {text!r}: unexpected {tok!r}", "use integers, names, + - * / ( ) ,"
+                f"expression {text!r}: unexpected {tok!r}", "use integers, names, + - * / % ( ) ,"
             )
         out.append(tok)
     return out
@@ -47,7 +47,7 @@ class _Parser:
     def fail(self, what: str) -> LaunchError:
         return LaunchError(
             f"expression {self.text!r}: {what}",
-            f"write integers, names, + - * /, and {', '.join(FUNCTIONS)}(...) (netra/core/expr.py)",
+            f"write integers, names, + - * / %, and {', '.join(FUNCTIONS)}(...) (netra/core/expr.py)",
         )
 
     def peek(self) -> str | None:
@@ -69,7 +69,7 @@ class _Parser:
 
     def term(self) -> Node:
         node = self.atom()
-        while self.peek() in ("*", "/"):
+        while self.peek() in ("*", "/", "%"):
             op = self.take()
             node = (op, (node, self.atom()))
         return node
@@ -124,7 +124,7 @@ def names(text: str) -> frozenset[str]:
 
 def evaluate(text: str | int, env: Mapping[str, int]) -> int:
     """The expression's integer value with the names in `env`; an unknown name, a division that is not
-    exact, or a division by zero is a LaunchError naming the expression."""
+    exact, or a division (or remainder) by zero is a LaunchError naming the expression."""
     if isinstance(text, int):
         return text
     return evaluate_tree(parse(text), env, text)
@@ -160,6 +160,8 @@ def evaluate_tree(tree: Node, env: Mapping[str, Any], text: str) -> Any:
             raise LaunchError(f"expression {text!r}: division by zero", "check the values it was given")
         if op == "cdiv":
             return -(-v[0] // v[1])
+        if op == "%":
+            return v[0] % v[1]
         if v[0] % v[1]:
             raise LaunchError(
                 f"expression {text!r}: {v[0]} / {v[1]} is not exact", "use cdiv() where a ceiling is meant"
@@ -193,9 +195,51 @@ def bind(text: str, env: Mapping[str, int], rename: Mapping[str, str] | None = N
         op, args = n
         if op in FUNCTIONS:
             return f"{op}(" + ", ".join(render(a) for a in args) + ")"
-        rank = 1 if op in "+-" else 2
+        rank = 1 if op in "+-" else 2  # * / % bind alike, left to right
         s = f"{render(args[0], rank)} {op} {render(args[1], rank + 1)}"
         return f"({s})" if rank < parent else s
 
     out = fold(parse(text))
     return out if isinstance(out, int) else render(out)
+
+
+COMPARISONS = ("==", "!=", "<=", ">=", "<", ">")
+_COMPARE = {
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<=": lambda a, b: a <= b,
+    ">=": lambda a, b: a >= b,
+    "<": lambda a, b: a < b,
+    ">": lambda a, b: a > b,
+}
+
+
+@functools.lru_cache(maxsize=256)
+def comparison(text: str) -> tuple[str, str, str]:
+    """A condition "<expression> <comparison> <expression>" split into (left, comparison, right), each
+    side parsed; a malformed one is a LaunchError naming it. No expression holds < > = or !, so the
+    comparison is the one run of those characters."""
+    import re
+
+    found = re.findall(r"[<>=!]+", text)
+    if len(found) != 1 or found[0] not in COMPARISONS:
+        raise LaunchError(
+            f"condition {text!r}: not one comparison of two expressions",
+            f"write <expression> <comparison> <expression>, the comparison one of {' '.join(COMPARISONS)}",
+        )
+    left, right = (part.strip() for part in text.split(found[0]))
+    parse(left)  # parsed now: a malformed side is refused where the condition is read
+    parse(right)
+    return left, found[0], right
+
+
+def condition_names(text: str) -> frozenset[str]:
+    """Every name a condition reads."""
+    left, _, right = comparison(text)
+    return names(left) | names(right)
+
+
+def holds(text: str, env: Mapping[str, int]) -> bool:
+    """Whether the condition holds with the names in `env` (evaluate()'s errors, for either side)."""
+    left, op, right = comparison(text)
+    return bool(_COMPARE[op](evaluate(left, env), evaluate(right, env)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from netra.core import expr
 from netra.core.ops import FAMILIES, contract_key
 
 if TYPE_CHECKING:
@@ -60,6 +61,31 @@ class Arg:
 
 
 @dataclass(frozen=True)
+class Requirement:
+    """A condition a template puts on a (contract, tactic) pair, over the compile-time constants its
+    source sees (contract and tactic constants, NETRA_BLOCK): the pair is built only where it holds.
+    It mirrors a static_assert of the source, which stays (netra.core.expr writes the condition)."""
+
+    holds: str  # "<expression> <comparison> <expression>"
+    why: str  # what the source needs, in words
+
+
+@dataclass(frozen=True)
+class NotAdmitted:
+    """A (contract, tactic) pair a template does not admit: the first of its requirements that fails."""
+
+    target: str
+    key: str  # the contract key
+    tactic: str
+    template: str  # the template manifest's path, which declares the requirement
+    requirement: Requirement
+
+    def __str__(self) -> str:
+        r = self.requirement
+        return f"{self.target} tactic {self.tactic} fails {r.holds!r} ({r.why}; {self.template})"
+
+
+@dataclass(frozen=True)
 class Template:
     name: str
     target: str
@@ -69,6 +95,12 @@ class Template:
     args: tuple[Arg, ...]
     budget: dict[str, int] = field(default_factory=dict)  # the class's own keys (registers, LDS, ...)
     tactic_constants: dict[str, Range] = field(default_factory=dict)
+    requires: tuple[Requirement, ...] = ()
+    manifest: str = ""  # the template manifest's path, relative to the project root
+
+    def refusal(self, definitions: dict[str, int]) -> Requirement | None:
+        """The first requirement the instantiation with these compile-time constants fails, if any."""
+        return next((r for r in self.requires if not expr.holds(r.holds, definitions)), None)
 
     @property
     def kernarg_bytes(self) -> int:

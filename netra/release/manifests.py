@@ -5,8 +5,10 @@ kernels/<class>/, then any folder it shares with other classes, where a manifest
 folder replaces a shared one of the same name: the class-specific variant), tactic lists
 (manifests/<class>/tactics.toml) and model manifests (manifests/models/*.toml), each read through one
 strict schema (netra.core.schema) with every path checked and every file read without following links.
-Output: `Manifests`, with one ArtifactSpec per (exact contract, GPU class, tactic), deduplicated across
-models, sorted by class and name. Every contract parameter is range-checked against the template's
+Output: `Manifests`, with one ArtifactSpec per (exact contract, GPU class, tactic) that the template
+admits (its manifest's `requires`, over the compile-time constants the pair defines; the pairs it does
+not admit are listed with the requirement each fails), deduplicated across models, sorted by class and
+name. Every contract parameter is range-checked against the template's
 declared range here, before anything is assembled or compiled; what the class makes of a template and
 a tactic (definitions, rows per block, file) is asked of it once, here.
 """
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from netra import targets
-from netra.core import files, models
+from netra.core import expr, files, models
 from netra.core import schema as s
 from netra.core import toml as _toml
 from netra.core.ops import FAMILIES, OpFamily, contract_key
@@ -30,13 +32,15 @@ from netra.core.types import (
     Arg,
     ArtifactSpec,
     ModelFallback,
+    NotAdmitted,
     Range,
+    Requirement,
     Tactic,
     Template,
     artifact_file,
     artifact_name,
 )
-from netra.errors import ManifestError
+from netra.errors import LaunchError, ManifestError
 from netra.runtime import lockfile
 
 VALUE_KINDS = ("global_buffer", "by_value")
@@ -63,6 +67,7 @@ class Manifests:
     fallbacks: tuple[ModelFallback, ...]
     models: dict[str, str]  # manifest path -> model name
     certification: dict[str, str]  # class -> how its tables are certified ("static" or "hardware")
+    not_admitted: tuple[NotAdmitted, ...] = ()  # (contract, tactic) pairs a template's `requires` refuses
 
     def artifact(self, name: str) -> ArtifactSpec | None:
         return next((a for a in self.artifacts if a.name == name), None)
@@ -94,6 +99,14 @@ _ARG = s.Table(
     label="name",
 )
 
+_REQUIRES = s.Table(
+    {
+        "holds": s.Str(max_len=200),
+        "why": s.Str(max_len=300),
+    },
+    label="holds",
+)
+
 
 def _template_schema(budget: Mapping[str, s.Field]) -> s.Table:
     return s.Table(
@@ -104,6 +117,7 @@ def _template_schema(budget: Mapping[str, s.Field]) -> s.Table:
             "constants": s.MapOf(s.Str(pattern=_UPPER, max_len=64), _RANGE, max_len=16),
             "tactic_constants": s.opt(s.MapOf(s.Str(pattern=_UPPER, max_len=64), _RANGE, max_len=16), {}),
             "args": s.ListOf(_ARG, min_len=1, max_len=64, unique="name"),
+            "requires": s.opt(s.ListOf(_REQUIRES, max_len=32, unique="holds"), []),
             **budget,
         }
     )
@@ -206,7 +220,27 @@ def _template(root: Path, rel: str, target: str, present: set[str]) -> Template:
         k: _range(v, f"{rel}: tactic_constants.{k}") for k, v in raw["tactic_constants"].items()
     }
     budget = {k: raw[k] for k in tgt.budget}
-    return Template(raw["template"], target, op, source, constants, tuple(args), budget, tactic_constants)
+    requires = tuple(_requirement(rel, r, {*constants, *tactic_constants}) for r in raw["requires"])
+    return Template(
+        raw["template"], target, op, source, constants, tuple(args), budget, tactic_constants, requires, rel
+    )
+
+
+def _requirement(rel: str, raw: dict[str, str], constants: set[str]) -> Requirement:
+    """One [[requires]] entry: a condition that parses and reads only the constants an instantiation
+    defines (the contract's, the tactic's and NETRA_BLOCK)."""
+    at = f"{rel}: requires {raw['holds']!r}"
+    try:
+        read = expr.condition_names(raw["holds"])
+    except LaunchError as e:
+        raise ManifestError(f"{at}: {e.message}", e.hint) from None
+    unknown = sorted(read - constants - {"NETRA_BLOCK"})
+    if unknown:
+        raise ManifestError(
+            f"{at}: reads {', '.join(unknown)}, which no instantiation defines",
+            "name only the template's [constants], its [tactic_constants] and NETRA_BLOCK",
+        )
+    return Requirement(raw["holds"], raw["why"])
 
 
 def _check_args(rel: str, fam: OpFamily, args: list[Arg]) -> None:
@@ -364,6 +398,7 @@ def load(root: str | Path) -> Manifests:
         fallbacks.extend(m.fallbacks)
 
     artifacts: list[ArtifactSpec] = []
+    refused: list[NotAdmitted] = []
     for (op, items), users in sorted(uses.items()):
         contract = dict(items)
         key = contract_key(op, contract)
@@ -385,9 +420,11 @@ def load(root: str | Path) -> Manifests:
                         "fix the model manifest, or widen the template and its declared range",
                     )
             name = artifact_name(op, contract, tac.name)
-            definitions = {k.upper(): v for k, v in contract.items()}
-            definitions["NETRA_BLOCK"] = tac.block
-            definitions.update(tgt.tactic_defines(tac))
+            definitions = instance_definitions(tac, contract)
+            failed = _refusal(tpl, definitions, f"contract {key}, tactic {tac.target}/{tac.name}")
+            if failed is not None:
+                refused.append(NotAdmitted(tac.target, key, tac.name, tpl.manifest, failed))
+                continue
             artifacts.append(
                 ArtifactSpec(
                     name=name,
@@ -402,7 +439,7 @@ def load(root: str | Path) -> Manifests:
                 )
             )
     artifacts.sort(key=lambda a: (a.target, a.name))
-    _check_class_gaps(uses, artifacts, fallbacks, sorted(certification))
+    _check_class_gaps(uses, artifacts, fallbacks, sorted(certification), refused)
     seen: dict[str, str] = {}
     for a in artifacts:
         if a.name in seen:
@@ -419,7 +456,30 @@ def load(root: str | Path) -> Manifests:
         fallbacks=tuple(fallbacks),
         models=model_names,
         certification=certification,
+        not_admitted=tuple(sorted(refused, key=lambda n: (n.target, n.key, n.tactic))),
     )
+
+
+def instance_definitions(tac: Tactic, contract: dict[str, int]) -> dict[str, int]:
+    """The compile-time constants of one (contract, tactic) pair, as its source sees them: the contract's
+    parameters upper-cased, NETRA_BLOCK and what the class makes of the tactic. A template's `requires`
+    read these."""
+    definitions = {k.upper(): v for k, v in contract.items()}
+    definitions["NETRA_BLOCK"] = tac.block
+    definitions.update(targets.get(tac.target).tactic_defines(tac))
+    return definitions
+
+
+def _refusal(tpl: Template, definitions: dict[str, int], at: str) -> Requirement | None:
+    """The first of the template's requirements this instantiation fails; a requirement that cannot be
+    evaluated (a division the ones before it do not make exact) is the manifest's error."""
+    try:
+        return tpl.refusal(definitions)
+    except LaunchError as e:
+        raise ManifestError(
+            f"{tpl.manifest}: {at}: {e.message}",
+            "order [[requires]] so that the conditions before one make its divisions exact, or use cdiv()",
+        ) from None
 
 
 def _check_class_gaps(
@@ -427,9 +487,12 @@ def _check_class_gaps(
     artifacts: list[ArtifactSpec],
     fallbacks: list[ModelFallback],
     classes: list[str],
+    refused: list[NotAdmitted],
 ) -> None:
     """Every contract a model needs is built for every class, or documented as not built for it: a
-    class never lacks a contract silently (its table, the catalog and `netra explain` quote the reason)."""
+    class never lacks a contract silently (its table, the catalog and `netra explain` quote the reason).
+    A class whose tactics for the op its template admits none of for the contract is named with the
+    requirement the first of them fails."""
     built = {(a.target, a.key) for a in artifacts}
     documented: dict[tuple[str, str], list[str]] = {}
     for f in fallbacks:
@@ -454,6 +517,15 @@ def _check_class_gaps(
             if (cls, key) in built:
                 continue
             undocumented = sorted(set(users) - set(documented.get((cls, key), [])))
+            first = next((n for n in refused if (n.target, n.key) == (cls, key)), None)
+            if undocumented and first is not None:
+                raise ManifestError(
+                    f"contract {key} (used by {', '.join(undocumented)}): its template admits none of the "
+                    f"{cls} tactics for {op}: {first}",
+                    f"add to manifests/{cls}/tactics.toml a tactic for {op} whose constants meet the "
+                    f"requirements of {first.template} (one that divides the contract), or to each model "
+                    f"manifest a [[fallbacks]] entry with gpu_class = {cls!r}",
+                )
             if undocumented:
                 raise ManifestError(
                     f"contract {key} (used by {', '.join(undocumented)}) has no {cls} tactic, and no "

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 from netra import targets
 from netra.runtime import tables
 from netra.runtime.tables import HARDWARE_NOTE, SCHEMA, STATIC_NOTE, UNCERTIFIED_NOTE, Table
-from netra.runtime.tables.writing import contract_json, fallback_json
+from netra.runtime.tables.model import NotAdmitted as TableNotAdmitted
+from netra.runtime.tables.writing import contract_json, fallback_json, not_admitted_json
 
 if TYPE_CHECKING:
-    from netra.core.types import ArtifactSpec
+    from netra.core.types import ArtifactSpec, NotAdmitted
     from netra.release.manifests import Manifests
     from netra.runtime.lockfile import Lock, LockedArtifact
 
@@ -129,18 +130,26 @@ def skeleton(manifests: Manifests, target: str, lock: Lock) -> dict[str, Any]:
     for spec in manifests.artifacts:
         if spec.target == target:
             by_contract.setdefault(spec.key, []).append(spec)
+    absent: dict[str, list[NotAdmitted]] = {}
+    for n in manifests.not_admitted:
+        if n.target == target:
+            absent.setdefault(n.key, []).append(n)
     entries = []
     for key in sorted(by_contract):
         specs = sorted(by_contract[key], key=lambda sp: order[(sp.op, sp.tactic.name)])
         first = specs[0]
-        entries.append(
-            {
-                "contract": contract_json(first.op, dict(first.contract)),
-                "key": key,
-                "candidates": [candidate(sp, _locked(lock, sp.name), checks, lock) for sp in specs],
-                "dispatch": None,
-            }
-        )
+        entry = {
+            "contract": contract_json(first.op, dict(first.contract)),
+            "key": key,
+            "candidates": [candidate(sp, _locked(lock, sp.name), checks, lock) for sp in specs],
+            "dispatch": None,
+        }
+        if key in absent:  # why a tactic of the op is no candidate here (the template's [[requires]])
+            refused = sorted(absent[key], key=lambda n: order[(first.op, n.tactic)])
+            entry["not_admitted"] = not_admitted_json(
+                tuple(TableNotAdmitted(n.tactic, n.requirement.holds, n.requirement.why) for n in refused)
+            )
+        entries.append(entry)
     kind = manifests.certification[target]
     return {
         "schema": SCHEMA,

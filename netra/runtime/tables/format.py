@@ -332,6 +332,19 @@ _FALLBACK = s.Table(
     name="fallback",
     json_rules=(("dependentRequired", {"gpu_class": ["contract"], "contract": ["gpu_class"]}),),
 )
+_NOT_ADMITTED = s.Table(
+    {
+        "tactic": s.req(
+            s.Str(pattern=re.compile(r"[a-z0-9]+"), max_len=16), "the tactic, of the class and the op"
+        ),
+        "requires": s.req(
+            s.Str(max_len=200), "the first condition of the template's `[[requires]]` it fails"
+        ),
+        "why": s.req(s.Str(max_len=300), "what the template needs, in words (its static_assert's message)"),
+    },
+    label="tactic",
+    name="not_admitted",
+)
 _DISPATCH = s.Table(
     {"max_rows": s.Nullable(s.Int(min=1, max=1 << 31)), "tactic": s.Str(max_len=16)}, name="dispatch_rule"
 )
@@ -371,6 +384,13 @@ def _entry(form: str) -> s.Table:
                 '{"max_rows": null, "tactic": t}]`: `Catalog.select(key, rows=r)` serves the first rule with '
                 "`r <= max_rows` (the last covers every larger count). Every rule names an accepted "
                 "candidate; `max_rows` increases",
+            ),
+            "not_admitted": s.opt(
+                s.ListOf(_NOT_ADMITTED, min_len=1, max_len=64, unique="tactic"),
+                [],
+                "absent, or the class's tactics of the op that are no candidate because the template does not "
+                "admit the contract (`{tactic, requires, why}`: the first condition of its `[[requires]]` the "
+                "pair fails; docs/authoring.md); none of them is a candidate",
             ),
         },
         label="key",

@@ -157,12 +157,23 @@ class Dispatch:
 
 
 @dataclass(frozen=True)
+class NotAdmitted:
+    """A tactic of the class for the entry's op that is no candidate: its template does not admit the
+    contract (the first of the template manifest's [[requires]] the pair fails, and why)."""
+
+    tactic: str
+    requires: str
+    why: str
+
+
+@dataclass(frozen=True)
 class Entry:
     key: str
     op: str
     params: dict[str, int]
     candidates: tuple[Candidate, ...]
     dispatch: tuple[Dispatch, ...] = ()
+    not_admitted: tuple[NotAdmitted, ...] = ()  # the class's tactics of the op its template does not build
 
     def tactic_for(self, rows: int) -> str | None:
         for d in self.dispatch:

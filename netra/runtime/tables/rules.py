@@ -21,6 +21,7 @@ from netra.runtime.tables.model import (
     Entry,
     HardwareEvidence,
     Launch,
+    NotAdmitted,
     Table,
 )
 
@@ -308,7 +309,11 @@ def _entry(
             cands.append(cand)
     dispatch = tuple(Dispatch(x["max_rows"], x["tactic"]) for x in (e["dispatch"] or []))
     _check_dispatch(dispatch, cands, at, p)
-    return Entry(key, c["op"], dict(c["params"]), tuple(cands), dispatch)
+    absent = tuple(NotAdmitted(x["tactic"], x["requires"], x["why"]) for x in e.get("not_admitted", []))
+    both = sorted({x.tactic for x in absent} & {r["tactic"] for r in e["candidates"]})
+    if both:
+        p.add(at, f"tactic {both[0]} is both a candidate and not admitted")
+    return Entry(key, c["op"], dict(c["params"]), tuple(cands), dispatch, absent)
 
 
 def _table(d: Any, entries: Mapping[str, Entry]) -> Table:

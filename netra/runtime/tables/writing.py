@@ -13,7 +13,7 @@ from typing import Any
 
 from netra.core.types import ModelFallback
 from netra.runtime.kernarg import KernargLayout
-from netra.runtime.tables.model import SCHEMA, Candidate, Dispatch, Entry, Launch, Table
+from netra.runtime.tables.model import SCHEMA, Candidate, Dispatch, Entry, Launch, NotAdmitted, Table
 
 
 def launch_json(launch: Launch) -> dict[str, Any]:
@@ -74,13 +74,21 @@ def dispatch_json(dispatch: tuple[Dispatch, ...]) -> list[dict[str, Any]] | None
     return [{"max_rows": d.max_rows, "tactic": d.tactic} for d in dispatch] or None
 
 
+def not_admitted_json(absent: tuple[NotAdmitted, ...]) -> list[dict[str, str]]:
+    """The tactics an entry's template does not admit, as the table records them."""
+    return [{"tactic": n.tactic, "requires": n.requires, "why": n.why} for n in absent]
+
+
 def entry_json(e: Entry) -> dict[str, Any]:
-    return {
+    out = {
         "contract": contract_json(e.op, e.params),
         "key": e.key,
         "candidates": [candidate_json(c) for c in e.candidates],
         "dispatch": dispatch_json(e.dispatch),
     }
+    if e.not_admitted:  # absent when every tactic of the op is a candidate (the field is optional)
+        out["not_admitted"] = not_admitted_json(e.not_admitted)
+    return out
 
 
 def fallback_json(f: ModelFallback) -> dict[str, str]:

@@ -1,0 +1,291 @@
+"""A tactic serves the contracts its template admits (issue 28, DeepSeek-V3's routed experts): a template
+manifest's [[requires]] decide which (contract, tactic) pairs are built, each mirrors a static_assert the
+real nvcc still enforces, every pair the manifests declared before is still built, and a contract none of
+whose tactics is admitted is one line naming it and the requirement."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from netra import targets
+from netra.core import expr
+from netra.core.types import ArtifactSpec, artifact_file, artifact_name
+from netra.errors import AssemblyError, LaunchError, ManifestError
+from netra.release import manifests
+
+DEEPSEEK = {"experts": 256, "topk": 8, "hidden": 7168, "inter": 2048}
+QWEN3 = ({"experts": 128, "topk": 8, "hidden": 2048, "inter": 768},
+         {"experts": 128, "topk": 8, "hidden": 4096, "inter": 1536})  # fmt: skip
+MOE = ("fp8_moe_gate_up", "fp8_moe_down")
+
+
+@pytest.fixture(scope="module")
+def cat() -> manifests.Manifests:
+    return manifests.load(REPO)
+
+
+def _key(op: str, params: dict[str, int]) -> str:
+    from netra.core.ops import contract_key
+
+    return contract_key(op, params)
+
+
+def _tactics(cat: manifests.Manifests, cls: str, key: str) -> set[str]:
+    return {a.tactic.name for a in cat.artifacts if a.target == cls and a.key == key}
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "holds"),
+    [
+        ("TOPK <= EXPERTS", {"TOPK": 8, "EXPERTS": 8}, True),
+        ("TOPK <= EXPERTS", {"TOPK": 8, "EXPERTS": 4}, False),
+        ("HIDDEN % (NETRA_BLOCK / 32 * 128) == 0", {"HIDDEN": 7168, "NETRA_BLOCK": 256}, True),
+        ("HIDDEN % (NETRA_BLOCK / 32 * 128) == 0", {"HIDDEN": 7168, "NETRA_BLOCK": 512}, False),
+        ("896 / 128 % 2 != 0", {}, True),  # % binds as * and /, left to right: (896 / 128) % 2
+        ("1 < 2", {}, True),
+        ("2 >= 3", {}, False),
+    ],
+)
+def test_conditions_compare_two_expressions(text: str, env: dict[str, int], holds: bool) -> None:
+    assert expr.holds(text, env) is holds
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("HIDDEN % 128", "not one comparison"),
+        ("A == B == C", "not one comparison"),
+        ("A => B", "not one comparison"),
+        ("A == (B", "expected )"),
+        ("A % 0 == 0", "division by zero"),
+    ],
+)
+def test_a_bad_condition_is_one_line_launch_error(text: str, fragment: str) -> None:
+    with pytest.raises(LaunchError) as e:
+        expr.holds(text, {"A": 1, "B": 1, "C": 1})
+    assert "\n" not in str(e.value) and fragment in str(e.value), str(e.value)
+
+
+def test_every_contract_keeps_every_tactic_of_its_class_but_deepseek_s_routed_experts(
+    cat: manifests.Manifests,
+) -> None:
+    """Only DeepSeek-V3's routed experts lose tactics (the ones that do not divide hidden 7168 or inter
+    2048), and every class that builds the op still builds it: d2 divides all three INTER."""
+    deepseek = {_key(op, DEEPSEEK) for op in MOE}
+    by_class_op: dict[tuple[str, str], set[str]] = {}
+    for t in cat.tactics:
+        by_class_op.setdefault((t.target, t.op), set()).add(t.name)
+    for key in {a.key for a in cat.artifacts} - deepseek:
+        for cls in cat.targets():
+            built = _tactics(cat, cls, key)
+            op = key.partition("(")[0]
+            assert not built or built == by_class_op[(cls, op)], (cls, key)
+    assert not any(n.key not in deepseek for n in cat.not_admitted)
+    want = {
+        ("sm_90", "fp8_moe_gate_up"): {"g8s", "g8sr4", "g4r8", "g4p", "g4a2", "g2a4"},
+        ("sm_90", "fp8_moe_down"): {"d2", "d2a3"},
+        ("sm_100", "fp8_moe_gate_up"): {"bg8s", "bg8sr4", "bg4r8", "bg4a2", "bg2a4"},
+        ("sm_100", "fp8_moe_down"): {"bd2", "bd2a3"},
+    }
+    for (cls, op), tactics in want.items():
+        key = _key(op, DEEPSEEK)
+        assert _tactics(cat, cls, key) == tactics
+        refused = {n.tactic for n in cat.not_admitted if (n.target, n.key) == (cls, key)}
+        assert refused == by_class_op[(cls, op)] - tactics
+    for q in QWEN3:  # d2 divides inter 768 and 1536 as well: it applies to them
+        assert "d2" in _tactics(cat, "sm_90", _key("fp8_moe_down", q))
+        assert "bd2" in _tactics(cat, "sm_100", _key("fp8_moe_down", q))
+    reasons = {(n.target, n.tactic): n.requirement.holds for n in cat.not_admitted}
+    assert reasons[("sm_90", "g16")] == "HIDDEN % (NETRA_BLOCK / 32 * 128) == 0"
+    assert reasons[("sm_90", "g8")].startswith("HIDDEN / (NETRA_BLOCK / 32) % min(")
+    assert reasons[("sm_90", "d3")] == "INTER % (NETRA_BLOCK / 32 * 128) == 0"
+
+
+# One failing (contract, tactic) pair per requirement of the two templates: it fails that requirement
+# first, and nvcc refuses its instantiation with the static_assert whose message is the requirement's why.
+FAILING = [
+    ("fp8_moe_gate_up", 0, "g8s", {"experts": 4, "topk": 8, "hidden": 2048, "inter": 768}),
+    ("fp8_moe_gate_up", 1, "g16", DEEPSEEK),
+    ("fp8_moe_gate_up", 2, "g8", DEEPSEEK),
+    ("fp8_moe_gate_up", 3, "g4p", {"experts": 128, "topk": 8, "hidden": 2560, "inter": 768}),
+    ("fp8_moe_gate_up", 4, "g4a2", {"experts": 128, "topk": 8, "hidden": 512, "inter": 768}),
+    ("fp8_moe_down", 0, "d3", {"experts": 4, "topk": 8, "hidden": 2048, "inter": 768}),
+    ("fp8_moe_down", 1, "d3", DEEPSEEK),
+    ("fp8_moe_down", 2, "d3", {"experts": 128, "topk": 8, "hidden": 2048, "inter": 1152}),
+    ("fp8_moe_down", 3, "d3p", {"experts": 128, "topk": 8, "hidden": 2048, "inter": 1152}),
+    ("fp8_moe_down", 4, "d3a2", {"experts": 128, "topk": 8, "hidden": 2048, "inter": 384}),
+]
+
+
+def test_every_requirement_has_a_failing_pair_below(cat: manifests.Manifests) -> None:
+    for op in MOE:
+        tpl = cat.templates[("sm_90", op)]
+        assert sorted(i for o, i, _, _ in FAILING if o == op) == list(range(len(tpl.requires)))
+
+
+@pytest.mark.parametrize(("op", "index", "tactic", "contract"), FAILING)
+def test_a_requirement_mirrors_the_static_assert_nvcc_enforces(
+    cat: manifests.Manifests, tmp_path: Path, op: str, index: int, tactic: str, contract: dict[str, int]
+) -> None:
+    tpl = cat.templates[("sm_90", op)]
+    tac = next(t for t in cat.tactics if t.target == "sm_90" and t.name == tactic)
+    definitions = manifests.instance_definitions(tac, contract)
+    requirement = tpl.requires[index]
+    assert tpl.refusal(definitions) == requirement
+    name = artifact_name(op, contract, tactic)
+    spec = ArtifactSpec(
+        name=name, target="sm_90", template=tpl, tactic=tac, contract=contract,
+        definitions=dict(sorted(definitions.items())), rows_per_block=0,
+        file=artifact_file("sm_90", name, ".cubin"),
+    )  # fmt: skip
+    sm90 = targets.get("sm_90")
+    with pytest.raises(AssemblyError) as e:
+        sm90.compile(spec, sm90.discover(), REPO, tmp_path, tmp_path / "out")
+    assert f"{op}: {requirement.why}" in str(e.value), str(e.value)
+
+
+def _tree(tmp_path: Path) -> Path:
+    for d in ("kernels", "manifests", "release", "requirements"):
+        shutil.copytree(REPO / d, tmp_path / d, symlinks=True)
+    return tmp_path
+
+
+def _drop_tactic(root: Path, cls: str, name: str) -> None:
+    rel = root / "manifests" / cls / "tactics.toml"
+    text = rel.read_text()
+    start = text.index(f'[[tactics]]\nop = "fp8_moe_down"\nname = "{name}"')
+    end = text.find("[[tactics]]", start + 1)
+    rel.write_text(text[:start] + (text[end:] if end >= 0 else ""))
+
+
+def test_a_contract_no_tactic_is_admitted_for_is_one_line_naming_it_and_the_requirement(
+    tmp_path: Path,
+) -> None:
+    root = _tree(tmp_path)
+    _drop_tactic(root, "sm_90", "d2")
+    with pytest.raises(ManifestError) as e:
+        manifests.load(root)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"contract {_key('fp8_moe_down', DEEPSEEK)} (used by DeepSeek-V3)"), msg
+    assert "none of the sm_90 tactics for fp8_moe_down" in msg
+    assert "'INTER % (NETRA_BLOCK / 32 * 128) == 0'" in msg and "kernels/cuda/fp8_moe_down.toml" in msg
+    assert "add to manifests/sm_90/tactics.toml a tactic for fp8_moe_down" in msg
+    # the command says the same, one line, non-zero, no traceback, nothing written
+    before = (root / "release" / "manifest.lock").read_bytes()
+    r = subprocess.run(
+        [sys.executable, "-m", "netra", "lock", "--root", str(root)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "none of the sm_90 tactics for fp8_moe_down" in r.stderr
+    assert (root / "release" / "manifest.lock").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("holds", "fragment"),
+    [
+        ("HIDDEN % THREADS == 0", "reads THREADS, which no instantiation defines"),
+        ("HIDDEN % 128", "not one comparison"),
+        ("HIDDEN / (NETRA_BLOCK == 0", "expected )"),
+    ],
+)
+def test_a_malformed_requirement_is_refused_naming_the_template_manifest(
+    tmp_path: Path, holds: str, fragment: str
+) -> None:
+    root = _tree(tmp_path)
+    rel = "kernels/cuda/fp8_moe_gate_up.toml"
+    text = (root / rel).read_text()
+    (root / rel).write_text(text.replace('holds = "TOPK <= EXPERTS"', f"holds = {json.dumps(holds)}", 1))
+    with pytest.raises(ManifestError) as e:
+        manifests.load(root)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(rel) and fragment in msg, msg
+
+
+def test_a_requirement_that_cannot_be_evaluated_is_the_manifest_s_error(tmp_path: Path) -> None:
+    """A division the requirements before it do not make exact: named, with the fix, never a crash."""
+    root = _tree(tmp_path)
+    rel = "kernels/cuda/fp8_moe_gate_up.toml"
+    text = (root / rel).read_text()
+    (root / rel).write_text(text.replace('holds = "TOPK <= EXPERTS"', 'holds = "HIDDEN / 3 >= 0"', 1))
+    with pytest.raises(ManifestError) as e:
+        manifests.load(root)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(rel) and "is not exact" in msg and "cdiv" in msg, msg
+
+
+def test_netra_lock_lists_every_pair_not_admitted_and_why(tmp_path: Path, cat: manifests.Manifests) -> None:
+    """What the artifact count leaves out is visible where the lock is written (--json, its schema; the
+    text report prints the same pairs, one a line), each with the condition it fails. One run: the lock
+    examines every code object."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from netra.cli import schemas
+
+    root = _tree(tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "netra", "lock", "--json", "-q", "--root", str(root)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    jsonschema.validate(doc, schemas.load("lock"))
+    assert (root / "release/manifest.lock").read_bytes() == (REPO / "release/manifest.lock").read_bytes()
+    want = [(n.target, n.key, n.tactic, n.requirement.holds, n.requirement.why) for n in cat.not_admitted]
+    got = [(d["gpu_class"], d["contract"], d["tactic"], d["requires"], d["why"]) for d in doc["not_admitted"]]
+    assert got == want and len(got) == 15
+    assert {d["template"] for d in doc["not_admitted"]} == {
+        "kernels/cuda/fp8_moe_gate_up.toml",
+        "kernels/cuda/fp8_moe_down.toml",
+    }
+
+
+def test_the_table_and_netra_explain_say_why_a_tactic_is_no_candidate(cat: manifests.Manifests) -> None:
+    """Where the contract is served (an install has no template manifests): the class's table records the
+    tactics not admitted in the contract's entry, and `netra explain` prints them (and the routed MoE's
+    grid expression, which it used to fail on with a KeyError)."""
+    from test_cli import valid
+
+    from netra.runtime import open_catalog
+
+    key = _key("fp8_moe_down", DEEPSEEK)
+    entry = open_catalog("sm_90").table.entries[key]
+    assert [c.tactic for c in entry.candidates] == ["d2a3", "d2"]
+    want = [(n.tactic, n.requirement.holds, n.requirement.why) for n in cat.not_admitted
+            if (n.target, n.key) == ("sm_90", key)]  # fmt: skip
+    assert (
+        sorted((n.tactic, n.requires, n.why) for n in entry.not_admitted) == sorted(want) and len(want) == 6
+    )
+    assert not open_catalog("sm_90").table.entries[_key("fp8_moe_down", QWEN3[0])].not_admitted
+    r = subprocess.run(
+        [sys.executable, "-m", "netra", "explain", key, "--gpu-class", "sm_90", "--json"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = valid("explain", r.stdout)
+    assert [n["tactic"] for n in doc["matches"][0]["not_admitted"]] == [
+        "d3",
+        "d6",
+        "d3r4",
+        "d3r8",
+        "d3p",
+        "d3a2",
+    ]
+    r = subprocess.run(
+        [sys.executable, "-m", "netra", "explain", key, "--gpu-class", "sm_90"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "  not admitted: tactic d3: INTER must split into whole 128-byte blocks per warp (" in r.stdout
+    assert "grid (224, min(256, rows * 8), 1)" in r.stdout
