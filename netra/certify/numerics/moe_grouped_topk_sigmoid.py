@@ -186,28 +186,39 @@ def _row_violation(p: dict[str, int], ids: np.ndarray, r: dict[str, np.ndarray])
     if len(used) > tg:
         return f"ids {ids.tolist()} come from {len(used)} groups, more than topk_groups {tg}"
 
+    chosen = np.zeros(e, dtype=bool)
+    chosen[ids] = True
+    lo, hi = b - d, b + d  # where each exact score may have landed, within its bound
+
     def groups_ok(kept: tuple[int, ...]) -> str:
+        inside = np.zeros(g, dtype=bool)
+        inside[list(kept)] = True
+        # a dropped group beats a kept one only if their exact scores differ by more than both bounds
+        o = int(np.argmax(np.where(inside, -np.inf, gs - gd)))
+        a = int(np.argmin(np.where(inside, gs + gd, np.inf)))
+        if not inside[o] and gs[o] - gd[o] > gs[a] + gd[a]:
+            return f"group {o} (score {gs[o]:.9g}) beats kept group {a} ({gs[a]:.9g})"
         for a in kept:
-            for o in range(g):
-                if o in kept:
-                    continue
-                if gs[o] - gs[a] > gd[o] + gd[a]:
-                    return f"group {o} (score {gs[o]:.9g}) beats kept group {a} ({gs[a]:.9g})"
-                if gs[o] == gs[a] and ident[o] == ident[a] and o < a:
+            for o in range(a):
+                if not inside[o] and gs[o] == gs[a] and ident[o] == ident[a]:
                     return f"group {o} ties kept group {a} exactly and comes first"
         return ""
 
     def experts_ok(kept: tuple[int, ...]) -> str:
-        chosen = set(ids.tolist())
+        pool = np.zeros(e, dtype=bool)
+        for grp in kept:
+            pool[grp * size : (grp + 1) * size] = True
+        left = pool & ~chosen
+        if not left.any():
+            return ""
+        o = int(np.argmax(np.where(left, lo, -np.inf)))
+        c = int(np.argmin(np.where(chosen, hi, np.inf)))
+        if lo[o] > hi[c]:
+            return f"expert {o} (b {b[o]:.9g}) beats chosen expert {c} ({b[c]:.9g})"
         for c in ids.tolist():
-            for grp in kept:
-                for o in range(grp * size, (grp + 1) * size):
-                    if o in chosen:
-                        continue
-                    if b[o] - b[c] > d[o] + d[c]:
-                        return f"expert {o} (b {b[o]:.9g}) beats chosen expert {c} ({b[c]:.9g})"
-                    if o < c and _same(x, bias, o, c):
-                        return f"expert {o} ties chosen expert {c} exactly and comes first"
+            same = left[:c] & (x[:c] == x[c]) & (bias[:c] == bias[c])
+            if same.any():
+                return f"expert {int(np.argmax(same))} ties chosen expert {c} exactly and comes first"
         return ""
 
     why = ""
