@@ -397,3 +397,166 @@ def test_router_cases_exist_for_every_topk_the_template_declares(k: int) -> None
         t = ref.moe_topk_softmax(c.inputs["logits"], k)
         got = {"ids": t.ids, "weights": t.weights.astype(np.float32)}
         assert conf.judge("moe_topk_softmax", p, c, got).passed, c.name
+
+
+# ---- moe_grouped_topk_sigmoid (DeepSeek-V3's router) ----------------------------------------------
+
+GROUPED = "moe_grouped_topk_sigmoid"
+DSV3 = {"experts": 256, "topk": 8, "groups": 8, "topk_groups": 4}
+
+
+def fp32_router(x: np.ndarray, bias: np.ndarray, p: dict[str, int], scale: float) -> dict[str, np.ndarray]:
+    """The kernel's arithmetic in numpy fp32 (kernels/cuda/moe_grouped_topk_sigmoid.cu: correctly rounded
+    steps where the kernel's are within 1 ulp): a computation the judge must accept, near ties included."""
+    f = np.float32
+    x = x.astype(f)
+    tail = x < f(-20)
+    with np.errstate(over="ignore"):
+        e = np.exp(np.where(tail, x, -x)).astype(f)
+        s = np.where(tail, e, (f(1) / (f(1) + e)).astype(f)).astype(f)
+    b = (s + bias.astype(f)).astype(f)
+    rows, e_, g, tg, k = x.shape[0], p["experts"], p["groups"], p["topk_groups"], p["topk"]
+    two = -np.sort(-b.reshape(rows, g, e_ // g), axis=-1)[..., :2]
+    gs = (two[..., 0] + two[..., 1]).astype(f)
+    kept = np.argsort(-gs, axis=-1, kind="stable")[:, :tg]
+    mask = np.zeros((rows, g), dtype=bool)
+    np.put_along_axis(mask, kept, True, axis=-1)
+    masked = np.where(np.repeat(mask, e_ // g, axis=-1), b, -np.inf)
+    ids = np.argsort(-masked, axis=-1, kind="stable")[:, :k]
+    c = np.zeros((rows, 8), dtype=f)
+    c[:, :k] = np.take_along_axis(s, ids, axis=-1)
+    z = ((c[:, 0] + c[:, 1]) + (c[:, 2] + c[:, 3])) + ((c[:, 4] + c[:, 5]) + (c[:, 6] + c[:, 7]))
+    d = (z + f(1e-20)).astype(f)
+    w = ((c[:, :k] / d[:, None]).astype(f) * f(scale)).astype(f)
+    return {"ids": ids.astype(np.int32), "weights": w}
+
+
+def _grouped_cases(p: dict[str, int] = DSV3) -> list[conf.Case]:
+    return conf.cases(GROUPED, p, rows_per_block=4, large_rows=LARGE)
+
+
+@pytest.mark.parametrize(
+    "p",
+    [
+        DSV3,
+        {"experts": 128, "topk": 4, "groups": 4, "topk_groups": 2},
+        {"experts": 256, "topk": 2, "groups": 1, "topk_groups": 1},
+    ],
+)
+def test_grouped_router_judge_passes_the_reference_and_an_fp32_computation(p: dict[str, int]) -> None:
+    near = 0
+    for case in _grouped_cases(p):
+        exp = conf.expected(GROUPED, p, case)
+        got = {"ids": exp["ids"].copy(), "weights": exp["weights"].astype(np.float32)}
+        assert conf.judge(GROUPED, p, case, got, exp).passed, case.name
+        got = fp32_router(case.inputs["logits"], case.inputs["bias"], p, case.scalars["scale"])
+        for name, (dt, shape) in conf.outputs(GROUPED, p, case.rows).items():
+            assert got[name].dtype == dt and got[name].shape == shape
+        v = conf.judge(GROUPED, p, case, got, exp)
+        assert v.passed, (case.name, v.reason)
+        assert v.counts["rows_wrong"] == 0
+        near += v.counts["rows_near_tie"]
+    if p == DSV3:
+        assert near > 0  # the saturated rows: s = 1.0 in fp32 for l = 17, 18, 40, ranked by index
+
+
+def test_grouped_router_cases_cover_ties_saturation_and_negative_scores() -> None:
+    cases = {c.name: c for c in _grouped_cases()}
+    assert {c.rows for c in cases.values()} >= {1, 3, 9, LARGE}
+    for c in cases.values():
+        assert c.inputs["logits"].dtype == np.float32 and c.inputs["bias"].shape == (256,)
+        assert np.all(np.isfinite(c.inputs["logits"]))
+    t = ref.moe_grouped_topk_sigmoid(
+        *(cases["ties_rows10"].inputs[k] for k in ("logits", "bias")), 8, 8, 4, 2.5
+    )
+    np.testing.assert_array_equal(t.ids[0], np.arange(8))  # every score equal: groups 0..3, experts 0..7
+    np.testing.assert_array_equal(t.groups[0], np.arange(4))
+    neg = cases["negative_rows3"]
+    assert np.all(
+        ref.moe_grouped_topk_sigmoid(neg.inputs["logits"], neg.inputs["bias"], 8, 8, 4, 2.5).biased < 0
+    )
+    sat = cases["saturated_rows3"]
+    r = ref.moe_grouped_topk_sigmoid(sat.inputs["logits"], sat.inputs["bias"], 8, 8, 4, 2.5)
+    assert np.all(r.weights[0] == 0) and np.all(r.scores[0] == 0)
+    assert cases["scale_one_rows3"].scalars == {"scale": 1.0}
+    a, b = _grouped_cases(), _grouped_cases()
+    assert all(np.array_equal(x.inputs[k], y.inputs[k]) for x, y in zip(a, b, strict=True) for k in x.inputs)
+
+
+def _judged(case: conf.Case, change: str) -> conf.Verdict:
+    exp = conf.expected(GROUPED, DSV3, case)
+    ids, w = exp["ids"].copy(), exp["weights"].astype(np.float32)
+    size = 256 // 8
+    if change == "swap_exact_tie":  # row 0: every score equal; experts 0 and 1 swapped
+        ids[0, :2] = ids[0, 1::-1]
+    elif change == "dropped_group":
+        dropped = next(j for j in range(8) if j not in exp["ids"][0] // size)
+        ids[0, -1] = dropped * size
+    elif change == "weaker_expert":  # the kept groups' weakest expert instead of the 8th
+        kept = sorted(set((exp["ids"][0] // size).tolist()))
+        pool = [e for j in kept for e in range(j * size, (j + 1) * size) if e not in exp["ids"][0]]
+        ids[0, -1] = min(pool, key=lambda e: exp["biased"][0, e])
+    elif change == "order":
+        ids[0, [0, -1]] = ids[0, [-1, 0]]
+    elif change == "duplicate":
+        ids[0, 1] = ids[0, 0]
+    elif change == "weights":
+        w[0, 0] *= np.float32(1 + 2.0**-17)
+    return conf.judge(GROUPED, DSV3, case, {"ids": ids, "weights": w}, exp)
+
+
+@pytest.mark.parametrize(
+    "change", ["swap_exact_tie", "dropped_group", "weaker_expert", "order", "duplicate", "weights"]
+)
+def test_grouped_router_judge_fails_every_wrong_choice(change: str) -> None:
+    cases = {c.name: c for c in _grouped_cases()}
+    case = cases["ties_rows10"] if change == "swap_exact_tie" else cases["random_1e0_rows1"]
+    v = _judged(case, change)
+    assert not v.passed, change
+    if change != "weights":
+        assert v.counts["rows_wrong"] == 1 and "row 0" in v.reason
+
+
+def test_grouped_router_judge_accepts_a_swap_within_the_derived_bound_only() -> None:
+    """Two experts whose exact biased scores differ by less than their bounds may be swapped; by more,
+    not. Built from the DELTA the numerics module derives, so the test moves with it."""
+    num = conf.numerics(GROUPED)
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((1, 256)) * 0.1 - 3.0).astype(np.float32)
+    bias = np.zeros(256, dtype=np.float32)
+    x[0, 3], x[0, 5] = 2.0, 2.0  # experts 3 and 5 of group 0 lead; 5's bias decides by how much
+    s = ref.sigmoid(2.0)
+    for gap, ok in ((num.DELTA_BASE, True), (4 * num.DELTA_BASE + 4 * 2.0**-24, False)):
+        bias[5] = np.float32(gap)
+        b5 = s + float(bias[5])
+        assert b5 > s
+        case = conf.Case("near", 1, {"logits": x, "bias": bias.copy()}, {"scale": 2.5})
+        exp = conf.expected(GROUPED, DSV3, case)
+        assert list(exp["ids"][0, :2]) == [5, 3]
+        ids = exp["ids"].copy()
+        ids[0, :2] = [3, 5]
+        v = conf.judge(GROUPED, DSV3, case, {"ids": ids, "weights": exp["weights"].astype(np.float32)}, exp)
+        assert v.passed is ok, (gap, v.reason)
+
+
+def test_grouped_router_bytes_moved() -> None:
+    assert conf.bytes_moved(GROUPED, DSV3, 1) == 1024 + 1024 + 64
+    assert conf.bytes_moved(GROUPED, DSV3, 16) == 16 * (1024 + 64) + 1024
+
+
+def test_grouped_router_cases_tell_a_zero_mask_from_the_contract() -> None:
+    """transformers' route_tokens_to_experts masks dropped groups to 0.0, not minus infinity: with every
+    biased score negative (negative_rows3) that picks dropped experts, and the judge must see it."""
+    case = next(c for c in _grouped_cases() if c.name == "negative_rows3")
+    x, bias = case.inputs["logits"], case.inputs["bias"]
+    good = fp32_router(x, bias, DSV3, 2.5)
+    t = ref.moe_grouped_topk_sigmoid(x, bias, 8, 8, 4, 2.5)
+    mask = np.zeros((3, 8), dtype=bool)
+    np.put_along_axis(mask, t.groups, True, axis=-1)
+    zeroed = np.where(np.repeat(mask, 32, axis=-1), t.biased, 0.0)
+    ids = np.argsort(-zeroed, axis=-1, kind="stable")[:, :8].astype(np.int32)
+    assert not np.array_equal(ids, good["ids"])
+    s = np.take_along_axis(t.scores, ids, axis=-1)
+    w = (s / (s.sum(-1, keepdims=True) + ref.ROUTER_EPS) * 2.5).astype(np.float32)
+    v = conf.judge(GROUPED, DSV3, case, {"ids": ids, "weights": w})
+    assert not v.passed and v.counts["rows_wrong"] == 3

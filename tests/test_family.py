@@ -76,6 +76,16 @@ MOE_SCHEMAS = {
         "fp8_moe_down_out(Tensor(a!) out, Tensor hq, Tensor hs, Tensor ids, Tensor weights, Tensor w2, Tensor w2s) -> ()"
     ),
 }
+# DeepSeek-V3's router came after the record too: its schemas, written out from
+# docs/ops/moe_grouped_topk_sigmoid.md (scale is the routed scaling factor, a runtime float).
+ROUTER_SCHEMAS = {
+    "moe_grouped_topk_sigmoid": (
+        "moe_grouped_topk_sigmoid(Tensor logits, Tensor bias, int topk, int groups, int topk_groups, float scale) -> (Tensor, Tensor)"
+    ),
+    "moe_grouped_topk_sigmoid_out": (
+        "moe_grouped_topk_sigmoid_out(Tensor(a!) ids, Tensor(b!) weights, Tensor logits, Tensor bias, int topk, int groups, int topk_groups, float scale) -> ()"
+    ),
+}
 ROW_FAMILIES = sorted(op for op, fam in FAMILIES.items() if fam.dispatch == "rows")
 TOKEN_FAMILIES = sorted(op for op, fam in FAMILIES.items() if fam.dispatch == "tokens")
 
@@ -84,19 +94,28 @@ def test_torch_schemas_derived_from_the_record_equal_the_hand_written_ones() -> 
     derived: dict[str, str] = {}
     for fam in FAMILIES.values():
         derived |= signatures.all_schemas(fam)
-    assert derived == SCHEMAS | MOE_SCHEMAS
+    assert derived == SCHEMAS | MOE_SCHEMAS | ROUTER_SCHEMAS
 
 
 def test_the_registered_operators_have_the_derived_schemas() -> None:
     torch = pytest.importorskip("torch")
     import netra.torch  # noqa: F401  (registers the operators)
 
-    for name, schema in SCHEMAS.items():
+    for name, schema in (SCHEMAS | ROUTER_SCHEMAS).items():
         got = str(getattr(torch.ops.netra, name).default._schema)
         assert got == f"netra::{schema}"
 
 
-P = {"hidden": 4096, "weight_offset": 1, "group": 128, "inter": 1536, "experts": 128, "topk": 8}
+P = {
+    "hidden": 4096,
+    "weight_offset": 1,
+    "group": 128,
+    "inter": 1536,
+    "experts": 128,
+    "topk": 8,
+    "groups": 8,
+    "topk_groups": 4,
+}
 
 
 def _old_bytes_moved(op: str, p: dict[str, int], rows: int) -> int:
@@ -111,6 +130,8 @@ def _old_bytes_moved(op: str, p: dict[str, int], rows: int) -> int:
         return rows * (4 * i + i + 4 * (i // g))
     if op == "moe_topk_softmax":
         return rows * (2 * p["experts"] + 8 * p["topk"])
+    if op == "moe_grouped_topk_sigmoid":  # fp32 logits per row, the fp32 bias once
+        return rows * (4 * p["experts"] + 8 * p["topk"]) + 4 * p["experts"]
     residual = "fused_add" in op
     quant = op.endswith("quant")
     reads = 4 * h if residual else 2 * h

@@ -410,3 +410,95 @@ def test_fused_reference_is_the_unfused_composition_on_every_conformance_vector(
 def test_fused_reference_rejects_mismatched_residual() -> None:
     with pytest.raises(ValueError):
         ref.fused_add_rmsnorm(bf16([[1.0, 2.0]]), bf16([[1.0, 2.0, 3.0]]), bf16([1.0, 1.0]), 1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# MoE grouped top-k sigmoid (DeepSeek-V3's router)
+# ---------------------------------------------------------------------------------------------
+
+
+def _brute_router(x: np.ndarray, bias: np.ndarray, k: int, g: int, tg: int, scale: float) -> list[list[int]]:
+    """The definition written as plainly as possible: Python sorts with (score, index) keys."""
+    out = []
+    size = len(bias) // g
+    for row in x:
+        s = [1.0 / (1.0 + math.exp(-float(v))) for v in row]
+        b = [si + float(bi) for si, bi in zip(s, bias, strict=True)]
+        gs = [sum(sorted(b[j * size : (j + 1) * size], reverse=True)[:2]) for j in range(g)]
+        kept = sorted(range(g), key=lambda j, gs=gs: (-gs[j], j))[:tg]
+        pool = [e for j in kept for e in range(j * size, (j + 1) * size)]
+        out.append(sorted(pool, key=lambda e, b=b: (-b[e], e))[:k])
+    return out
+
+
+def test_grouped_router_matches_the_plain_definition() -> None:
+    rng = np.random.default_rng(11)
+    x = rng.normal(0, 2, size=(16, 256)).astype(np.float32)
+    bias = rng.normal(0, 0.3, size=256).astype(np.float32)
+    r = ref.moe_grouped_topk_sigmoid(x, bias, 8, 8, 4, 2.5)
+    assert r.ids.dtype == np.int32 and r.ids.shape == (16, 8)
+    assert r.ids.tolist() == _brute_router(x, bias, 8, 8, 4, 2.5)
+    s = np.take_along_axis(r.scores, r.ids.astype(np.int64), axis=-1)
+    np.testing.assert_allclose(r.weights, 2.5 * s / s.sum(axis=-1, keepdims=True), rtol=1e-14)
+    np.testing.assert_allclose(r.weights.sum(axis=-1), 2.5, rtol=1e-14)
+    # the chosen experts come from at most 4 groups, the kept ones
+    assert all(
+        set((ids // 32).tolist()) <= set(kept.tolist()) for ids, kept in zip(r.ids, r.groups, strict=True)
+    )
+
+
+def test_grouped_router_ties_to_the_lower_index() -> None:
+    # every score equal: groups 0..3 kept, experts 0..7 chosen, equal weights
+    r = ref.moe_grouped_topk_sigmoid(np.zeros((1, 256), np.float32), np.zeros(256, np.float32), 8, 8, 4, 2.5)
+    assert r.ids.tolist() == [list(range(8))] and r.groups.tolist() == [[0, 1, 2, 3]]
+    np.testing.assert_allclose(r.weights, np.full((1, 8), 2.5 / 8), rtol=1e-15)
+    # +0 and -0 are equal logits
+    x = np.where(np.arange(256) % 2 == 0, np.float32(0.0), np.float32(-0.0)).astype(np.float32)[None]
+    assert ref.moe_grouped_topk_sigmoid(x, np.zeros(256, np.float32), 8, 8, 4, 2.5).ids.tolist() == [
+        list(range(8))
+    ]
+    # group 5 and group 2 tie exactly (same two best pairs): group 2 is kept first
+    x = np.full((1, 256), -4.0, np.float32)
+    x[0, [2 * 32 + 7, 2 * 32 + 9, 5 * 32 + 1, 5 * 32 + 3]] = [3.0, 2.5, 3.0, 2.5]
+    r = ref.moe_grouped_topk_sigmoid(x, np.zeros(256, np.float32), 2, 8, 1, 1.0)
+    assert r.groups.tolist() == [[2]] and r.ids.tolist() == [[71, 73]]
+
+
+def test_grouped_router_chooses_by_biased_and_weighs_by_unbiased_scores() -> None:
+    x = np.zeros((1, 256), np.float32)
+    x[0, 40] = 4.0  # the best unbiased score, in group 1
+    bias = np.zeros(256, np.float32)
+    bias[200] = 1.0  # lifts expert 200 (group 6) above it
+    r = ref.moe_grouped_topk_sigmoid(x, bias, 2, 8, 2, 2.5)
+    assert r.ids.tolist() == [[200, 40]]
+    s40, s200 = ref.sigmoid(4.0), 0.5
+    np.testing.assert_allclose(r.weights[0], 2.5 * np.array([s200, s40]) / (s200 + s40), rtol=1e-15)
+
+
+def test_grouped_router_stays_inside_the_kept_groups_when_scores_are_negative() -> None:
+    rng = np.random.default_rng(3)
+    x = rng.normal(0, 1, size=(4, 256)).astype(np.float32)
+    bias = np.full(256, -5.0, np.float32)  # every b < 0: a 0.0 mask would pick dropped experts
+    r = ref.moe_grouped_topk_sigmoid(x, bias, 8, 8, 4, 2.5)
+    assert np.all(r.biased < 0)
+    for ids, kept in zip(r.ids, r.groups, strict=True):
+        assert set((ids // 32).tolist()) <= set(kept.tolist())
+
+
+def test_grouped_router_saturation_and_zero_scores() -> None:
+    assert ref.sigmoid(np.array([-1e3, 0.0, 1e3])).tolist() == [0.0, 0.5, 1.0]
+    assert ref.sigmoid(-745.0) > 0 and np.isfinite(ref.sigmoid(-1e308))
+    x = np.full((1, 256), -1e3, np.float32)  # every s underflows to 0: weights 0, not NaN
+    bias = np.arange(256, dtype=np.float32) / 256
+    r = ref.moe_grouped_topk_sigmoid(x, bias, 8, 8, 4, 2.5)
+    assert np.all(r.weights == 0.0)
+    assert r.ids.tolist() == [list(range(255, 247, -1))]  # the bias alone chooses
+
+
+def test_grouped_router_rejects_bad_input() -> None:
+    x, b = np.zeros((1, 256), np.float32), np.zeros(256, np.float32)
+    for args in ((x, b[:128], 8, 8, 4), (x, b, 8, 7, 4), (x, b, 8, 8, 9), (x, b, 200, 8, 4), (x, b, 0, 8, 4)):
+        with pytest.raises(ValueError):
+            ref.moe_grouped_topk_sigmoid(*args, 2.5)
+    with pytest.raises(ValueError):
+        ref.moe_grouped_topk_sigmoid(np.full((1, 256), np.inf, np.float32), b, 8, 8, 4, 2.5)

@@ -469,6 +469,8 @@ def _call(op: str, out: Any) -> Any:
     x, r, w = _inputs()
     if op == "moe_topk_softmax":
         return nt.moe_topk_softmax(torch.randn(6, 16).to(BF), 4, out=out)
+    if op == "moe_grouped_topk_sigmoid":
+        return nt.moe_grouped_topk_sigmoid(torch.randn(6, 256), torch.zeros(256), 8, 8, 4, 2.5, out=out)
     if op == "silu_mul_fp8_quant":
         return nt.silu_mul_fp8_quant(torch.randn(6, 1024).to(BF), out=out)
     if op == "fp8_group_quant":

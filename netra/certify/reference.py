@@ -29,6 +29,7 @@ __all__ = [
     "SCALE_FLOOR",
     "FusedAdd",
     "GroupQuant",
+    "GroupedTopK",
     "TopK",
     "add_bf16",
     "bf16_to_f64",
@@ -41,11 +42,13 @@ __all__ = [
     "fp8_step_distance",
     "fused_add_rmsnorm",
     "fused_add_rmsnorm_fp8_group_quant",
+    "moe_grouped_topk_sigmoid",
     "moe_topk_softmax",
     "relative_max_error",
     "rmsnorm",
     "rmsnorm_bf16",
     "rmsnorm_fp8_group_quant",
+    "sigmoid",
     "silu",
     "silu_mul_fp8_quant",
 ]
@@ -327,6 +330,73 @@ def moe_topk_softmax(logits_bits: ArrayLike, k: int = 8) -> TopK:
     # Renormalized top-k softmax = softmax over the selected logits; the row max cancels.
     ex = np.exp(top - top[..., :1])
     return TopK(ids=order.astype(np.int32), weights=ex / np.sum(ex, axis=-1, keepdims=True))
+
+
+ROUTER_EPS = float(np.float32(1e-20))
+"""Added to the sum of the selected scores before the weights are divided by it (an all-zero selection
+gives zero weights, not NaN): the fp32 value of 1e-20, as transformers' and vLLM's DeepSeek routers add."""
+
+
+def sigmoid(x: ArrayLike) -> F64:
+    """1 / (1 + exp(-x)) in float64, written so that neither branch overflows."""
+    v = np.asarray(x, dtype=np.float64)
+    e = np.exp(-np.abs(v))
+    return np.where(v >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+class GroupedTopK(NamedTuple):
+    """The grouped sigmoid router's choice per row, best first, and the scores it was made from."""
+
+    ids: npt.NDArray[np.int32]
+    """Expert ids, [..., k]."""
+    weights: F64
+    """scale * s[id] / (sum of the k selected s + ROUTER_EPS), [..., k]."""
+    scores: F64
+    """s = sigmoid(logit) of every expert, [..., E] (the unbiased scores the weights are made of)."""
+    biased: F64
+    """b = s + bias of every expert, [..., E] (what chooses)."""
+    groups: npt.NDArray[np.int64]
+    """The kept groups' indices, best first, [..., topk_groups]."""
+
+
+def moe_grouped_topk_sigmoid(
+    logits: ArrayLike, bias: ArrayLike, k: int, groups: int, topk_groups: int, scale: float
+) -> GroupedTopK:
+    """DeepSeek-V3's router (docs/ops/moe_grouped_topk_sigmoid.md): s = sigmoid(logits), b = s + bias;
+    a group's score is the sum of its two largest b; the topk_groups best groups are kept; the k experts
+    of largest b among them are chosen; weights = scale * s / (sum of their s + ROUTER_EPS).
+
+    Every ordering is a stable sort of float64 values, descending: equal scores keep the lower index
+    first (groups and experts alike), the rule the contract states.
+    """
+    x = np.asarray(logits, dtype=np.float64)
+    bv = np.asarray(bias, dtype=np.float64)
+    e = x.shape[-1]
+    if bv.shape != (e,):
+        raise ValueError(f"bias has shape {bv.shape}, expected ({e},)")
+    if groups < 1 or e % groups or e // groups < 2:
+        raise ValueError(f"groups={groups} must divide E={e} into groups of at least 2 experts")
+    size = e // groups
+    if not 0 < topk_groups <= groups or not 0 < k <= topk_groups * size:
+        raise ValueError(
+            f"k={k}, topk_groups={topk_groups}: need 1 <= topk_groups <= {groups}, 1 <= k <= {topk_groups * size}"
+        )
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(bv))):
+        raise ValueError("the contract covers finite logits and bias only")
+    s = sigmoid(x)
+    b = s + bv
+    lead = b.shape[:-1]
+    by_group = b.reshape(*lead, groups, size)
+    top2 = -np.sort(-by_group, axis=-1)[..., :2]
+    gscore = top2[..., 0] + top2[..., 1]
+    kept = np.argsort(-gscore, axis=-1, kind="stable")[..., :topk_groups]
+    mask = np.zeros((*lead, groups), dtype=bool)
+    np.put_along_axis(mask, kept, True, axis=-1)
+    masked = np.where(np.repeat(mask, size, axis=-1), b, -np.inf)
+    ids = np.argsort(-masked, axis=-1, kind="stable")[..., :k]
+    chosen = np.take_along_axis(s, ids, axis=-1)
+    w = chosen / (np.sum(chosen, axis=-1, keepdims=True) + ROUTER_EPS) * scale
+    return GroupedTopK(ids=ids.astype(np.int32), weights=w, scores=s, biased=b, groups=kept)
 
 
 # --------------------------------------------------------------------------------------------

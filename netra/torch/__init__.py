@@ -5,6 +5,7 @@
     q, s = nt.fp8_group_quant(y)                   # float8_e4m3fn [..., H], fp32 [..., H/128]
     q, s = nt.silu_mul_fp8_quant(gate_up)          # [..., 2I] -> [..., I], [..., I/128]
     ids, w = nt.moe_topk_softmax(router_logits, topk=8)
+    ids, w = nt.moe_grouped_topk_sigmoid(logits_f32, bias, 8, 8, 4, 2.5)  # DeepSeek-V3's router
     out = nt.fp8_moe(xq, xs, ids, w, w13, w13s, w2, w2s)  # routed FP8 experts at decode: bf16 [M, H]
     y, residual = nt.fused_add_rmsnorm(x, residual, w, eps=1e-6)             # residual add + norm
     q, s = nt.rmsnorm_fp8_group_quant(x, w, eps=1e-6)                        # norm + FP8 quant
@@ -51,6 +52,7 @@ from netra.torch.ops import (
     fused_add_rmsnorm_,
     fused_add_rmsnorm_fp8_group_quant,
     fused_add_rmsnorm_fp8_group_quant_,
+    moe_grouped_topk_sigmoid,
     moe_topk_softmax,
     rmsnorm,
     rmsnorm_fp8_group_quant,
@@ -69,6 +71,7 @@ __all__ = [
     "fused_add_rmsnorm_fp8_group_quant_",
     "is_strict",
     "kernel_for",
+    "moe_grouped_topk_sigmoid",
     "moe_topk_softmax",
     "policy",
     "prepare",

@@ -11,6 +11,9 @@ with the single output rounding the contracts name:
 * silu_mul: h = silu(g) * u in fp32, never rounded to bf16, then the same quantization.
 * moe router: top-k of softmax(logits) selected on the logits, descending, equal logits (+0 and -0
   included) to the lower expert id, by a stable sort; weights = the softmax over the k selected.
+* grouped sigmoid router (DeepSeek-V3): s = sigmoid(logits), b = s + bias in fp32; the topk_groups
+  groups of largest top-2 sum of b kept, the top-k experts by b among them, both by a stable sort;
+  weights = scale * s / (sum of the chosen s + 1e-20).
 
 * the routed FP8 MoE: per (token, slot) h = silu(gate) * up of the slot's expert in fp32 from the
   dequantized FP8 activations and weights (block scales applied in fp32), h quantized per 128 columns
@@ -82,6 +85,28 @@ def moe_topk_softmax(logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, tor
     top, ids = top[..., :topk], ids[..., :topk]
     e = torch.exp(top - top[..., :1])
     return ids.to(torch.int32).contiguous(), (e / e.sum(dim=-1, keepdim=True)).contiguous()
+
+
+def moe_grouped_topk_sigmoid(
+    logits: torch.Tensor, bias: torch.Tensor, topk: int, groups: int, topk_groups: int, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """DeepSeek-V3's router in fp32: s = sigmoid(logits), b = s + bias; groups by the sum of their two
+    largest b, experts by b in the kept groups, both by a stable descending sort (equal scores: the lower
+    index first; b is never -0, s being >= +0); weights = scale * s / (sum of the chosen s + 1e-20).
+    `scale` is the fp32 value the kernel receives (f32(scale); netra.torch.dispatch does)."""
+    s = torch.sigmoid(logits.float())
+    b = s + bias.float()
+    e = b.shape[-1]
+    by_group = b.unflatten(-1, (groups, e // groups))
+    top2 = torch.topk(by_group, 2, dim=-1).values
+    gscore = top2[..., 0] + top2[..., 1]
+    kept = torch.sort(gscore, dim=-1, descending=True, stable=True).indices[..., :topk_groups]
+    mask = torch.zeros_like(gscore, dtype=torch.bool).scatter_(-1, kept, True)
+    masked = b.masked_fill(~mask.repeat_interleave(e // groups, dim=-1), float("-inf"))
+    ids = torch.sort(masked, dim=-1, descending=True, stable=True).indices[..., :topk]
+    chosen = torch.gather(s, -1, ids)
+    w = chosen / (chosen.sum(dim=-1, keepdim=True) + 1e-20) * scale
+    return ids.to(torch.int32).contiguous(), w.contiguous()
 
 
 def _blocks(w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:

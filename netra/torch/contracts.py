@@ -174,6 +174,44 @@ def moe_topk_softmax(logits: Any, topk: Any) -> Shape:
     return _shape(op, {"experts": e, "topk": k}, e, logits)
 
 
+def moe_grouped_topk_sigmoid(
+    logits: Any, bias: Any, topk: Any, groups: Any, topk_groups: Any, scale: Any
+) -> Shape:
+    op = "moe_grouped_topk_sigmoid"
+    logits = _tensor(op, "logits", logits, "[..., experts]")
+    bias = _tensor(op, "bias", bias, "[experts] (e_score_correction_bias)")
+    e = logits.shape[-1]
+    if bias.dim() != 1 or bias.shape[0] != e:
+        raise _fail(
+            op,
+            f"bias has shape {list(bias.shape)}, not [{e}]",
+            "pass bias as [experts], one per logit column",
+        )
+    _same_device(op, logits, bias, "logits", "bias")
+    g = _int(op, "groups", groups, 1, "pass the model's n_group (8 for DeepSeek-V3)")
+    if e % g or e // g < 2:
+        raise _fail(
+            op,
+            f"groups = {g} does not divide the {e} experts into groups of at least 2",
+            "pass n_group dividing logits.shape[-1] (8 for DeepSeek-V3's 256)",
+        )
+    tg = _int(op, "topk_groups", topk_groups, 1, "pass the model's topk_group (4 for DeepSeek-V3)")
+    if tg > g:
+        raise _fail(op, f"topk_groups = {tg} exceeds the {g} groups", "pass topk_groups between 1 and groups")
+    k = _int(op, "topk", topk, 1, "pass topk between 1 and the experts of the kept groups")
+    if k > tg * (e // g):
+        raise _fail(
+            op,
+            f"topk = {k} exceeds the {tg * (e // g)} experts of {tg} kept groups",
+            "pass topk at most topk_groups * experts / groups",
+        )
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise _fail(
+            op, f"scale must be a number, got {scale!r}", "pass routed_scaling_factor as a float, e.g. 2.5"
+        )
+    return _shape(op, {"experts": e, "topk": k, "groups": g, "topk_groups": tg}, e, logits)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Caller-owned outputs (out=)
 

@@ -323,11 +323,14 @@ def _dtype_route(key: str, tensors: tuple[tuple[str, torch.Tensor], ...], dtype:
     return None
 
 
-def _plan(op: str, shape: contracts.Shape, tensors: tuple[tuple[str, torch.Tensor], ...]) -> Plan:
+def _plan(
+    op: str, shape: contracts.Shape, tensors: tuple[tuple[str, torch.Tensor], ...], dtype: torch.dtype = BF16
+) -> Plan:
+    """`dtype`: what the certified kernels take every input tensor as (bf16, fp32 for the grouped router)."""
     key = shape.key
     rt = _device_route(key, tensors)
     if rt is None:  # (a Route is falsy: compare with None)
-        rt = _dtype_route(key, tensors, BF16)
+        rt = _dtype_route(key, tensors, dtype)
     if rt is None:
         k = kernels(tensors[0][1].device.index or 0, key, op)
         if isinstance(k, Route):
@@ -421,7 +424,8 @@ _quant: dict[Any, Plan] = {}
 _silu: dict[Any, Plan] = {}
 _moe: dict[Any, Plan] = {}
 _fused: dict[Any, Plan] = {}
-_TABLES = (_rms, _quant, _silu, _moe, _fused, _kernels)
+_grouped: dict[Any, Plan] = {}
+_TABLES = (_rms, _quant, _silu, _moe, _fused, _grouped, _kernels)
 _MISS = (KeyError, IndexError, TypeError, AttributeError)
 _Tensor = torch.Tensor
 
@@ -577,6 +581,107 @@ moe_topk_softmax = _pair_op(
     composite.moe_topk_softmax,
     None,
 )
+
+
+_F32 = torch.float32
+_GROUPED = "moe_grouped_topk_sigmoid"
+
+
+def _scale(scale: Any) -> float:
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise ContractError(
+            f"netra.torch.{_GROUPED}: scale must be a number, got {scale!r}",
+            "pass routed_scaling_factor as a Python float, e.g. 2.5 (see docs/ops/moe_grouped_topk_sigmoid.md)",
+        )
+    return float(scale)
+
+
+def moe_grouped_topk_sigmoid(
+    logits: torch.Tensor,
+    bias: torch.Tensor,
+    topk: int,
+    groups: int,
+    topk_groups: int,
+    scale: float,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """DeepSeek-V3's router: the certified kernel of the call's contract (fp32 logits and bias), else the
+    composite, counted (docs/ops/moe_grouped_topk_sigmoid.md)."""
+    try:
+        if type(topk) is not int or type(groups) is not int or type(topk_groups) is not int:
+            raise TypeError
+        shape = logits.shape
+        memo = (
+            logits.dtype,
+            bias.dtype,
+            logits.device,
+            bias.device,
+            shape[-1],
+            bias.shape,
+            topk,
+            groups,
+            topk_groups,
+        )
+        p = _grouped[memo]
+    except _MISS:
+        s = contracts.moe_grouped_topk_sigmoid(logits, bias, topk, groups, topk_groups, scale)
+        shape = logits.shape
+        memo = (
+            logits.dtype,
+            bias.dtype,
+            logits.device,
+            bias.device,
+            shape[-1],
+            bias.shape,
+            topk,
+            groups,
+            topk_groups,
+        )
+        p = _remember(_grouped, memo, lambda: _plan(_GROUPED, s, (("logits", logits), ("bias", bias)), _F32))
+    if type(scale) is not float:
+        scale = _scale(scale)
+    ins = (("logits", logits), ("bias", bias))
+    launch = p.launch
+    if launch is not None:
+        if logits.is_contiguous() and bias.is_contiguous():
+            xp, bp = logits.data_ptr(), bias.data_ptr()
+            if not (xp | bp) & 15:
+                lead = shape[:-1]
+                if out is None:
+                    a = logits.new_empty((*lead, topk), dtype=torch.int32)
+                    b = logits.new_empty((*lead, topk), dtype=_F32)
+                    ap, wp = a.data_ptr(), b.data_ptr()
+                else:
+                    a, b = out if type(out) is tuple and len(out) == 2 else _pair(_GROUPED, out)
+                    ap, wp = _into(a, torch.int32, (*lead, topk), b, _F32, (*lead, topk), logits, xp)
+                    if ap >= 0 and (
+                        (ap < bp + bias.nbytes and bp < ap + a.nbytes)
+                        or (wp < bp + bias.nbytes and bp < wp + b.nbytes)
+                    ):
+                        ap = -2
+                    if ap == -2:
+                        contracts.disjoint(_GROUPED, (a, b), ins)
+                if ap >= 0:
+                    rows = logits.numel() // p.width
+                    if rows:
+                        launch(rows, ap, wp, xp, bp, rows, scale)
+                    p.count += 1
+                    return a, b
+        rt = None
+    else:
+        rt = p.route
+    outs = None if out is None else _pair(_GROUPED, out)
+    if outs is not None:
+        _check_outs(
+            _GROUPED,
+            contracts.moe_grouped_topk_sigmoid(logits, bias, topk, groups, topk_groups, scale),
+            logits,
+            outs,
+            ins,
+        )
+    (_layout_route(p, ins, outs) if rt is None else rt).take()
+    a, b = composite.moe_grouped_topk_sigmoid(logits, bias, topk, groups, topk_groups, composite.f32(scale))
+    return (a, b) if outs is None else (outs[0].copy_(a), outs[1].copy_(b))
 
 
 # ---------------------------------------------------------------------------------------------------

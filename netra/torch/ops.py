@@ -162,6 +162,8 @@ _rmsnorm_out_op = torch.ops.netra.rmsnorm_out.default
 _fp8_group_quant_out_op = torch.ops.netra.fp8_group_quant_out.default
 _silu_mul_fp8_quant_out_op = torch.ops.netra.silu_mul_fp8_quant_out.default
 _moe_topk_softmax_out_op = torch.ops.netra.moe_topk_softmax_out.default
+_moe_grouped_topk_sigmoid_op = torch.ops.netra.moe_grouped_topk_sigmoid.default
+_moe_grouped_topk_sigmoid_out_op = torch.ops.netra.moe_grouped_topk_sigmoid_out.default
 _fp8_moe_op = torch.ops.netra.fp8_moe.default
 _fp8_moe_out_op = torch.ops.netra.fp8_moe_out.default
 
@@ -169,6 +171,7 @@ _rmsnorm = dispatch.rmsnorm
 _fp8_group_quant = dispatch.fp8_group_quant
 _silu_mul_fp8_quant = dispatch.silu_mul_fp8_quant
 _moe_topk_softmax = dispatch.moe_topk_softmax
+_moe_grouped_topk_sigmoid = dispatch.moe_grouped_topk_sigmoid
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
 _C = torch._C
@@ -273,6 +276,38 @@ def moe_topk_softmax(logits: torch.Tensor, topk: int, *, out: _Pair | None = Non
     return _call_out(
         _moe_topk_softmax_out_op, "moe_topk_softmax", contracts.moe_topk_softmax, logits, topk, out
     )
+
+
+def moe_grouped_topk_sigmoid(
+    logits: torch.Tensor,
+    bias: torch.Tensor,
+    topk: int,
+    groups: int,
+    topk_groups: int,
+    scale: float,
+    *,
+    out: _Pair | None = None,
+) -> _Pair:
+    """(ids, weights) of DeepSeek-V3's router (noaux_tc): s = sigmoid(logits) [..., experts] (fp32, as
+    the model's fp32 gate writes them), b = s + bias (e_score_correction_bias [experts]); the topk_groups
+    best of `groups` expert groups by the sum of their two largest b; the topk experts of largest b in
+    them, best first, equal scores to the lower index (int32 [..., topk]); weights = scale * s of those
+    / (their sum + 1e-20) (fp32 [..., topk]: what nt.fp8_moe takes). out=(ids, weights) writes those.
+    DeepSeek-V3: topk 8, groups 8, topk_groups 4, scale 2.5. docs/ops/moe_grouped_topk_sigmoid.md."""
+    if _eager() and _plain_all(logits, bias) and (out is None or _plain(out)):
+        return _moe_grouped_topk_sigmoid(logits, bias, topk, groups, topk_groups, scale, out)
+    args = (logits, bias, topk, groups, topk_groups, scale)
+    contracts.moe_grouped_topk_sigmoid(*args)  # the one-line ContractError, not the dispatcher's
+    if out is None:
+        ids, w = _moe_grouped_topk_sigmoid_op(*args)
+        return ids, w
+    a, b = contracts.as_outs("moe_grouped_topk_sigmoid", out)
+    if not (isinstance(a, _Tensor) and isinstance(b, _Tensor)):
+        contracts.outputs(
+            "moe_grouped_topk_sigmoid", contracts.moe_grouped_topk_sigmoid(*args), logits, (a, b)
+        )
+    _moe_grouped_topk_sigmoid_out_op(a, b, *args)
+    return a, b
 
 
 def fp8_moe(

@@ -13,6 +13,7 @@ from netra.core.families import (
     fp8_moe_gate_up,
     fused_add_rmsnorm,
     fused_add_rmsnorm_fp8_group_quant,
+    moe_grouped_topk_sigmoid,
     moe_topk_softmax,
     rmsnorm,
     rmsnorm_fp8_group_quant,
@@ -27,6 +28,7 @@ FAMILY_MODULES = (
     rmsnorm_fp8_group_quant,
     fused_add_rmsnorm_fp8_group_quant,
     moe_topk_softmax,
+    moe_grouped_topk_sigmoid,
     fp8_moe_gate_up,
     fp8_moe_down,
 )
