@@ -67,13 +67,19 @@ def test_published_shapes_served_certified(name: str) -> None:
 
 @pytest.mark.parametrize("name", SERVED)
 def test_cuda_graph_equals_eager(name: str) -> None:
-    import netra.torch as nt
     from netra.integrations.transformers import apply_netra
 
     model = hf_models.build(hf_models.published(name, layers=2), torch.bfloat16, DEV)
     apply_netra(model, strict=True)
     tokens = _tokens(1)
     eager = _forward(model, tokens)  # warm-up: loads every module before the capture
+    assert torch.equal(_replayed(model, tokens), eager)
+
+
+def _replayed(model: Any, tokens: Any) -> Any:
+    """The forward captured in a CUDA graph under strict mode (after a warm-up on a side stream), replayed."""
+    import netra.torch as nt
+
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -84,7 +90,7 @@ def test_cuda_graph_equals_eager(name: str) -> None:
         captured = _forward(model, tokens)
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(captured, eager)
+    return captured
 
 
 # The routed experts of an FP8 checkpoint: Qwen3-30B-A3B's published shape (128 experts, top-8, hidden 2048,
@@ -130,15 +136,5 @@ def test_fp8_experts_served_certified_and_in_cuda_graphs() -> None:
     with nt.strict():
         eager = _forward(model, tokens)
     assert all(set(paths) == {"certified"} for paths in nt.stats().values()), nt.stats()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        _forward(model, tokens)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with nt.strict(), torch.cuda.graph(graph):
-        captured = _forward(model, tokens)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(captured, eager)
+    assert torch.equal(_replayed(model, tokens), eager)
     report.restore()

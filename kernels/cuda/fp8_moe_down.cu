@@ -173,35 +173,14 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   for (int c0 = 0; c0 < chunks; c0 += kRC) {
     float acc[kRC][8] = {};  // every chunk's accumulators start at zero
 #if STAGES
-    {
-      if (c0 > 0) {  // the first round's were requested around the wait
-#pragma unroll
-        for (int sub = 0; sub < STAGES; ++sub) {
-          if (sub < kNS) {
-            request_weights(sub);
-            request_acts(sub, c0);
-          }
-          netra_moe::cp_commit();
-        }
-      }
-#pragma unroll 1
-      for (int sub = 0; sub < kNS; ++sub) {
-        netra_moe::cp_wait<STAGES - 1>();
-#pragma unroll
-        for (int rc = 0; rc < kRC; ++rc) {
-          if (c0 + rc < chunks)  // the same for every thread of the CTA
-            netra_moe::staged_tile<kKS, kRC>(slot(sub), r.n, c0 + rc, rc, acc[rc]);
-        }
-        __syncwarp();
-        if (sub + STAGES < kNS) {  // into the slot this lane has just read
-          request_weights(sub + STAGES);
-          request_acts(sub + STAGES, c0);
-        }
-        netra_moe::cp_commit();
-      }
-      netra_moe::cp_wait<0>();
-      __syncthreads();  // every warp has read its slots: the ring takes the partial sums
-    }
+    // the first round's first STAGES sub-slices were requested around the wait
+    netra_moe::staged_round<STAGES, kKS, kRC>(
+        kNS, c0 == 0, r.n, c0, chunks, slot,
+        [&](int sub) {
+          request_weights(sub);
+          request_acts(sub, c0);
+        },
+        acc);
 #elif PREFETCH
     {
       const auto multiply = [&](int s, const uint4 (&wa_)[kKS / 128][2][2], const uint4 (&wb_)[kKS / 128][2][2],

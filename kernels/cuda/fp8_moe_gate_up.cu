@@ -149,10 +149,8 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
     float acc[kRC][8] = {};  // every chunk's accumulators start at zero
 #if STAGES
     {
-      // The ring: sub-slice s in slot s % STAGES. STAGES sub-slices (weights, this round's activations and
-      // scales) are requested first; each is multiplied once its group has arrived and its slot then
-      // takes sub-slice s + STAGES. One commit per sub-slice (empty past the last) keeps "all but the
-      // newest STAGES - 1 groups" meaning "sub-slice s has arrived". The same fmas in the same order.
+      // The ring (netra_moe::staged_round): sub-slice s in slot s % STAGES, with its weights, this round's
+      // activations and their scales.
       const auto slot = [&](int sub) { return &ring[sub % STAGES][warp][0]; };
       const auto request = [&](int sub) {
         const int k0 = warp * kKW + sub * kKS;
@@ -161,25 +159,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
                                                se + ((kI + n0) / 128) * (kH / 128) + (k0 >> 7));
         netra_moe::stage_acts<kKS, kH, kK, kRC>(slot(sub), xq, xs, list, r.n, c0, chunks, k0);
       };
-#pragma unroll
-      for (int sub = 0; sub < STAGES; ++sub) {
-        if (sub < kNS) request(sub);
-        netra_moe::cp_commit();
-      }
-#pragma unroll 1
-      for (int sub = 0; sub < kNS; ++sub) {
-        netra_moe::cp_wait<STAGES - 1>();
-#pragma unroll
-        for (int rc = 0; rc < kRC; ++rc) {
-          if (c0 + rc < chunks)  // the same for every thread of the CTA
-            netra_moe::staged_tile<kKS, kRC>(slot(sub), r.n, c0 + rc, rc, acc[rc]);
-        }
-        __syncwarp();
-        if (sub + STAGES < kNS) request(sub + STAGES);  // into the slot this lane has just read
-        netra_moe::cp_commit();
-      }
-      netra_moe::cp_wait<0>();
-      __syncthreads();  // every warp has read its slots: the ring takes the partial sums
+      netra_moe::staged_round<STAGES, kKS, kRC>(kNS, false, r.n, c0, chunks, slot, request, acc);
     }
 #elif PREFETCH
     {

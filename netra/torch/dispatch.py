@@ -596,6 +596,21 @@ def _scale(scale: Any) -> float:
     return float(scale)
 
 
+def _grouped_memo(logits: Any, bias: Any, topk: int, groups: int, topk_groups: int) -> tuple[Any, ...]:
+    """What decides a router call's plan: the operands' dtypes, devices and widths, the contract's integers."""
+    return (
+        logits.dtype,
+        bias.dtype,
+        logits.device,
+        bias.device,
+        logits.shape[-1],
+        bias.shape,
+        topk,
+        groups,
+        topk_groups,
+    )
+
+
 def moe_grouped_topk_sigmoid(
     logits: torch.Tensor,
     bias: torch.Tensor,
@@ -610,33 +625,11 @@ def moe_grouped_topk_sigmoid(
     try:
         if type(topk) is not int or type(groups) is not int or type(topk_groups) is not int:
             raise TypeError
-        shape = logits.shape
-        memo = (
-            logits.dtype,
-            bias.dtype,
-            logits.device,
-            bias.device,
-            shape[-1],
-            bias.shape,
-            topk,
-            groups,
-            topk_groups,
-        )
+        memo = _grouped_memo(logits, bias, topk, groups, topk_groups)
         p = _grouped[memo]
     except _MISS:
         s = contracts.moe_grouped_topk_sigmoid(logits, bias, topk, groups, topk_groups, scale)
-        shape = logits.shape
-        memo = (
-            logits.dtype,
-            bias.dtype,
-            logits.device,
-            bias.device,
-            shape[-1],
-            bias.shape,
-            topk,
-            groups,
-            topk_groups,
-        )
+        memo = _grouped_memo(logits, bias, topk, groups, topk_groups)
         p = _remember(_grouped, memo, lambda: _plan(_GROUPED, s, (("logits", logits), ("bias", bias)), _F32))
     if type(scale) is not float:
         scale = _scale(scale)
@@ -646,7 +639,7 @@ def moe_grouped_topk_sigmoid(
         if logits.is_contiguous() and bias.is_contiguous():
             xp, bp = logits.data_ptr(), bias.data_ptr()
             if not (xp | bp) & 15:
-                lead = shape[:-1]
+                lead = logits.shape[:-1]
                 if out is None:
                     a = logits.new_empty((*lead, topk), dtype=torch.int32)
                     b = logits.new_empty((*lead, topk), dtype=_F32)

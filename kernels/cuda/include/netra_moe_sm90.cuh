@@ -318,6 +318,39 @@ __device__ __forceinline__ void staged_tile(const uint8_t* slot, int n, int ch, 
   }
 }
 
+// One round of a STAGES tactic (S slots per warp, ns sub-slices per warp): sub-slice s lives in slot(s);
+// request(s) requests this round's sub-slice s into it as one cp.async group. Unless `requested` (the
+// caller requested the first S, as the down stage does around its wait), the first S are requested here;
+// each is multiplied once its group has arrived, and its slot then takes sub-slice s + S. One commit per
+// sub-slice (empty past the last) keeps "all but the newest S - 1 groups" meaning "sub-slice s has
+// arrived". Ends with every group complete and every warp past its slots (a barrier), so the caller may
+// reuse the ring. The same fmas in the same order as warp_tile.
+template <int S, int KS, int RC, typename SlotOf, typename Request>
+__device__ __forceinline__ void staged_round(int ns, bool requested, int n, int c0, int chunks, const SlotOf& slot,
+                                             const Request& request, float (&acc)[RC][8]) {
+  if (!requested) {
+#pragma unroll
+    for (int sub = 0; sub < S; ++sub) {
+      if (sub < ns) request(sub);
+      cp_commit();
+    }
+  }
+#pragma unroll 1
+  for (int sub = 0; sub < ns; ++sub) {
+    cp_wait<S - 1>();
+#pragma unroll
+    for (int rc = 0; rc < RC; ++rc) {
+      if (c0 + rc < chunks)  // the same for every thread of the CTA
+        staged_tile<KS, RC>(slot(sub), n, c0 + rc, rc, acc[rc]);
+    }
+    __syncwarp();
+    if (sub + S < ns) request(sub + S);  // into the slot this lane has just read
+    cp_commit();
+  }
+  cp_wait<0>();
+  __syncthreads();  // every warp has read its slots: the ring may take the partial sums
+}
+
 // The value itself, which the compiler may not look through. A template with RESIDENT_CHUNKS > 1 passes
 // each chunk's index through it inside the sub-slice loop, so the chunk's pair rows and their 64-bit
 // addresses are recomputed per sub-slice (a few shared loads and integer ops) instead of being held in
