@@ -4,7 +4,8 @@
 #    (the routed MoE's, with the STAGES tactics; DeepSeek-V3's routed experts and router, new);
 # 2. the certified MoE chain benched with vLLM's Triton kernel side by side (issue 28);
 # 3. every gpu-marked test (the FP8 experts in transformers, the new models, the router);
-# 4. the operator-path bench (issue 31).
+# 4. the operator-path bench (issue 31);
+# 5. tests/test_gpu_moe.py at DeepSeek-V3's routed-expert contract.
 set -u
 R=/tmp/run
 cd "$R/tree"
@@ -31,4 +32,8 @@ step tests "rc=$?"; pack tests
 mkdir -p "$R/path"; step path start
 timeout 600 tools/gpu-session path-bench "$R/house" "$R/path" > "$R/path/session.log" 2>&1
 step path "rc=$?"; pack path
+mkdir -p "$R/v3"; step v3 start  # DeepSeek-V3's routed experts through tests/test_gpu_moe.py (w13 7.5 GB)
+NETRA_TEST_MOE_CONTRACTS=v3 timeout 900 tools/gpu-session tests "$R/house" "$R/v3" tests/test_gpu_moe.py \
+  > "$R/v3/session.log" 2>&1
+step v3 "rc=$?"; pack v3
 echo done >> "$R/progress"
