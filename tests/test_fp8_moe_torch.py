@@ -255,3 +255,13 @@ def test_deepseek_v3_s_routed_experts_are_a_locked_contract_answered_below_polic
             if cls == "sm_90":
                 got = cat.served(key, "accepted")
                 assert isinstance(got, Fallback) and got.code == "below_policy", got
+
+
+def test_the_engines_route_names_the_first_contract_not_served() -> None:
+    """What both integrations route their FP8 experts on: the tokens' quantization first, then the stages;
+    on this CPU-only torch the quantization is the first not served, and the reason is the host's."""
+    from netra.torch.moe import quantized_route
+
+    params = {"experts": 128, "topk": 8, "hidden": 2048, "inter": 768}
+    why = quantized_route(params, torch.device("cuda", 0))
+    assert why.startswith("device: fp8_group_quant(hidden=2048,group=128): "), why

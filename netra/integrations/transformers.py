@@ -53,6 +53,7 @@ from netra.core.ops import contract_key
 from netra.errors import IntegrationError, StrictModeError
 from netra.torch.composite import f32
 from netra.torch.composite import rmsnorm as composite_rmsnorm
+from netra.torch.moe import quantized_route
 
 
 @dataclass(frozen=True)
@@ -180,19 +181,11 @@ def expert_routes() -> dict[str, str]:
 
 
 def _experts_served(params: dict[str, int], index: int) -> tuple[bool, str]:
-    """Whether this install serves the chain and its activation quantization on cuda:`index` (asked once
-    per contract and device): the tokens' fp8_group_quant and both fp8_moe stages."""
+    """Whether this install serves the experts at `params` on cuda:`index`, and why not (asked once per
+    contract and device): the tokens' fp8_group_quant and both fp8_moe stages (netra.torch.moe)."""
     key = contract_key("fp8_moe", params)
     if (key, index) not in _decisions:
-        device = torch.device("cuda", index)
-        quant = f"fp8_group_quant(hidden={params['hidden']},group=128)"
-        stages = [contract_key(op, params) for op in ("fp8_moe_gate_up", "fp8_moe_down")]
-        why = ""
-        for contract in (quant, *stages):
-            kernel = nt.kernel_for(contract, device=device)
-            if not kernel:
-                why = f"{kernel.code}: {contract}: {kernel.reason}"
-                break
+        why = quantized_route(params, torch.device("cuda", index))
         _decisions[(key, index)] = (not why, why)
     return _decisions[(key, index)]
 

@@ -73,6 +73,7 @@ import torch
 import netra.torch as nt
 from netra.core.ops import contract_key
 from netra.errors import IntegrationError, StrictModeError
+from netra.torch.moe import quantized_route
 
 SWITCH = "NETRA_VLLM"
 MODES = ("auto", "netra", "vllm")
@@ -300,17 +301,7 @@ def _experts_served(params: dict[str, int], index: int) -> bool:
     `index` at the policy (asked once per contract and device; routes() says why not)."""
     key = contract_key("fp8_moe", params)
     if (key, index) not in _decisions:
-        quant = contract_key("fp8_group_quant", {"hidden": params["hidden"], "group": 128})
-        why = ""
-        for contract in (
-            quant,
-            contract_key("fp8_moe_gate_up", params),
-            contract_key("fp8_moe_down", params),
-        ):
-            kernel = nt.kernel_for(contract, device=torch.device("cuda", index))
-            if not kernel:
-                why = f"{kernel.code}: {contract}: {kernel.reason}"
-                break
+        why = quantized_route(params, torch.device("cuda", index))
         _decisions[(key, index)] = (not why, why)
     return _decisions[(key, index)][0]
 

@@ -255,6 +255,20 @@ def fp8_moe(
     return y
 
 
+def quantized_route(params: dict[str, int], device: torch.device) -> str:
+    """Why an engine's routed experts at `params`, which quantize their bf16 tokens first, are not served
+    on `device` ("" when they are): this install must serve the tokens' fp8_group_quant and both stages at
+    the policy. "<code>: <contract>: <reason>" of the first that is not (what the integrations route on)."""
+    from netra.torch.dispatch import kernel_for
+
+    quant = contract_key("fp8_group_quant", {"hidden": params["hidden"], "group": 128})
+    for contract in (quant, *(contract_key(fam.name, params) for fam in STAGES)):
+        kernel = kernel_for(contract, device=device)
+        if not kernel:
+            return f"{kernel.code}: {contract}: {kernel.reason}"
+    return ""
+
+
 def reset() -> None:
     """Forget plans and workspaces (netra.torch.set_policy and tests)."""
     with MUTEX:
