@@ -18,6 +18,7 @@ is not in the default run).
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -98,7 +99,18 @@ def _inputs(params: dict[str, int], m: int, seed: int, same8: bool = False) -> t
     g = torch.Generator(device="cuda").manual_seed(seed)
 
     def f8(*shape: int) -> torch.Tensor:
-        return (torch.randn(*shape, device="cuda", generator=g) * 32).clamp(-448, 448).to(torch.float8_e4m3fn)
+        if math.prod(shape) <= 2**28:
+            return (
+                (torch.randn(*shape, device="cuda", generator=g) * 32)
+                .clamp(-448, 448)
+                .to(torch.float8_e4m3fn)
+            )
+        # DeepSeek-V3's w13 is 7.5 G codes: drawn an expert at a time (one fp32 draw of it is 28 GiB, which
+        # ran the 80 GB H100 out of memory on 2026-12-05)
+        out = torch.empty(shape, device="cuda", dtype=torch.float8_e4m3fn)
+        for i in range(shape[0]):
+            out[i] = (torch.randn(*shape[1:], device="cuda", generator=g) * 32).clamp(-448, 448).to(out.dtype)
+        return out
 
     if same8:
         ids = torch.arange(k, device="cuda", dtype=torch.int32).repeat(m, 1)

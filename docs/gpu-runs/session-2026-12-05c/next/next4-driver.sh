@@ -31,7 +31,8 @@ for c in Qwen3-30B-A3B Qwen3-235B-A22B; do
 done
 pack bench
 mkdir -p "$R/tests"; step tests start
-NETRA_TEST_MOE_CONTRACTS=30b,235b timeout 1500 tools/gpu-session tests "$R/house" "$R/tests" --durations=25 \
+# no arguments: every gpu test file (an argument that is not a test path would make pytest collect from /)
+NETRA_TEST_MOE_CONTRACTS=30b,235b timeout 1500 tools/gpu-session tests "$R/house" "$R/tests" \
   > "$R/tests/session.log" 2>&1
 step tests "rc=$?"; pack tests
 mkdir -p "$R/path"; step path start
