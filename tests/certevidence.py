@@ -56,6 +56,15 @@ def hardware(text: str, *, memory: str = "clean", passed: bool = True, **over: A
     return hw
 
 
+def run_info() -> dict[str, Any]:
+    """A certification run's record (certified.run_info's shape) on the made-up device."""
+    return {
+        "device": "test-device", "driver": "0", "runtime": "CUDA 13.0", "toolchain": {"flavour": "nvcc", "version": "13.0.88"},
+        "clocks": None, "netra": "0.1.0", "seed": 0,
+        "protocol": {"rows": [1, 8192], "warmup": 1, "replays": 1, "prefill_rows": 8192},
+    }  # fmt: skip
+
+
 def read_certified(root: Path, gpu_class: str = "sm_90") -> dict[str, Any]:
     """The class's table in the tree with its evidence file's records in place of the summaries (the
     certified form the rules, `netra certify` and `netra lock` work on)."""

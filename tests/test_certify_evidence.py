@@ -27,21 +27,13 @@ from netra.runtime import catalog, tables
 from netra.targets import nvidia_tools
 
 
-def _run0() -> dict[str, Any]:
-    return {
-        "device": "test-device", "driver": "0", "runtime": "CUDA 13.0", "toolchain": {"flavour": "nvcc", "version": "13.0.88"},
-        "clocks": None, "netra": "0.1.0", "seed": 0,
-        "protocol": {"rows": [1, 8192], "warmup": 1, "replays": 1, "prefill_rows": 8192},
-    }  # fmt: skip
-
-
 def _table(memory: str, maturity: str, **over: Any) -> dict[str, Any]:
     """The tree's sm_90 table, its first candidate with hardware evidence of this memory-checker result."""
     t = certevidence.read_certified(REPO)
     t["certification"] = {
         "kind": "hardware",
         "note": tables.HARDWARE_NOTE.format(target="sm_90"),
-        "runs": [_run0()],
+        "runs": [certevidence.run_info()],
     }
     t["entries"][0]["dispatch"] = None  # its row dispatch may name the candidate this demotes
     c = t["entries"][0]["candidates"][0]
@@ -188,7 +180,7 @@ def test_certify_table_is_reproduced_by_rerank_and_maturity_follows_the_evidence
     from netra.runtime import open_catalog
 
     cat = open_catalog("sm_90", install=_source_install())
-    t = certified.table(cat, _run0(), _results(cat))
+    t = certified.table(cat, certevidence.run_info(), _results(cat))
     assert isinstance(t, tables.Table) and ranking.rerank(t) == t
     seen = set()
     for e in t.entries.values():
@@ -212,7 +204,7 @@ def test_certify_writes_the_table_and_evidence_a_lock_reads_back(tmp_path: Path)
     from netra.runtime import open_catalog
 
     cat = open_catalog("sm_90", install=_source_install())
-    t = certified.table(cat, _run0(), _results(cat))
+    t = certified.table(cat, certevidence.run_info(), _results(cat))
     out = tmp_path / "sm_90.json"
     certified.write(t, out)
     ev = certified.evidence_out(out)

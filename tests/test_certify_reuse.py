@@ -33,14 +33,6 @@ def _catalog() -> Any:
     return open_catalog("sm_90", install=installed.Install(kind="source", root=REPO))
 
 
-def _run0() -> dict[str, Any]:
-    return {
-        "device": "test-device", "driver": "0", "runtime": "CUDA 13.0", "toolchain": {"flavour": "nvcc", "version": "13.0.88"},
-        "clocks": None, "netra": "0.1.0", "seed": 0,
-        "protocol": {"rows": [1, 8192], "warmup": 1, "replays": 1, "prefill_rows": 8192},
-    }  # fmt: skip
-
-
 def _results(entries: list[tables.Entry]) -> dict[str, list[ranking.Result]]:
     """Made-up clean measurements of every candidate of these entries (as certify would return them)."""
     out = {}
@@ -80,9 +72,9 @@ def test_unchanged_contracts_are_carried_bit_for_bit_and_the_rest_certified_agai
     assert set(carried.rerun) == unmeasured and set(carried.entries) == set(cat.table.entries) - unmeasured
     assert carried.entries and carried.runs == reused.table.runs
     t = certified.table(
-        cat, _run0(), _results([cat.table.entries[k] for k in carried.rerun]), carried=carried
+        cat, certevidence.run_info(), _results([cat.table.entries[k] for k in carried.rerun]), carried=carried
     )
-    assert t.runs == (_run0(), *reused.table.runs)
+    assert t.runs == (certevidence.run_info(), *reused.table.runs)
     assert certified.carried(t) == sorted(carried.entries)
     made = tables.to_json(t)
     assert [e["key"] for e in made["entries"]] == [e["key"] for e in committed["entries"]]
