@@ -53,7 +53,7 @@ from netra.core.ops import contract_key
 from netra.errors import IntegrationError, StrictModeError
 from netra.torch.composite import f32
 from netra.torch.composite import rmsnorm as composite_rmsnorm
-from netra.torch.moe import quantized_route
+from netra.torch.moe import CHAIN, quantized_route
 
 
 @dataclass(frozen=True)
@@ -220,8 +220,6 @@ class NetraFP8Experts(torch.nn.Module):
             return ""
         if not (x.is_cuda and x.dtype == torch.bfloat16 and x.dim() == 2):
             return "the tokens are not a 2-D bf16 CUDA tensor"
-        from netra.torch.moe import CHAIN
-
         if x.shape[0] > CHAIN.max_dispatch:
             return f"{x.shape[0]} tokens; the certified chain takes at most {CHAIN.max_dispatch}"
         served, why = _experts_served(self.params(top_k_index), x.device.index or 0)

@@ -73,7 +73,7 @@ import torch
 import netra.torch as nt
 from netra.core.ops import contract_key
 from netra.errors import IntegrationError, StrictModeError
-from netra.torch.moe import quantized_route
+from netra.torch.moe import CHAIN, quantized_route
 
 SWITCH = "NETRA_VLLM"
 MODES = ("auto", "netra", "vllm")
@@ -309,8 +309,6 @@ def _experts_served(params: dict[str, int], index: int) -> bool:
 def _netra_experts(layer: Any, x: torch.Tensor, ids: torch.Tensor, variant: str) -> bool:
     """Whether netra.torch runs this call of the routed experts: the layer's variant, the per-call
     checks (auto mode), then the contract's route; StrictModeError in strict mode otherwise."""
-    from netra.torch.moe import CHAIN
-
     experts, two_inter, hidden = (int(d) for d in layer.w13_weight.shape)
     params = {"experts": experts, "topk": int(ids.shape[-1]), "hidden": hidden, "inter": two_inter // 2}
     key = contract_key("fp8_moe", params)
