@@ -36,6 +36,12 @@ experts per token; same: every token on the same k experts), each row times, sid
 - eager, compile: the torch composite a user would write (dequantize, then matmul per expert:
   netra.torch.composite.fp8_moe, which dequantizes each routed expert), eagerly and torch.compile(dynamic=True).
 
+--chains GATE+DOWN ... also times those chains of the table's tactics (each stage's, e.g. g4a2+d3a2,
+accepted or experiment) through nt.fp8_moe under nt.set_tactics, in the same interleaved rounds, as a
+row's `chains`: how a tactic not yet served would do at every M and routing, through the operator path.
+Each must first give the served chain's output bit for bit (every tactic makes the same products in the
+same order), else it is "failed" and not timed.
+
 Timing: each implementation's G calls (--graph-calls, rounded up to the layer copies) are captured in one
 CUDA graph, every call with its own routing and the weights rotated across layer copies (as a model's
 layers are) so that the experts the calls read exceed 3x L2; the graphs are replayed in interleaved
@@ -566,6 +572,52 @@ def netra_served(torch: Any, nt: Any, args: tuple[Any, ...], policies: list[str]
     return {"served": False, "policies_tried": tried, "fallback_reasons": reasons, "why": why or "unknown"}
 
 
+def pinned(nt: Any, p: dict[str, int], chain: str) -> dict[str, str]:
+    """nt.set_tactics's mapping for a --chains entry: each stage's contract -> its tactic."""
+    from netra.core.ops import CHAINS, contract_key
+
+    return {
+        contract_key(stage, p): t for stage, t in zip(CHAINS["fp8_moe"].stages, chain.split("+"), strict=True)
+    }
+
+
+def smoke_chains(nt: Any, p: dict[str, int], chains: list[str]) -> dict[str, dict[str, Any]]:
+    """--cpu-smoke: each chain's mapping is one nt.set_tactics accepts (restored after); nothing timed."""
+    out = {}
+    for chain in chains:
+        prev = nt.set_tactics(pinned(nt, p, chain))
+        nt.set_tactics(prev)
+        out[chain] = entry("skipped", "cpu smoke: no device to time on", tactics=pinned(nt, p, chain))
+    return out
+
+
+def time_chains(torch: Any, nt: Any, p: dict[str, int], row: Row, chains: list[str], served: Any, calls: int,
+                capture: Callable[..., None]) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """--chains: per chain, under nt.set_tactics (restored after each), its guard (strict mode, and the
+    served chain's output bit for bit: every tactic makes the same products in the same order), then its
+    graph captured as `tactics:CHAIN`. `served`: the served chain's output for row.args(0), or None."""
+    out: dict[str, dict[str, Any]] = {}
+    for chain in chains:
+        prev = nt.set_tactics(pinned(nt, p, chain))
+        try:
+            with nt.strict():
+                got = nt.fp8_moe(*row.args(0))
+                torch.cuda.synchronize()
+                if served is not None and not torch.equal(got.view(torch.int16), served.view(torch.int16)):
+                    n = int((got.view(torch.int16) != served.view(torch.int16)).sum())
+                    out[chain] = entry("failed", f"{n} output values differ from the served chain's bits")
+                    continue
+                capture(
+                    f"tactics:{chain}", [functools.partial(nt.fp8_moe, *row.args(c)) for c in range(calls)]
+                )
+                out[chain] = entry("timed", None, bitwise_served=served is not None)
+        except nt.StrictModeError as e:  # the table does not serve this tactic here: said, not timed
+            out[chain] = entry("skipped", f"not served: {e.code}: {e.reason}")
+        finally:
+            nt.set_tactics(prev)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------
 # the run
 
@@ -649,8 +701,9 @@ def smoke_row(torch: Any, nt: Any, composite: Any, p: dict[str, int], row: Row, 
 
 def timed_row(torch: Any, nt: Any, composite: Any, p: dict[str, int], row: Row, args: argparse.Namespace,
               reader: Reader, buf: Any, l2: int, vllm: Vllm | None, vllm_why: str, compiled: Any,
-              compile_why: str, calls: int) -> dict[str, dict[str, Any]]:  # fmt: skip
-    """One row on the GPU: guards first, then every implementation's graph, replayed in interleaved rounds."""
+              compile_why: str, calls: int) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:  # fmt: skip
+    """One row on the GPU: guards first, then every implementation's graph, replayed in interleaved rounds.
+    Returns the implementations' entries and --chains' (chain -> entry)."""
     out: dict[str, dict[str, Any]] = {}
     graphs: dict[str, Graph] = {}
     nbytes = int(row.experts_hit * expert_bytes(p))
@@ -679,6 +732,15 @@ def timed_row(torch: Any, nt: Any, composite: Any, p: dict[str, int], row: Row, 
                 nt.reset_stats()
                 fns = [functools.partial(nt.fp8_moe, *row.args(c)) for c in range(calls)]
                 capture("netra", fns, served=net, guard=checked)
+    # --chains: each pinned chain's graph, beside the served one
+    chains: dict[str, dict[str, Any]] = {}
+    if args.chains and "netra" not in graphs:
+        chains = {c: entry("skipped", "the served chain was not timed: nothing to compare its bits with")
+                  for c in args.chains}  # fmt: skip
+    elif args.chains:
+        with nt.strict():
+            served_bits = nt.fp8_moe(*row.args(0))
+        chains = time_chains(torch, nt, p, row, args.chains, served_bits, calls, capture)
     # vllm
     if vllm is None:
         out["vllm"] = entry("skipped", vllm_why)
@@ -726,7 +788,14 @@ def timed_row(torch: Any, nt: Any, composite: Any, p: dict[str, int], row: Row, 
         if name in samples:
             us = statistics.median(samples[name])
             out[name].update(us=us, samples_us=samples[name], of_read_limit=limit / us)
-    return {n: out[n] for n in IMPLS}
+    for chain, e in chains.items():
+        name = f"tactics:{chain}"
+        if name in samples:
+            us = statistics.median(samples[name])
+            e.update(out[name], us=us, samples_us=samples[name], of_read_limit=limit / us)
+        elif name in out:  # its capture failed
+            e.update(out[name])
+    return {n: out[n] for n in IMPLS}, chains
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -745,6 +814,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--vllm-src", type=Path, default=None, help="an unpacked vLLM wheel (fetched for the run)"
     )
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile of the composite")
+    ap.add_argument(
+        "--chains",
+        nargs="+",
+        default=[],
+        metavar="GATE+DOWN",
+        help="also time these chains (a gate/up tactic + a down tactic of the table) through nt.fp8_moe "
+        "with nt.set_tactics; each must give the served chain's bits",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None, help="write every row and the environment here")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on CPU, nothing timed")
@@ -753,6 +830,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if any(m < 1 or m > 64 for m in tokens):
         ap.error(f"--tokens {' '.join(map(str, tokens))}: each M must be 1 to 64 (the chain's decode range)")
     args.tokens = tokens
+    bad = [c for c in args.chains if len(c.split("+")) != 2 or not all(c.split("+"))]
+    if bad:
+        ap.error(f"--chains {bad[0]}: name a gate/up tactic and a down tactic, e.g. g4r8+d3")
     if args.rounds < 1 or args.graph_calls < 1:
         ap.error("--rounds and --graph-calls must be at least 1")
     if not 0 < args.bound < 1:
@@ -869,13 +949,14 @@ def main(argv: list[str] | None = None) -> None:
                 nbytes = int(row.experts_hit * per_expert)
                 if gpu:
                     assert reader is not None
-                    impls = timed_row(torch, nt, composite, p, row, args, reader, buf, l2, vllm, vllm_why,
-                                      compiled, compile_why, calls)  # fmt: skip
+                    impls, chains = timed_row(torch, nt, composite, p, row, args, reader, buf, l2, vllm,
+                                              vllm_why, compiled, compile_why, calls)  # fmt: skip
                 else:
                     impls = smoke_row(torch, nt, composite, p, row, args, vllm_why)
+                    chains = smoke_chains(nt, p, args.chains)
                 rec = {"contract": name, "params": p, "tokens": m, "routing": mode, "experts_hit": row.experts_hit,
                        "bytes_read": nbytes, "layer_copies": len(layers), "bytes_per_rotation": nbytes * len(layers),
-                       "calls_per_graph": calls, "impls": impls}  # fmt: skip
+                       "calls_per_graph": calls, "impls": impls, "chains": chains}  # fmt: skip
                 rows.append(rec)
                 print(line(rec))
                 if args.json:  # after every row: a run stopped part way keeps what it measured
@@ -913,6 +994,11 @@ def line(rec: dict[str, Any]) -> str:
             cells.append(f"{name} {e['us']:.1f} us ({100 * e['of_read_limit']:.0f}%{extra})")
         else:
             cells.append(f"{name} {e['status']}" + (f" ({e['reason']})" if e["reason"] else ""))
+    for chain, e in rec.get("chains", {}).items():
+        if e.get("us") is not None:
+            cells.append(f"{chain} {e['us']:.1f} us ({100 * e['of_read_limit']:.0f}%)")
+        else:
+            cells.append(f"{chain} {e['status']}" + (f" ({e['reason']})" if e["reason"] else ""))
     head = f"  M={rec['tokens']:<3d} {rec['routing']:8s} {rec['experts_hit']:6.1f} experts {rec['bytes_read'] / 1e6:8.1f} MB"
     return head + " | " + " | ".join(cells)
 

@@ -175,6 +175,39 @@ def test_the_chain_through_the_operator(contract: str, sm90: Any) -> None:
         nt.set_policy(prev)
 
 
+@pytest.mark.parametrize("contract", CHOSEN)
+def test_every_tactic_through_the_operator_gives_the_served_bits(contract: str, sm90: Any) -> None:
+    """nt.set_tactics pins one stage's tactic (the other stage as served): for every tactic of the table
+    that is not rejected, nt.fp8_moe serves it in strict mode, kernel_for names it, and the output is the
+    served chain's bit for bit (every tactic makes the same products in the same order), at 64 tokens
+    routed uniformly and at 16 tokens all on the same 8 experts."""
+    import netra.torch as nt
+    from netra.core.ops import contract_key
+
+    params = CONTRACTS[contract]
+    cat, _ = sm90
+    calls = (_inputs(params, 64, seed=3), _inputs(params, 16, seed=4, same8=True))
+    with nt.strict():
+        want = [nt.fp8_moe(*a) for a in calls]
+    tried = 0
+    for stage in STAGES:
+        key = contract_key(stage, params)
+        for c in cat.table.entries[key].candidates:
+            if c.maturity == "rejected":
+                continue
+            nt.set_tactics({key: c.tactic})
+            try:
+                assert nt.kernel_for(key, 64).tactic == c.tactic
+                with nt.strict():
+                    for a, w in zip(calls, want, strict=True):
+                        got = nt.fp8_moe(*a)
+                        assert torch.equal(got.view(torch.int16), w.view(torch.int16)), (key, c.tactic)
+                tried += 1
+            finally:
+                nt.set_tactics(None)
+    assert tried >= 4, tried
+
+
 def _composite(args: tuple[torch.Tensor, ...]) -> torch.Tensor:
     from netra.torch import composite
 

@@ -770,6 +770,15 @@ class FakeCatalog:
         self, key: str, policy: str = "accepted", *, tactic: str | None = None, rows: int | None = None
     ) -> Any:
         self.asked.append(rows)
+        if tactic is not None:  # the runtime's answer for one named tactic (set_tactics asks so)
+            from netra.runtime.catalog import Fallback
+
+            hit = [k for k in (self.small, self.large) if k.tactic == tactic]
+            return (
+                hit[0]
+                if hit
+                else Fallback("sm_90", key, "no_tactic", f"{key} has no tactic {tactic!r}", policy)
+            )
         return self.large if rows is None or rows > 16 else self.small
 
     from netra.runtime import Catalog as _Real
@@ -971,6 +980,45 @@ def test_a_first_certified_call_inside_graph_capture_is_refused(
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     with pytest.raises(CudaError, match="inside a CUDA graph capture"):
         nt.fp8_group_quant(torch.randn(2, 4096).bfloat16())
+
+
+def test_set_tactics_serves_exactly_the_named_tactic(
+    fake_gpu: FakeCuda, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nt.set_tactics({contract: tactic}): that candidate at every row count, above the policy and the table's
+    row-count dispatch; a tactic the table lacks is the contract's `no_tactic` fallback, which strict mode
+    refuses naming it; None serves by the table's dispatch again. Malformed mappings raise one line and
+    change nothing."""
+    import netra.runtime
+
+    key = "rmsnorm(hidden=2048,weight_offset=0)"
+    cat = FakeCatalog(key)
+    monkeypatch.setattr(netra.runtime, "open_catalog", lambda cls: cat)
+    w = torch.ones(2048).bfloat16()
+    assert nt.kernel_for(key, 1, "cuda:0") is cat.small  # by rows first: the plan set_tactics must drop
+    assert nt.set_tactics({"rmsnorm(weight_offset=0,hidden=2048)": cat.large.tactic}) == {}  # canonical key
+    try:
+        assert nt.tactics() == {key: cat.large.tactic}
+        assert all(nt.kernel_for(key, r, "cuda:0") is cat.large for r in (1, 16, 8192))
+        nt.rmsnorm(torch.randn(3, 2048).bfloat16(), w, 1e-6)
+        assert [c[1] for c in fake_gpu.lib.calls] == [cat.large.candidate.launch.grid(3)]  # not the small one
+        assert nt.prepare("cuda:0", [key]) == {key: cat.large.tactic}
+        assert nt.set_tactics({key: "no-such"}) == {key: cat.large.tactic}
+        rt = nt.kernel_for(key, 1, "cuda:0")
+        assert not rt and rt.code == "no_tactic" and rt.reason.startswith("set_tactics no-such: "), rt
+        with nt.strict(), pytest.raises(StrictModeError, match="no_tactic"):
+            nt.rmsnorm(torch.randn(3, 2048).bfloat16(), w, 1e-6)
+    finally:
+        nt.set_tactics(None)
+    assert nt.tactics() == {} and nt.kernel_for(key, 1, "cuda:0") is cat.small
+    assert nt.kernel_for(key, 17, "cuda:0") is cat.large
+    with pytest.raises(ContractError, match="set_tactics: chosen must be a dict"):
+        nt.set_tactics([key])  # type: ignore[arg-type]
+    with pytest.raises(ContractError, match=r"is not a netra\.torch op"):
+        nt.set_tactics({"moe_align(experts=8)": "x"})
+    with pytest.raises(ContractError, match=r"chosen\['rmsnorm"):
+        nt.set_tactics({key: ""})
+    assert nt.tactics() == {}  # a refused mapping changes nothing
 
 
 def test_set_policy() -> None:

@@ -42,8 +42,10 @@ from netra.torch.dispatch import (
     set_batch_invariant,
     set_policy,
     set_strict,
+    set_tactics,
     stats,
     strict,
+    tactics,
 )
 from netra.torch.ops import (
     fp8_group_quant,
@@ -81,7 +83,9 @@ __all__ = [
     "set_batch_invariant",
     "set_policy",
     "set_strict",
+    "set_tactics",
     "silu_mul_fp8_quant",
     "stats",
     "strict",
+    "tactics",
 ]

@@ -45,6 +45,7 @@ from netra.torch.routes import (
     BATCH_INVARIANT,
     MUTEX,
     POLICY,
+    TACTICS,
     Plan,
     Route,
     batch_invariant,
@@ -57,6 +58,7 @@ from netra.torch.routes import (
     set_strict,
     stats,
     strict,
+    tactics,
 )
 
 __all__ = [  # the public functions of netra.torch that live in netra.torch.routes are named from here too
@@ -70,8 +72,10 @@ __all__ = [  # the public functions of netra.torch that live in netra.torch.rout
     "set_batch_invariant",
     "set_policy",
     "set_strict",
+    "set_tactics",
     "stats",
     "strict",
+    "tactics",
 ]
 
 BF16 = torch.bfloat16
@@ -84,8 +88,8 @@ _LOADER = "cuda"  # the loader of the classes netra.torch serves: torch.cuda's d
 _classes: dict[int, str] = {}
 _drivers: dict[str, str | None] = {}  # GPU class -> why this host's driver cannot load its code, or None
 _kernels: dict[
-    tuple[int, str, str, bool], Any
-] = {}  # (device, contract, policy, invariant) -> Served | Route
+    tuple[int, str, str, bool, str | None], Any
+] = {}  # (device, contract, policy, invariant, set tactic) -> Served | Route
 
 
 def set_policy(policy: str) -> str:
@@ -116,6 +120,35 @@ def set_batch_invariant(on: bool = True) -> bool:
     with MUTEX:
         prev = BATCH_INVARIANT[0]
         BATCH_INVARIANT[0] = on
+        _forget_plans()
+    return prev
+
+
+def set_tactics(chosen: dict[str, str] | None = None) -> dict[str, str]:
+    """Serve each contract named in `chosen` by exactly that tactic of its certified table, whatever the
+    policy and the row-count dispatch (a candidate certify accepted or marked `experiment`; never a
+    rejected one): how a kernel author or a benchmark runs one tactic through the operator path. A
+    tactic the table does not serve for the contract is that contract's fallback, naming it (strict mode
+    refuses the call). None or {} serves every contract by policy again. Replaces the whole mapping;
+    returns the previous one; plans are rebuilt."""
+    from netra.runtime import arguments, as_contract
+
+    if chosen is not None and not isinstance(chosen, dict):
+        raise arguments.wrong_type("set_tactics", "chosen", chosen, "a dict of contract -> tactic, or None")
+    new: dict[str, str] = {}
+    for text, tactic in (chosen or {}).items():
+        c = as_contract(text, call="set_tactics")
+        if c.op not in NAMES:
+            raise ContractError(
+                f"set_tactics: {text!r} is not a netra.torch op", f"one of {', '.join(NAMES)}"
+            )
+        if type(tactic) is not str or not tactic:
+            raise arguments.wrong_type("set_tactics", f"chosen[{text!r}]", tactic, "a tactic name")
+        new[c.key] = tactic
+    with MUTEX:
+        prev = dict(TACTICS)
+        TACTICS.clear()
+        TACTICS.update(new)
         _forget_plans()
     return prev
 
@@ -240,19 +273,21 @@ class Served:
 def kernels(index: int, key: str, op: str) -> Served | Route:
     """The certified kernels of `key` on cuda:`index`, or the Route saying why there are none. Made
     once per (device, contract, policy)."""
-    pol, invariant = POLICY[0], BATCH_INVARIANT[0]
-    memo = (index, key, pol, invariant)
+    pol, invariant, tactic = POLICY[0], BATCH_INVARIANT[0], TACTICS.get(key)
+    memo = (index, key, pol, invariant, tactic)
     hit = _kernels.get(memo)
     if hit is not None:
         return hit
     with MUTEX:
         hit = _kernels.get(memo)
         if hit is None:
-            hit = _kernels[memo] = _make_kernels(index, key, op, pol, invariant)
+            hit = _kernels[memo] = _make_kernels(index, key, op, pol, invariant, tactic)
     return hit
 
 
-def _make_kernels(index: int, key: str, op: str, pol: str, invariant: bool) -> Served | Route:
+def _make_kernels(
+    index: int, key: str, op: str, pol: str, invariant: bool, tactic: str | None
+) -> Served | Route:
     from netra.runtime import open_catalog
     from netra.runtime.catalog import Fallback
 
@@ -264,10 +299,16 @@ def _make_kernels(index: int, key: str, op: str, pol: str, invariant: bool) -> S
         cat = open_catalog(cls)
     except UncertifiedGPUClassError as e:
         return route(key, "no_table", f"no certified table for {cls} (cuda:{index}): {e.message}")
-    served = cat.served(key, pol)
+    if tactic is not None:  # set_tactics: this one candidate, whatever the policy and the dispatch
+        one = cat.select(key, "experiment", tactic=tactic)
+        if isinstance(one, Fallback):
+            return route(key, one.code, f"set_tactics {tactic}: {one.reason}")
+        served: Any = ((None, one),)
+    else:
+        served = cat.served(key, pol)
     if not isinstance(served, tuple):  # the Fallback saying why nothing is served
         return route(key, served.code, served.reason)
-    if invariant:  # one tactic for every row count: the first ranked that meets the policy
+    if invariant and tactic is None:  # one tactic for every row count: the first ranked that meets the policy
         first = cat.select(key, pol)
         if isinstance(first, Fallback):
             return route(key, first.code, first.reason)

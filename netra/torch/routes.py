@@ -24,6 +24,8 @@ MUTEX = threading.RLock()  # guards every table of routes, plans and kernels in 
 POLICY = ["accepted"]  # the serving policy (set_policy in netra.torch.dispatch rebuilds the plans)
 # One tactic per contract for every row count (set_batch_invariant in netra.torch.dispatch rebuilds the plans)
 BATCH_INVARIANT = [False]
+# Contracts served by exactly one named tactic of their table (set_tactics in netra.torch.dispatch)
+TACTICS: dict[str, str] = {}
 _strict = [False]
 
 
@@ -170,3 +172,8 @@ def policy() -> str:
 def batch_invariant() -> bool:
     """Whether every contract is served by one tactic whatever the row count (set_batch_invariant)."""
     return BATCH_INVARIANT[0]
+
+
+def tactics() -> dict[str, str]:
+    """The contracts served by one named tactic (set_tactics): contract -> tactic, a copy."""
+    return dict(TACTICS)
