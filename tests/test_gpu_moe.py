@@ -176,24 +176,27 @@ def test_the_chain_through_the_operator(contract: str, sm90: Any) -> None:
 
 
 @pytest.mark.parametrize("contract", CHOSEN)
-def test_every_tactic_through_the_operator_gives_the_served_bits(contract: str, sm90: Any) -> None:
-    """nt.set_tactics pins one stage's tactic (the other stage as served): for every tactic of the table
-    that is not rejected, nt.fp8_moe serves it in strict mode, kernel_for names it, and the output is the
-    served chain's bit for bit (every tactic makes the same products in the same order), at 64 tokens
-    routed uniformly and at 16 tokens all on the same 8 experts."""
+def test_every_tactic_through_the_operator_gives_the_bits_of_its_warp_split(contract: str, sm90: Any) -> None:
+    """nt.set_tactics pins one stage's tactic (the other stage as ranked): every tactic of the table that is
+    not rejected is served in strict mode, kernel_for names it, its output is within the chain test's bound
+    of the composite, and it equals bit for bit the first tactic with the same warps per CTA (the warps split
+    k, and their partial sums are added in warp order, so the warp count decides the fp32 order; K_SLICE,
+    RESIDENT_CHUNKS, PREFETCH and STAGES do not: the H200 on 2026-12-05 showed 8- and 4-warp gate/up tactics
+    differing in a few codes, and every 4-warp one equal), at 64 tokens routed uniformly and at 16 tokens
+    all on the same 8 experts."""
     import netra.torch as nt
     from netra.core.ops import contract_key
 
     params = CONTRACTS[contract]
     cat, _ = sm90
     calls = (_inputs(params, 64, seed=3), _inputs(params, 16, seed=4, same8=True))
+    refs = [_composite(a).double() for a in calls]
     prev = nt.set_policy("experiment")  # the chain as the table ranks it, certified or not yet
     try:
-        with nt.strict():
-            want = [nt.fp8_moe(*a) for a in calls]
         tried = 0
         for stage in STAGES:
             key = contract_key(stage, params)
+            first: dict[int, list[torch.Tensor]] = {}  # warps per CTA -> the first such tactic's outputs
             for c in cat.table.entries[key].candidates:
                 if c.maturity == "rejected":
                     continue
@@ -201,12 +204,16 @@ def test_every_tactic_through_the_operator_gives_the_served_bits(contract: str, 
                 try:
                     assert nt.kernel_for(key, 64).tactic == c.tactic
                     with nt.strict():
-                        for a, w in zip(calls, want, strict=True):
-                            got = nt.fp8_moe(*a)
-                            assert torch.equal(got.view(torch.int16), w.view(torch.int16)), (key, c.tactic)
-                    tried += 1
+                        got = [nt.fp8_moe(*a) for a in calls]
                 finally:
                     nt.set_tactics(None)
+                for y, ref in zip(got, refs, strict=True):
+                    err = (y.double() - ref).abs().max(1).values / ref.abs().max(1).values
+                    assert float(err.max()) < 2e-2, (key, c.tactic, float(err.max()))
+                same = first.setdefault(c.launch.block[0], got)
+                for y, w in zip(got, same, strict=True):
+                    assert torch.equal(y.view(torch.int16), w.view(torch.int16)), (key, c.tactic)
+                tried += 1
         assert tried >= 4, tried
     finally:
         nt.set_policy(prev)
