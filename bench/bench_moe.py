@@ -573,7 +573,7 @@ def netra_served(torch: Any, nt: Any, args: tuple[Any, ...], policies: list[str]
     return {"served": False, "policies_tried": tried, "fallback_reasons": reasons, "why": why or "unknown"}
 
 
-def pinned(nt: Any, p: dict[str, int], chain: str) -> dict[str, str]:
+def pinned(p: dict[str, int], chain: str) -> dict[str, str]:
     """nt.set_tactics's mapping for a --chains entry: each stage's contract -> its tactic."""
     from netra.core.ops import CHAINS, contract_key
 
@@ -586,9 +586,9 @@ def smoke_chains(nt: Any, p: dict[str, int], chains: list[str]) -> dict[str, dic
     """--cpu-smoke: each chain's mapping is one nt.set_tactics accepts (restored after); nothing timed."""
     out = {}
     for chain in chains:
-        prev = nt.set_tactics(pinned(nt, p, chain))
-        nt.set_tactics(prev)
-        out[chain] = entry("skipped", "cpu smoke: no device to time on", tactics=pinned(nt, p, chain))
+        mapping = pinned(p, chain)
+        nt.set_tactics(nt.set_tactics(mapping))  # accepted (a malformed one raises), then restored
+        out[chain] = entry("skipped", "cpu smoke: no device to time on", tactics=mapping)
     return out
 
 
@@ -600,7 +600,7 @@ def time_chains(torch: Any, nt: Any, p: dict[str, int], row: Row, chains: list[s
     recorded, not required: tactics with other warps per CTA add their warps' partial sums in another order."""
     out: dict[str, dict[str, Any]] = {}
     for chain in chains:
-        prev = nt.set_tactics(pinned(nt, p, chain))
+        prev = nt.set_tactics(pinned(p, chain))
         try:
             with nt.strict():
                 checked = guard(torch, lambda: nt.fp8_moe(*row.args(0)), ref, bound, bitwise=True)

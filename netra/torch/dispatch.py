@@ -124,6 +124,17 @@ def set_batch_invariant(on: bool = True) -> bool:
     return prev
 
 
+def _op_contract(text: Any, call: str, said: str = "") -> Any:
+    """`text` as a Contract of a netra.torch op (as_contract's errors name `call`), else one ContractError
+    line (prefixed `said`)."""
+    from netra.runtime import as_contract
+
+    c = as_contract(text, call=call)
+    if c.op not in NAMES:
+        raise ContractError(f"{said}{text!r} is not a netra.torch op", f"one of {', '.join(NAMES)}")
+    return c
+
+
 def set_tactics(chosen: dict[str, str] | None = None) -> dict[str, str]:
     """Serve each contract named in `chosen` by exactly that tactic of its certified table, whatever the
     policy and the row-count dispatch (a candidate certify accepted or marked `experiment`; never a
@@ -131,17 +142,13 @@ def set_tactics(chosen: dict[str, str] | None = None) -> dict[str, str]:
     tactic the table does not serve for the contract is that contract's fallback, naming it (strict mode
     refuses the call). None or {} serves every contract by policy again. Replaces the whole mapping;
     returns the previous one; plans are rebuilt."""
-    from netra.runtime import arguments, as_contract
+    from netra.runtime import arguments
 
     if chosen is not None and not isinstance(chosen, dict):
         raise arguments.wrong_type("set_tactics", "chosen", chosen, "a dict of contract -> tactic, or None")
     new: dict[str, str] = {}
     for text, tactic in (chosen or {}).items():
-        c = as_contract(text, call="set_tactics")
-        if c.op not in NAMES:
-            raise ContractError(
-                f"set_tactics: {text!r} is not a netra.torch op", f"one of {', '.join(NAMES)}"
-            )
+        c = _op_contract(text, "set_tactics", said="set_tactics: ")
         if type(tactic) is not str or not tactic:
             raise arguments.wrong_type("set_tactics", f"chosen[{text!r}]", tactic, "a tactic name")
         new[c.key] = tactic
@@ -772,12 +779,10 @@ def kernel_for(contract: str, rows: int = 1, device: Any = None) -> Any:
     instead: a torch without CUDA, or with no device visible, is the `device` route, as a call on CPU
     tensors is; a ROCm build of torch the `platform` route; a driver below the class's minimum the
     `driver` route. Arguments of the wrong type or value raise (docs/torch.md)."""
-    from netra.runtime import arguments, as_contract
+    from netra.runtime import arguments
 
     arguments.count(rows, call="kernel_for", arg="rows")
-    c = as_contract(contract, call="kernel_for")
-    if c.op not in NAMES:
-        raise ContractError(f"{contract!r} is not a netra.torch op", f"one of {', '.join(NAMES)}")
+    c = _op_contract(contract, "kernel_for")
     index = _host(device, "kernel_for")
     if isinstance(index, tuple):
         return route(c.key, *index)
@@ -802,10 +807,7 @@ def prepare(device: Any = None, keys: list[str] | None = None) -> dict[str, str]
         raise arguments.wrong_type("prepare", "keys", keys, "a list of contracts or None")
     contracts_ = []
     for text in keys or ():
-        c = as_contract(text)
-        if c.op not in NAMES:
-            raise ContractError(f"{text!r} is not a netra.torch op", f"one of {', '.join(NAMES)}")
-        contracts_.append(c)
+        contracts_.append(_op_contract(text, "as_contract"))
     index = _host(device, "prepare")
     if isinstance(index, tuple):
         said = "fallback {}: {}".format(*index)
