@@ -219,6 +219,89 @@ def test_every_tactic_through_the_operator_gives_the_bits_of_its_warp_split(cont
         nt.set_policy(prev)
 
 
+@pytest.mark.parametrize("contract", CHOSEN)
+def test_every_call_of_the_chain_leaves_its_counters_at_zero(contract: str, sm90: Any) -> None:
+    """The operator keeps one zeroed workspace per stream and never clears it again: both stages promise to
+    leave their counters at zero when they end (gate/up's per expert group, down's per token tile). A counter
+    left non-zero by any call makes a later call skip that token's slot sum, so its row is never written.
+    After every kind of call (uniform, a prefix, ids naming no expert, every token on the same experts, a
+    CUDA graph's replay, each stage's every tactic pinned, the other chosen contracts on the same stream) the
+    counters are read back and must be zero, and the output finite; after the other contracts' calls, the
+    first call's bits again. (One buffer per stream, shared by the contracts, failed the last: the H100 on
+    2026-12-05 gave unwritten rows in a 30B call after a 235B call, whose h32 lay where 30B's counters are.)"""
+    import netra.torch as nt
+    from netra.core.ops import contract_key
+    from netra.torch import moe
+
+    params = CONTRACTS[contract]
+    cat, _ = sm90
+    plans, bases, _total = moe._layout(params)
+
+    def check(step: str, y: torch.Tensor) -> None:
+        torch.cuda.synchronize()
+        assert bool(torch.isfinite(y.float()).all()), f"{step}: rows not written: {_bad_rows(y)}"
+        ws = moe._spaces[(0, torch.cuda.current_stream(0).cuda_stream, contract_key("fp8_moe", params))]
+        for stage, plan, base in zip(STAGES, plans, bases, strict=True):
+            at, n = base + plan.offsets["counts"], plan.sizes["counts"]
+            c = ws[at : at + n].view(torch.int32)
+            left = torch.nonzero(c).flatten()
+            assert left.numel() == 0, (
+                f"{step}: {stage} left {left.numel()} counters non-zero: {left[:8].tolist()}"
+            )
+
+    uniform = _inputs(params, 64, seed=1)
+    same8 = _inputs(params, 64, seed=2, same8=True)
+    prev = nt.set_policy("experiment")
+    try:
+        with nt.strict():
+            first = nt.fp8_moe(*uniform)
+            check("64 tokens, uniform", first)
+            for m in (1, 7, 16):
+                check(f"{m} tokens, uniform", nt.fp8_moe(*_prefix(uniform, m)))
+                check(f"{m} tokens, the same 8 experts", nt.fp8_moe(*_prefix(same8, m)))
+            check("64 tokens, the same 8 experts", nt.fp8_moe(*same8))
+            ids = uniform[2].clone()
+            ids[0, :] = -1
+            ids[1, 1:] = -1
+            check("ids naming no expert", nt.fp8_moe(uniform[0], uniform[1], ids, *uniform[3:]))
+            out = torch.empty(64, params["hidden"], dtype=torch.bfloat16, device="cuda")
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                nt.fp8_moe(*same8, out=out)
+            graph.replay()
+            check("a CUDA graph's replay", nt.fp8_moe(*same8))
+        for stage in STAGES:
+            key = contract_key(stage, params)
+            for c in cat.table.entries[key].candidates:
+                if c.maturity == "rejected":
+                    continue
+                nt.set_tactics({key: c.tactic})
+                try:
+                    with nt.strict():
+                        check(f"{c.tactic} pinned, uniform", nt.fp8_moe(*uniform))
+                        check(f"{c.tactic} pinned, the same 8 experts", nt.fp8_moe(*_prefix(same8, 16)))
+                finally:
+                    nt.set_tactics(None)
+        for other in CHOSEN:
+            if other != contract:
+                with nt.strict():
+                    nt.fp8_moe(*_inputs(CONTRACTS[other], 64, seed=5))
+                    again = nt.fp8_moe(*uniform)
+                check(f"after {other} on the same stream", again)
+                assert torch.equal(again.view(torch.int16), first.view(torch.int16)), f"after {other}"
+    finally:
+        nt.set_policy(prev)
+
+
+def _prefix(args: tuple[torch.Tensor, ...], m: int) -> tuple[torch.Tensor, ...]:
+    """The first m tokens of a call (the per-token operands cut, the weights kept)."""
+    return tuple(t[:m] if i < 4 else t for i, t in enumerate(args))
+
+
+def _bad_rows(y: torch.Tensor) -> list[int]:
+    return torch.nonzero(~torch.isfinite(y.float()).all(1)).flatten()[:16].tolist()
+
+
 def _composite(args: tuple[torch.Tensor, ...]) -> torch.Tensor:
     from netra.torch import composite
 

@@ -13,8 +13,10 @@ the reason (the kernels read int32).
 The certified path, per (device, contract, policy), is served only where both stages are (else the
 stage's fallback, named). Per call: the link tensors (h's FP8 codes and scales) are allocated, and each
 stage is launched on torch's current stream with its workspace carved from one buffer per (device,
-stream) that was zeroed when it was made: the stages' counters reset themselves, so no call clears
-anything. Past the chain's max tokens (64), the composite runs, with the reason. The second stage is
+stream, contract) that was zeroed when it was made: the stages' counters reset themselves, so no call clears
+anything. Per contract, because the layout is the contract's: another contract's h32 or y32 lies where this
+one's counters are (one buffer per stream gave the H100 on 2026-12-05 unwritten rows in a Qwen3-30B-A3B
+call after a Qwen3-235B-A22B call on the same stream). Past the chain's max tokens (64), the composite runs, with the reason. The second stage is
 launched with programmatic dependent launch (the chain record's overlaps_previous, netra.torch.dispatch's
 OVERLAPS): it may start while gate/up runs, loads its first weights, and waits in griddepcontrol.wait for
 gate/up's writes (docs/ops/fp8_moe.md).
@@ -44,7 +46,7 @@ FP8 = torch.float8_e4m3fn
 TORCH_DTYPES = contracts.TORCH_DTYPES
 ALIGN = 16
 _plans: dict[Any, Plan] = {}
-_spaces: dict[tuple[int, int], torch.Tensor] = {}
+_spaces: dict[tuple[int, int, str], torch.Tensor] = {}
 _spaces_lock = threading.Lock()
 
 
@@ -130,14 +132,16 @@ def _plan(s: Shape, given: dict[str, torch.Tensor]) -> Plan:
     return new_plan(key, 0, _chain(s.params, k), None)
 
 
-def _workspace(index: int, stream: int, nbytes: int) -> torch.Tensor:
-    """The zeroed workspace of (device, stream), made once: the kernels leave their counters at zero."""
-    ws = _spaces.get((index, stream))
-    if ws is None or ws.numel() < nbytes:
+def _workspace(index: int, stream: int, key: str, nbytes: int) -> torch.Tensor:
+    """The zeroed workspace of (device, stream, contract), made once: the kernels leave their counters at
+    zero, where the contract's layout puts them (never shared between contracts: their layouts differ)."""
+    memo = (index, stream, key)
+    ws = _spaces.get(memo)
+    if ws is None:
         with _spaces_lock:
-            ws = _spaces.get((index, stream))
-            if ws is None or ws.numel() < nbytes:
-                ws = _spaces[(index, stream)] = torch.zeros(nbytes, dtype=torch.uint8, device=f"cuda:{index}")
+            ws = _spaces.get(memo)
+            if ws is None:
+                ws = _spaces[memo] = torch.zeros(nbytes, dtype=torch.uint8, device=f"cuda:{index}")
     return ws
 
 
@@ -160,7 +164,7 @@ def prepare(index: int, params: dict[str, int]) -> tuple[str, str]:
     k = _stage_kernels(index, params)
     if isinstance(k, Route):
         return key, f"fallback {k.code}: {k.reason}"
-    _workspace(index, torch.cuda.current_stream(index).cuda_stream, _layout(params)[2])
+    _workspace(index, torch.cuda.current_stream(index).cuda_stream, key, _layout(params)[2])
     return key, " then ".join(
         f"{fam.name} " + ", ".join(kern.tactic for _, kern in served.rules)
         for fam, served in zip(STAGES, k, strict=True)
@@ -170,11 +174,12 @@ def prepare(index: int, params: dict[str, int]) -> tuple[str, str]:
 def _chain(params: dict[str, int], served: tuple[Any, ...]) -> Any:
     """launch(out, given, tokens): the stages in order, each with its workspace carved from one buffer."""
     plans, bases, total = _layout(params)
+    key = contract_key(OP, params)
     link_shapes = {o.name: o for o in STAGES[0].outputs}
 
     def launch(out: torch.Tensor, given: dict[str, torch.Tensor], tokens: int) -> None:
         index = out.get_device()
-        ws = _workspace(index, torch.cuda.current_stream(index).cuda_stream, total)
+        ws = _workspace(index, torch.cuda.current_stream(index).cuda_stream, key, total)
         env = {**params, "tokens": tokens}
         links = {
             n: torch.empty(o.dims(env), dtype=TORCH_DTYPES[o.dtype], device=out.device)
