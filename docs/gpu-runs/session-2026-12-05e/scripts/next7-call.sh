@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# One device call: start the driver once (an H200: next5-driver.sh, certify first; another card:
+# next6-driver.sh, validation and measurement), tree and .gpu/house copied to /tmp/run; then wait up to $1
+# seconds and bring back what has finished, the progress and the live logs' tails.
+R=/tmp/run; t0=$(date +%s)
+if [ ! -d "$R" ]; then
+  mkdir -p "$R/tree" "$R/house" && cp -a . "$R/tree/" && cp .gpu/house/*.whl "$R/house/"
+  d=next6-driver.sh; nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && d=next5-driver.sh
+  echo "driver $d $(nvidia-smi --query-gpu=name --format=csv,noheader)" > "$R/which"
+  setsid nohup bash "$R/tree/.gpu/$d" > "$R/driver.log" 2>&1 < /dev/null &
+fi
+while [ $(( $(date +%s) - t0 )) -lt "${1:-560}" ] && ! grep -q '^done' "$R/progress" 2>/dev/null; do sleep 5; done
+cp "$R"/*.tar.gz "$OUT/" 2>/dev/null; cat "$R/which" "$R/progress"
+for f in "$R"/*/session.log "$R"/bench/*.log; do [ -f "$f" ] && { echo "== $f"; tail -c 1500 "$f"; }; done
