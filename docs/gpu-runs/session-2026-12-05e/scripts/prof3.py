@@ -1,8 +1,9 @@
-# nt.fp8_moe at 64 tokens, Qwen3-30B-A3B: argv[1] "same" (every token on the same 8 experts) or "uniform"
+# nt.fp8_moe at argv[3] tokens (default 64), Qwen3-30B-A3B: argv[1] "same" (every token on the same 8 experts) or "uniform"
 # (distinct random experts per token); argv[2] the chain GATE+DOWN (pinned with nt.set_tactics).
 import sys, torch
 import netra.torch as nt
-E, K, H, I, M = 128, 8, 2048, 768, 64
+E, K, H, I = 128, 8, 2048, 768
+M = int(sys.argv[3]) if len(sys.argv) > 3 else 64
 g = torch.Generator(device="cuda").manual_seed(0)
 def f8(*s): return (torch.randn(*s, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
 w = (f8(E, 2 * I, H), torch.rand(E, 2 * I // 128, H // 128, device="cuda", generator=g) * 1e-3,

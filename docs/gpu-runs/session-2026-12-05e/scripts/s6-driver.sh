@@ -2,7 +2,8 @@
 # Device session of 2026-12-05e, under setsid by .gpu/s6-call.sh, the wheel of branch moe-route-smem
 # (routing from shared memory, byte flags, the tails; STAGES tactics dropped; the workspace per contract).
 # On an H200: 1. certify sm_90 --reuse (every MoE contract, DeepSeek-V3's router); 2. the MoE gpu tests;
-# 3. bench_moe with vLLM. On another card: the gpu tests not yet run on this wheel, then the bench.
+# 3. bench_moe with vLLM; 4. ncu at one token; 5. the other gpu tests (test_gpu_sm90's every-kernel test
+# takes more than 10 minutes on an H100). On another card the same without certify.
 set -u
 R=/tmp/run
 cd "$R/tree"
@@ -20,9 +21,7 @@ timeout 900 tools/gpu-session tests "$R/house" "$R/tests" \
   tests/test_gpu_moe.py::test_the_chain_through_the_operator \
   tests/test_gpu_moe.py::test_every_call_of_the_chain_leaves_its_counters_at_zero \
   tests/test_gpu_moe.py::test_every_tactic_through_the_operator_gives_the_bits_of_its_warp_split \
-  tests/test_gpu_sm90.py tests/test_gpu_torch_ops.py tests/test_gpu_torch_fused.py \
-  tests/test_gpu_integrations_transformers.py tests/test_gpu_grouped_router.py tests/test_cli.py \
-  tests/test_bench_moe.py > "$R/tests/session.log" 2>&1
+  tests/test_gpu_grouped_router.py tests/test_bench_moe.py > "$R/tests/session.log" 2>&1
 step tests "rc=$?"; pack tests
 mkdir -p "$R/bench" "$R/vllm" "$R/house-bench"
 tar -xJf "$R/tree/.gpu/vllm/vs.tar.xz" -C "$R/vllm" && cp "$R"/house/*.whl "$R"/tree/.gpu/vllm/wheels/*.whl "$R/house-bench/"
@@ -34,4 +33,11 @@ for c in Qwen3-30B-A3B Qwen3-235B-A22B; do
   step "bench-$c" "rc=$?"
 done
 pack bench
+mkdir -p "$R/prof"; step prof start
+bash "$R/tree/.gpu/prof4.sh" "$R/prof" > "$R/prof/session.log" 2>&1; step prof "rc=$?"
+rm -f "$R"/prof/*.ncu-rep; pack prof
+mkdir -p "$R/rest"; step rest start
+timeout 1500 tools/gpu-session tests "$R/house" "$R/rest" tests/test_gpu_torch_ops.py tests/test_gpu_torch_fused.py \
+  tests/test_gpu_integrations_transformers.py tests/test_gpu_sm90.py tests/test_cli.py > "$R/rest/session.log" 2>&1
+step rest "rc=$?"; pack rest
 echo done >> "$R/progress"
