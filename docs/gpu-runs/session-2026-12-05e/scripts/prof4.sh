@@ -6,7 +6,7 @@ o=$1; v=/tmp/pv; [ -x $v/bin/python ] || {
   python3 -c 'import site; print("\n".join(site.getsitepackages()))' > "$($v/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/img.pth"
   $v/bin/python -m pip install -q --no-index --no-deps /tmp/run/house/*.whl; }
 cd /tmp
-for c in g4r8+d3 g4l+d3l g4p+d3; do
+for c in g4r8+d3 g4l+d3l g8l+d3; do
   n=m1uniform-${c/+/-}
   timeout 120 ncu --clock-control none --kernel-name regex:netra_fp8_moe --launch-skip 2 --launch-count 2 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \

@@ -28,7 +28,7 @@ tar -xJf "$R/tree/.gpu/vllm/vs.tar.xz" -C "$R/vllm" && cp "$R"/house/*.whl "$R"/
 for c in Qwen3-30B-A3B Qwen3-235B-A22B; do
   step "bench-$c" start
   timeout 420 tools/gpu-session moe-bench "$R/house-bench" "$R/bench/$c" --vllm-src "$R/vllm/VS" \
-    --contracts "$c" --no-compile --policy experiment --chains g4r8+d3 g4l+d3l g4r8+d3l g4l+d3 g4p+d3p g4p+d3 g4r8+d3r8 \
+    --contracts "$c" --no-compile --policy experiment --chains g4r8+d3 g4l+d3l g4r8+d3l g4l+d3 g8l+d3 g8l+d3l g4p+d3 g4r8+d3r8 \
     > "$R/bench/$c.log" 2>&1
   step "bench-$c" "rc=$?"
 done
