@@ -18,8 +18,10 @@ is not in the default run).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -141,8 +143,9 @@ def test_the_chain_through_the_operator(contract: str, sm90: Any) -> None:
             y64 = nt.fp8_moe(*big)
             assert torch.equal(nt.fp8_moe(*big).view(torch.int16), y64.view(torch.int16))  # deterministic
             for m in (1, 7):  # the same first token alone and among others: the same bits
-                small = tuple(t[:m] if t.shape[0] == 64 and t.dim() == 2 else t for t in big)
-                assert torch.equal(nt.fp8_moe(*small)[0].view(torch.int16), y64[0].view(torch.int16))
+                assert torch.equal(
+                    nt.fp8_moe(*_prefix(big, m))[0].view(torch.int16), y64[0].view(torch.int16)
+                )
         composite = _composite(big)  # the contract in fp32 torch ops
         err = (y64.double() - composite.double()).abs().max(1).values / composite.double().abs().max(1).values
         assert float(err.max()) < 2e-2, err  # bf16 rounding, fp32 order and one-step code flips of h
@@ -185,7 +188,6 @@ def test_every_tactic_through_the_operator_gives_the_bits_of_its_warp_split(cont
     differing in a few codes, and every 4-warp one equal), at 64 tokens routed uniformly and at 16 tokens
     all on the same 8 experts."""
     import netra.torch as nt
-    from netra.core.ops import contract_key
 
     params = CONTRACTS[contract]
     cat, _ = sm90
@@ -194,26 +196,19 @@ def test_every_tactic_through_the_operator_gives_the_bits_of_its_warp_split(cont
     prev = nt.set_policy("experiment")  # the chain as the table ranks it, certified or not yet
     try:
         tried = 0
-        for stage in STAGES:
-            key = contract_key(stage, params)
-            first: dict[int, list[torch.Tensor]] = {}  # warps per CTA -> the first such tactic's outputs
-            for c in cat.table.entries[key].candidates:
-                if c.maturity == "rejected":
-                    continue
-                nt.set_tactics({key: c.tactic})
-                try:
-                    assert nt.kernel_for(key, 64).tactic == c.tactic
-                    with nt.strict():
-                        got = [nt.fp8_moe(*a) for a in calls]
-                finally:
-                    nt.set_tactics(None)
-                for y, ref in zip(got, refs, strict=True):
-                    err = (y.double() - ref).abs().max(1).values / ref.abs().max(1).values
-                    assert float(err.max()) < 2e-2, (key, c.tactic, float(err.max()))
-                same = first.setdefault(c.launch.block[0], got)
-                for y, w in zip(got, same, strict=True):
-                    assert torch.equal(y.view(torch.int16), w.view(torch.int16)), (key, c.tactic)
-                tried += 1
+        first: dict[tuple[str, int], list[torch.Tensor]] = {}  # (stage, warps per CTA) -> its first outputs
+        for key, c in _tactics(cat, params):
+            with _pinned(nt, key, c.tactic):
+                assert nt.kernel_for(key, 64).tactic == c.tactic
+                with nt.strict():
+                    got = [nt.fp8_moe(*a) for a in calls]
+            for y, ref in zip(got, refs, strict=True):
+                err = (y.double() - ref).abs().max(1).values / ref.abs().max(1).values
+                assert float(err.max()) < 2e-2, (key, c.tactic, float(err.max()))
+            same = first.setdefault((key, c.launch.block[0]), got)
+            for y, w in zip(got, same, strict=True):
+                assert torch.equal(y.view(torch.int16), w.view(torch.int16)), (key, c.tactic)
+            tried += 1
         assert tried >= 4, tried
     finally:
         nt.set_policy(prev)
@@ -240,7 +235,7 @@ def test_every_call_of_the_chain_leaves_its_counters_at_zero(contract: str, sm90
     def check(step: str, y: torch.Tensor) -> None:
         torch.cuda.synchronize()
         assert bool(torch.isfinite(y.float()).all()), f"{step}: rows not written: {_bad_rows(y)}"
-        ws = moe._spaces[(0, torch.cuda.current_stream(0).cuda_stream, contract_key("fp8_moe", params))]
+        ws = moe._spaces[(0, torch.cuda.current_stream(0).cuda_stream, contract_key(moe.OP, params))]
         for stage, plan, base in zip(STAGES, plans, bases, strict=True):
             at, n = base + plan.offsets["counts"], plan.sizes["counts"]
             c = ws[at : at + n].view(torch.int32)
@@ -270,18 +265,10 @@ def test_every_call_of_the_chain_leaves_its_counters_at_zero(contract: str, sm90
                 nt.fp8_moe(*same8, out=out)
             graph.replay()
             check("a CUDA graph's replay", nt.fp8_moe(*same8))
-        for stage in STAGES:
-            key = contract_key(stage, params)
-            for c in cat.table.entries[key].candidates:
-                if c.maturity == "rejected":
-                    continue
-                nt.set_tactics({key: c.tactic})
-                try:
-                    with nt.strict():
-                        check(f"{c.tactic} pinned, uniform", nt.fp8_moe(*uniform))
-                        check(f"{c.tactic} pinned, the same 8 experts", nt.fp8_moe(*_prefix(same8, 16)))
-                finally:
-                    nt.set_tactics(None)
+        for key, c in _tactics(cat, params):
+            with _pinned(nt, key, c.tactic), nt.strict():
+                check(f"{c.tactic} pinned, uniform", nt.fp8_moe(*uniform))
+                check(f"{c.tactic} pinned, the same 8 experts", nt.fp8_moe(*_prefix(same8, 16)))
         for other in CHOSEN:
             if other != contract:
                 with nt.strict():
@@ -291,6 +278,24 @@ def test_every_call_of_the_chain_leaves_its_counters_at_zero(contract: str, sm90
                 assert torch.equal(again.view(torch.int16), first.view(torch.int16)), f"after {other}"
     finally:
         nt.set_policy(prev)
+
+
+def _tactics(cat: Any, params: dict[str, int]) -> list[tuple[str, Any]]:
+    """Each stage's contract and every candidate of its table that is not rejected, stage by stage."""
+    from netra.core.ops import contract_key
+
+    keys = [contract_key(stage, params) for stage in STAGES]
+    return [(k, c) for k in keys for c in cat.table.entries[k].candidates if c.maturity != "rejected"]
+
+
+@contextlib.contextmanager
+def _pinned(nt: Any, key: str, tactic: str) -> Iterator[None]:
+    """`key` served by `tactic` (nt.set_tactics) inside the block, the table's dispatch again after it."""
+    nt.set_tactics({key: tactic})
+    try:
+        yield
+    finally:
+        nt.set_tactics(None)
 
 
 def _prefix(args: tuple[torch.Tensor, ...], m: int) -> tuple[torch.Tensor, ...]:

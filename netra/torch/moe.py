@@ -13,13 +13,13 @@ the reason (the kernels read int32).
 The certified path, per (device, contract, policy), is served only where both stages are (else the
 stage's fallback, named). Per call: the link tensors (h's FP8 codes and scales) are allocated, and each
 stage is launched on torch's current stream with its workspace carved from one buffer per (device,
-stream, contract) that was zeroed when it was made: the stages' counters reset themselves, so no call clears
-anything. Per contract, because the layout is the contract's: another contract's h32 or y32 lies where this
-one's counters are (one buffer per stream gave the H100 on 2026-12-05 unwritten rows in a Qwen3-30B-A3B
-call after a Qwen3-235B-A22B call on the same stream). Past the chain's max tokens (64), the composite runs, with the reason. The second stage is
-launched with programmatic dependent launch (the chain record's overlaps_previous, netra.torch.dispatch's
-OVERLAPS): it may start while gate/up runs, loads its first weights, and waits in griddepcontrol.wait for
-gate/up's writes (docs/ops/fp8_moe.md).
+stream, contract) that was zeroed when it was made: the stages' counters reset themselves, so no call
+clears anything. Per contract, because the layout is the contract's: another contract's h32 or y32 lies
+where this one's counters are (one buffer per stream gave the H100 on 2026-12-05 unwritten rows in a
+Qwen3-30B-A3B call after a Qwen3-235B-A22B call on the same stream). Past the chain's max tokens (64), the
+composite runs, with the reason. The second stage is launched with programmatic dependent launch (the
+chain record's overlaps_previous, netra.torch.dispatch's OVERLAPS): it may start while gate/up runs, loads
+its first weights, and waits in griddepcontrol.wait for gate/up's writes (docs/ops/fp8_moe.md).
 
 The composite is the contract's semantics in fp32 torch ops, one token at a time over its gathered experts
 (no host synchronisation, so it captures in CUDA graphs): correct anywhere, slow (it dequantizes each routed
