@@ -22,9 +22,13 @@ CONTRACTS = ((2048, 768), (4096, 1536), (7168, 2048))
 NOT_BUILT = "—"
 
 
-def loads(sub_slices: int, resident: int, pairs: int) -> int:
-    """How often the grid row of an expert with `pairs` pairs loads each byte of its weights."""
-    return 1 if sub_slices == 1 else math.ceil(math.ceil(pairs / 8) / resident)
+def loads(sub_slices: int, resident: int, pairs: int, chunk: int = 0) -> int:
+    """How often the grid row of an expert with `pairs` pairs loads each byte of its weights: once where one
+    sub-slice stays in registers; else once per round of `resident` chunks of 8 pairs, or per chunk of
+    `chunk` pairs (WGMMA)."""
+    if sub_slices == 1:
+        return 1
+    return math.ceil(pairs / chunk) if chunk else math.ceil(math.ceil(pairs / 8) / resident)
 
 
 def rows_of_the_page() -> dict[tuple[str, str], list[str]]:
@@ -46,13 +50,15 @@ def derived_rows() -> dict[tuple[str, str], list[str]]:
     for t in {a.tactic.name: a.tactic for a in moe}.values():
         stage, k_name = STAGES[t.op]
         warps, k_slice, resident = t.block // 32, t.constants["K_SLICE"], t.constants["RESIDENT_CHUNKS"]
-        prefetch, stages = t.constants["PREFETCH"], t.constants["STAGES"]
+        prefetch, stages, chunk = t.constants["PREFETCH"], t.constants["STAGES"], t.constants["WGMMA"]
         subs: list[int | None] = []
         for h, i in CONTRACTS:
-            kw = (h if k_name == "hidden" else i) // warps  # a warp's k range
+            parts = warps // 2 if chunk else warps  # a WGMMA tactic's k is split per warp pair
+            kw = (h if k_name == "hidden" else i) // parts  # a warp's k range (a part)
             subs.append(kw // min(kw, k_slice) if (t.name, h, i) in built else None)
         per_contract = [
-            NOT_BUILT if s is None else ", ".join(str(loads(s, resident, n)) for n in PAIRS) for s in subs
+            NOT_BUILT if s is None else ", ".join(str(loads(s, resident, n, chunk)) for n in PAIRS)
+            for s in subs
         ]
         out[(stage, t.name)] = [
             str(warps),
@@ -60,6 +66,7 @@ def derived_rows() -> dict[tuple[str, str], list[str]]:
             str(resident),
             str(prefetch),
             str(stages),
+            str(chunk),
             " / ".join(NOT_BUILT if s is None else str(s) for s in subs),
             *per_contract,
         ]
@@ -68,9 +75,9 @@ def derived_rows() -> dict[tuple[str, str], list[str]]:
 
 def test_the_pages_load_table_is_every_sm90_moe_tactic_as_built() -> None:
     want = derived_rows()
-    assert (
-        len(want) == 16
-    )  # g8s, g8, g16, g8sr4, g4r8, g4p, g4a2, g2a4 / d3, d6, d3r4, d3r8, d3p, d3a2, d2a3, d2
+    # g8s, g8, g16, g8sr4, g4r8, g4p, g4a2, g2a4, g8w8, g8w32, g8w64 / d3, d6, d3r4, d3r8, d3p, d3a2, d2a3,
+    # d2, d4w8, d4w64, d4w8q, d4w64q
+    assert len(want) == 23
     assert rows_of_the_page() == want
 
 
@@ -78,4 +85,5 @@ def test_a_tactic_reading_every_chunk_is_seen_by_the_rule() -> None:
     """The rule is not vacuous: g8s (two sub-slices at hidden 2048, one chunk resident) loads an expert
     with 64 pairs 8 times; g4r8 (8 resident) once; one sub-slice once whatever the pairs."""
     assert loads(2, 1, 64) == 8 and loads(4, 8, 64) == 1 and loads(1, 1, 64) == 1 and loads(2, 4, 33) == 2
-    assert derived_rows()[("gate_up", "g8s")][6] == "1, 2, 4, 8"
+    assert loads(2, 1, 64, 32) == 2 and loads(1, 1, 64, 8) == 1  # WGMMA: per chunk unless kept
+    assert derived_rows()[("gate_up", "g8s")][7] == "1, 2, 4, 8"

@@ -2,8 +2,8 @@
 CPU with real numpy: the float64 reference against a straightforward float64 computation written here (its
 own FP8 decoding, loops over pairs, no shared helper), the judges against a numpy emulation of the kernel's
 fp32 path (docs/ops/fp8_moe.md: mma steps truncated toward zero, blocks added in another order than the
-kernel's, fp32 silu * up and quantization, an fp32 fma per slot in slot order), and every wrong output the
-judges must refuse."""
+kernel's, fp32 silu * up and quantization, an fp32 fma per slot in slot order; the WGMMA tactics' partial
+sums kept to 14 significant bits instead), and every wrong output the judges must refuse."""
 
 from __future__ import annotations
 
@@ -84,16 +84,25 @@ def _toward_zero(v: np.ndarray) -> np.ndarray:
     return np.where(over, np.nextafter(r, np.float32(0)), r)
 
 
-def fp32_dot(w: np.ndarray, ws: np.ndarray, x: np.ndarray, xs: np.ndarray) -> np.ndarray:
+def _truncate(v: np.ndarray, bits: int) -> np.ndarray:
+    """v (float64) toward zero to `bits` significant bits, as fp32 (an FP22 partial is an fp32 number)."""
+    if bits == 24:
+        return _toward_zero(v)
+    m, e = np.frexp(v)
+    return np.ldexp(np.trunc(m * 2.0**bits) / 2.0**bits, e).astype(np.float32)
+
+
+def fp32_dot(w: np.ndarray, ws: np.ndarray, x: np.ndarray, xs: np.ndarray, bits: int = 24) -> np.ndarray:
     """rows of w (codes [R, K], scales [R/128, K/128]) against one x (codes [K], scales [K/128]): per block
-    four mma steps of 32, each truncated to fp32; scale product and scaled block in fp32; the blocks added
-    last to first (the prototype adds them first to last)."""
+    four mma steps of 32, each truncated to `bits` significant bits (fp32's 24, or the 14 of wgmma e4m3's
+    partials); scale product and scaled block in fp32; the blocks added last to first (the prototype adds
+    them first to last)."""
     r, kl = w.shape
     nb = kl // 128
     prod = (decode(w).astype(np.float32) * decode(x).astype(np.float32)).reshape(r, nb, 4, 32)
     part = np.zeros((r, nb), dtype=np.float32)
     for st in range(4):
-        part = _toward_zero(part.astype(np.float64) + prod[:, :, st].astype(np.float64).sum(-1))
+        part = _truncate(part.astype(np.float64) + prod[:, :, st].astype(np.float64).sum(-1), bits)
     scale = np.repeat(ws, 128, axis=0).astype(np.float32) * xs.astype(np.float32)[None, :]
     scaled = part * scale
     acc = np.zeros(r, dtype=np.float32)
@@ -103,16 +112,17 @@ def fp32_dot(w: np.ndarray, ws: np.ndarray, x: np.ndarray, xs: np.ndarray) -> np
 
 
 def kernel_gate_up(
-    p: dict[str, int], case: cf.Case, expert: dict[int, int] | None = None
+    p: dict[str, int], case: cf.Case, expert: dict[int, int] | None = None, bits: int = 24
 ) -> dict[str, np.ndarray]:
-    """hq, hs as an fp32 kernel computes them; expert: pair -> expert read instead of the routed one."""
+    """hq, hs as an fp32 kernel computes them (bits: its tensor core's partials); expert: pair -> expert
+    read instead of the routed one."""
     k, n_i = p["topk"], p["inter"]
     x = case.inputs
     h = np.zeros((case.rows * k, n_i), dtype=np.float32)
     for pr in range(case.rows * k):
         t = pr // k
         e = (expert or {}).get(pr, int(x["ids"][t, pr % k]))
-        gu = fp32_dot(x["w13"][e], x["w13s"][e], x["xq"][t], x["xs"][t])
+        gu = fp32_dot(x["w13"][e], x["w13s"][e], x["xq"][t], x["xs"][t], bits)
         g, u = gu[:n_i], gu[n_i:]
         with np.errstate(over="ignore", invalid="ignore"):
             h[pr] = g / (np.float32(1) + np.exp(-g)) * u
@@ -125,7 +135,11 @@ def kernel_gate_up(
 
 
 def kernel_down(
-    p: dict[str, int], case: cf.Case, order: list[int] | None = None, expert: dict[int, int] | None = None
+    p: dict[str, int],
+    case: cf.Case,
+    order: list[int] | None = None,
+    expert: dict[int, int] | None = None,
+    bits: int = 24,
 ) -> dict[str, np.ndarray]:
     """out as an fp32 kernel computes it: y per pair in fp32, then an fma per slot (long double: exact
     here), in `order` (slot order unless told)."""
@@ -136,7 +150,7 @@ def kernel_down(
         ys = []
         for s in range(k):
             e = (expert or {}).get(t * k + s, int(x["ids"][t, s]))
-            ys.append(fp32_dot(x["w2"][e], x["w2s"][e], x["hq"][t * k + s], x["hs"][t * k + s]))
+            ys.append(fp32_dot(x["w2"][e], x["w2s"][e], x["hq"][t * k + s], x["hs"][t * k + s], bits))
         acc = np.zeros(p["hidden"], dtype=np.float32)
         for s in order or range(k):
             ld = np.longdouble(x["weights"][t, s]) * ys[s].astype(np.longdouble) + acc.astype(np.longdouble)
@@ -415,6 +429,32 @@ def test_the_accumulation_constant_counts_the_roundings() -> None:
     # 4 mma steps at 2^-23, the scale product and the scaled block at 2^-24, blocks - 1 additions at
     # 2^-24, one 2^-24 more for second-order terms; plus the float64 reference's own k * 2^-52
     assert moe.accumulation(16, 2048) == (4 + 0.5 + 0.5 + 7.5 + 0.5) * 2.0**-23 + 2048 * 2.0**-52
+    # wgmma e4m3's partials: each of the 4 steps at 2^-13 instead
+    assert (
+        moe.accumulation(16, 2048, 14) == 4 * 2.0**-13 + (0.5 + 0.5 + 7.5 + 0.5) * 2.0**-23 + 2048 * 2.0**-52
+    )
+    with pytest.raises(ValueError, match="accumulator_bits 16"):
+        moe.accumulation(16, 2048, 16)
+
+
+def test_a_wgmma_candidate_is_judged_by_its_accumulation_and_only_by_it(
+    small: dict[str, list[cf.Case]],
+) -> None:
+    """The 14-bit partials of wgmma e4m3 (every step truncated) pass the judges of that accumulation, and
+    are refused by the fp32 ones in some case: the two models differ, and the candidate's says which
+    holds. A family without bounds for an accumulation refuses it by name."""
+    refused = 0
+    for op, kernel in ((UP, kernel_gate_up), (DOWN, kernel_down)):
+        for case in small[op]:
+            e = cf.expected(op, SMALL, case)
+            got = kernel(SMALL, case, bits=14)
+            v = cf.judge(op, SMALL, case, got, e, accumulator_bits=14)
+            assert v.passed, (op, case.name, v.reason)
+            assert v.max_rel_deviation <= v.tolerance
+            refused += not cf.judge(op, SMALL, case, got, e).passed
+    assert refused > 0
+    with pytest.raises(ValueError, match="no bounds for accumulator_bits 16"):
+        cf.for_accumulator(UP, cf.expected(UP, SMALL, small[UP][0]), 16)
 
 
 def test_fma32_is_the_correctly_rounded_fp32_fma() -> None:

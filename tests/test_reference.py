@@ -502,3 +502,18 @@ def test_grouped_router_rejects_bad_input() -> None:
             ref.moe_grouped_topk_sigmoid(*args, 2.5)
     with pytest.raises(ValueError):
         ref.moe_grouped_topk_sigmoid(np.full((1, 256), np.inf, np.float32), b, 8, 8, 4, 2.5)
+
+
+def test_fp8_rounds_within_is_the_encoders_codes_for_the_window() -> None:
+    """A code qualifies where some quotient within the window rounds to it: half the gap to its neighbour
+    on the value's side (1.0's neighbours: 0.9375 below, 1.125 above), two steps where the window reaches,
+    saturation past 448, never a NaN code."""
+    one, neg_one, top, nan = 0x38, 0xB8, 0x7E, 0x7F
+    assert ref.fp8_e4m3_decode(np.array([one, neg_one, top], dtype=np.uint8)).tolist() == [1.0, -1.0, 448.0]
+    got = ref.fp8_rounds_within(
+        np.array([one, one, one, one, one, neg_one, neg_one, top, nan], dtype=np.uint8),
+        np.array([1.06, 1.07, 1.07, 0.97, 1.25, -1.06, -1.07, 1000.0, 1.0]),
+        np.array([0.0, 0.0, 0.01, 0.0, 0.19, 0.0, 0.0, 0.0, 10.0]),
+    )
+    assert got.tolist() == [True, False, True, True, True, True, False, True, False]
+    assert not ref.fp8_rounds_within(np.array([one], dtype=np.uint8), np.array([0.96]), np.array([0.0]))[0]

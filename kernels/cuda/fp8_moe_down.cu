@@ -14,10 +14,13 @@
 //
 // Kernel arguments (in order, 76 bytes): out bf16*, hq u8*, hs f32*, ids i32*, weights f32*, w2 u8*,
 // w2s f32*, y32 f32*, counts u32*, tokens u32. Contract constants: EXPERTS, TOPK, HIDDEN, INTER.
-// Tactic constants: MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES (as fp8_moe_gate_up.cu;
+// Tactic constants: MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA (as fp8_moe_gate_up.cu;
 // with PREFETCH 1 the first sub-slice is requested before the wait, the next before each is multiplied;
 // with STAGES = S the weights of the first S sub-slices are requested before the wait, their hq and hs
-// after it, each later sub-slice S ahead into the ring of shared-memory slots). Grid:
+// after it, each later sub-slice S ahead into the ring of shared-memory slots; with WGMMA = NT chunks of NT
+// pairs by the warpgroup tensor cores, fp8_moe_gate_up.cu's block-diagonal product: warp wi holds rows
+// n0 + 16 (wi & 1) .. + 15 of its warpgroup's part wi / 2 of INTER, its first sub-slice requested before
+// the wait, the chunk's hq rows staged after it). Grid:
 // (HIDDEN/32, min(EXPERTS, tokens*TOPK)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split INTER).
 //
 // Mapping: CTA (x, y) computes output columns 32x .. 32x+31 of the y-th hit expert for all its n
@@ -31,7 +34,8 @@
 // dependent launch they stream while the gate/up stage finishes; hq and hs are read after it.
 //
 // Numerics (u = 2^-24): the dot products as fp8_moe_gate_up.cu (products exact, tensor-core sums per
-// 32, RN(w_scale * h_scale) per 128-block, one fma per block, blocks in k order, warps in order); the
+// 32, RN(w_scale * h_scale) per 128-block, one fma per block, blocks in k order, warps in order; with
+// WGMMA, partials of 14 significant bits and the parts added in order); the
 // slot sum: TOPK fp32 fmas in slot order, then cvt.rn.bf16 (half a bf16 ulp). docs/ops/fp8_moe.md
 // derives the bound conformance judges with, against the float64 reference fed with these hq, hs.
 // Batch invariance: as fp8_moe_gate_up.cu's (a pair's fmas and their order do not depend on its chunk,
@@ -39,8 +43,9 @@
 //
 // Bytes: each hit expert's HIDDEN*INTER weight bytes and scales once per round: ceil(chunks /
 // RESIDENT_CHUNKS) times for an expert with n pairs (chunks = ceil(n/8)); once whatever n when a warp's
-// k range is one sub-slice (KW <= K_SLICE). hq, hs, ids, weights (L2); out 2*HIDDEN per token. No
-// dynamic shared memory, no local memory.
+// k range is one sub-slice (KW <= K_SLICE); with WGMMA once per chunk of NT pairs, once whatever n where
+// a part is one sub-slice. hq, hs, ids, weights (L2); out 2*HIDDEN per token. No local memory; dynamic
+// shared memory only with WGMMA (a chunk's hq rows and their scales).
 
 #include "include/netra_moe_sm90.cuh"
 #include "include/netra_sm90.cuh"
@@ -52,8 +57,8 @@
 #error "fp8_moe_down: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
 #endif
 #if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS) || \
-    !defined(PREFETCH) || !defined(STAGES)
-#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH and STAGES must be defined"
+    !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA)
+#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES and WGMMA must be defined"
 #endif
 
 namespace fp8_moe_down_sm90 {
@@ -69,7 +74,8 @@ static_assert(kH % 128 == 0 && kI % 128 == 0 && kH <= 16384 && kI <= 16384,
               "fp8_moe_down: HIDDEN and INTER must be multiples of 128, at most 16384");
 static_assert(NETRA_BLOCK % 32 == 0 && NETRA_BLOCK >= 32 && NETRA_BLOCK <= 1024,
               "fp8_moe_down: NETRA_BLOCK must be a multiple of 32 in [32, 1024]");
-static_assert(kI % (kWarps * 128) == 0, "fp8_moe_down: INTER must split into whole 128-byte blocks per warp");
+static_assert(kI % (kWarps / (WGMMA ? 2 : 1) * 128) == 0,
+              "fp8_moe_down: INTER must split into whole 128-byte blocks per warp (per warp pair with WGMMA)");
 static_assert(kKW % kKS == 0, "fp8_moe_down: a warp's k range must split into sub-slices of K_SLICE bytes");
 static_assert(K_SLICE == 128 || K_SLICE == 256 || K_SLICE == 512, "fp8_moe_down: K_SLICE must be 128, 256 or 512");
 static_assert(MAX_TOKENS >= 1 && MAX_TOKENS <= 256, "fp8_moe_down: MAX_TOKENS must be in [1, 256]");
@@ -85,6 +91,18 @@ using Slot = netra_moe::Slot<kKS, kRC>;
 static_assert(STAGES >= 2 && STAGES <= 4 && PREFETCH == 0, "fp8_moe_down: STAGES must be 0, or 2 to 4 with PREFETCH 0");
 static_assert(kNS >= 2, "fp8_moe_down: STAGES needs a warp's k range of at least two sub-slices of K_SLICE bytes");
 static_assert(STAGES * Slot::kBytes >= 32 * 8 * 4, "fp8_moe_down: the ring must hold a warp's partial sums");
+#endif
+#if WGMMA  // (as PREFETCH: the WGMMA 0 tactics compile exactly the source they were certified with)
+constexpr int kNT = WGMMA;                           // pairs per chunk (fp8_moe_gate_up.cu's WGMMA)
+constexpr int kParts = NETRA_BLOCK / 64;             // two k parts per warpgroup
+constexpr int kKP = kI / kParts;                     // bytes of INTER per part
+constexpr int kKSw = kKP < K_SLICE ? kKP : K_SLICE;  // bytes of a part held in registers at once
+constexpr int kNSw = kKP / kKSw;                     // sub-slices of a part (1 or even, as gate/up's)
+static_assert((WGMMA == 8 || WGMMA == 16 || WGMMA == 32 || WGMMA == 64) && PREFETCH == 0 && STAGES == 0 &&
+                  NETRA_BLOCK % 128 == 0,
+              "fp8_moe_down: WGMMA must be 0, or 8 to 64 pairs with whole warpgroups and PREFETCH and STAGES 0");
+static_assert(kKP % kKSw == 0, "fp8_moe_down: WGMMA needs a part's k range in whole sub-slices of K_SLICE bytes");
+static_assert(WGMMA * kI <= 131072, "fp8_moe_down: WGMMA needs the chunk's activations (WGMMA x INTER bytes) in 128 KB");
 #endif
 
 __device__ __forceinline__ bool valid(int e) { return e >= 0 && e < kE; }
@@ -104,6 +122,10 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
 #else
   __shared__ float red[kWarps][32][8];
 #endif
+#if WGMMA
+  // a chunk's activations as the warpgroups' B tiles, then their scales (netra_moe::stage_b)
+  extern __shared__ __align__(128) uint8_t netra_dyn[];
+#endif
   __shared__ int last[kMaxPairs];
   if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit); no write past list
   const netra_moe::Route r = netra_moe::route<kE, kMaxPairs>(ids, (int)tokens * kK, list);
@@ -119,6 +141,63 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   if (r.expert < 0) return;
   const uint8_t* we = w2 + (size_t)r.expert * kH * kI;
   const float* se = w2s + (size_t)r.expert * (kH / 128) * (kI / 128) + (n0 / 128) * (kI / 128);
+#if WGMMA
+  {
+    // Chunks of kNT pairs (fp8_moe_gate_up.cu's WGMMA): warp wi of warpgroup j holds rows n0 + 16 (wi & 1)
+    // .. + 15 of part 2j + wi / 2; the parts' sums meet in shared memory, added in ascending order.
+    uint8_t* btile = netra_dyn;
+    float* bscale = reinterpret_cast<float*>(netra_dyn + (size_t)kNT * kI);
+    const int wi = warp & 3, part = 2 * (warp >> 2) + (wi >> 1), tile = wi & 1;
+    const uint8_t* wrows = we + (size_t)(n0 + 16 * tile) * kI;
+    const uint32_t btile_wg = netra_moe::smem_addr(btile) + (uint32_t)((warp >> 2) * (kKP / 32) * (kNT * 64));
+    uint4 wbuf[2][kKSw / 128][2][2];
+    netra_moe::load_rows<kKSw, kI>(wbuf[0], wrows, part * kKP);  // does not depend on the gate/up stage
+    netra_moe::wait_previous();
+    const auto multiply = [&](int s, const uint4 (&w)[kKSw / 128][2][2], float (&acc)[kNT / 2]) {
+      const int k0 = part * kKP + s * kKSw;
+      netra_moe::w_subslice<kNT, kKSw, kI>(w, btile_wg + (uint32_t)(s * (kKSw / 32) * (kNT * 64)), se + k0 / 128,
+                                           bscale + k0 / 128, (wi >> 1) != 0, acc);
+    };
+    const int wchunks = (r.n + kNT - 1) / kNT;
+    for (int ch = 0; ch < wchunks; ++ch) {
+      // a later chunk's first sub-slice requested before its hq rows are staged (the first chunk's was
+      // before the wait); one sub-slice stays in registers for every chunk
+      if (kNSw > 1 && ch > 0) netra_moe::load_rows<kKSw, kI>(wbuf[0], wrows, part * kKP);
+      if (ch > 0) __syncthreads();  // the previous chunk's sums have been read from the tile
+      netra_moe::stage_b<kNT, kI, kKP, 1>(btile, bscale, hq, hs, list, r.n, ch);
+      netra_moe::fence_proxy_shared();
+      __syncthreads();
+      float acc[kNT / 2] = {};
+      if (kNSw == 1) {
+        multiply(0, wbuf[0], acc);
+      } else {  // two register buffers (fp8_moe_gate_up.cu's PREFETCH)
+#pragma unroll 1
+        for (int sub = 0; sub < kNSw; sub += 2) {
+          netra_moe::load_rows<kKSw, kI>(wbuf[1], wrows, part * kKP + (sub + 1) * kKSw);
+          multiply(sub, wbuf[0], acc);
+          if (sub + 2 < kNSw) netra_moe::load_rows<kKSw, kI>(wbuf[0], wrows, part * kKP + (sub + 2) * kKSw);
+          multiply(sub + 1, wbuf[1], acc);
+        }
+      }
+      __syncthreads();
+      float* sums = reinterpret_cast<float*>(netra_dyn);  // [kParts][2 tiles][16][kNT]
+#pragma unroll
+      for (int i = 0; i < kNT / 8; ++i) {
+#pragma unroll
+        for (int v = 0; v < 4; ++v)
+          sums[((part * 2 + tile) * 16 + g + 8 * (v >> 1)) * kNT + 8 * i + 2 * c + (v & 1)] = acc[4 * i + v];
+      }
+      __syncthreads();
+      for (int e = threadIdx.x; e < 32 * kNT; e += NETRA_BLOCK) {
+        const int row = e / kNT, col = e % kNT, i = ch * kNT + col;  // row: output column n0 + row
+        if (i >= r.n) continue;
+        float t = sums[((row >> 4) * 16 + (row & 15)) * kNT + col];
+        for (int pp = 1; pp < kParts; ++pp) t = __fadd_rn(t, sums[((pp * 2 + (row >> 4)) * 16 + (row & 15)) * kNT + col]);
+        y32[(size_t)list[i] * kH + n0 + row] = t;
+      }
+    }
+  }
+#else
   const int chunks = (r.n + 7) / 8;
   // The first sub-slice's weights and scales do not depend on the gate/up stage: load them, then wait.
 #if STAGES
@@ -244,6 +323,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
       __syncthreads();
     }
   }
+#endif
   __threadfence();
   __syncthreads();
   // One counter per (token, 32-column tile): the pair that arrives TOPK-th sums the token's slots.

@@ -19,8 +19,9 @@
 // MAX_TOKENS (the most tokens a launch may carry: the pair list lives in shared memory), K_SLICE (bytes
 // of a warp's k range held in registers at once), RESIDENT_CHUNKS (chunks of 8 pairs whose
 // accumulators stay in registers while each weight sub-slice is loaded once), PREFETCH (1: the next
-// sub-slice requested into a second register buffer before this one is multiplied) and STAGES (2 to 4:
-// that many sub-slices per warp staged in shared memory by cp.async; below). Grid: (INTER/16,
+// sub-slice requested into a second register buffer before this one is multiplied), STAGES (2 to 4:
+// that many sub-slices per warp staged in shared memory by cp.async; below) and WGMMA (8 to 64: chunks
+// of that many pairs multiplied by the warpgroup tensor cores; below). Grid: (INTER/16,
 // min(EXPERTS, tokens*TOPK)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split HIDDEN).
 //
 // Mapping: CTA (x, y) computes gate rows 16x .. 16x+15 and the matching up rows of the y-th hit expert
@@ -38,14 +39,28 @@
 // it will multiply (its weight fragments and their scales, its B column and its C columns' scales for the
 // round's chunks) into a ring of S slots per warp in shared memory (include/netra_moe_sm90.cuh: Slot),
 // S sub-slices ahead, and waits only on its own groups; the ring then holds the warps' partial sums.
-// Loaded once per round like the register path (never kept across rounds). A round's chunks then each meet
+// Loaded once per round like the register path (never kept across rounds). With WGMMA = NT (whole
+// warpgroups; PREFETCH and STAGES 0) the pairs go in chunks of NT and each 32 bytes of k is one wgmma
+// m64n(2NT)k32 e4m3 per warpgroup, whose FP8 operands the tensor core takes as they are (mma.sync e4m3
+// is F2FP conversions and f16 HMMA on sm_90a): A, 64 rows, from registers (load_rows' fragments, one
+// 16-row tile per warp), B, the chunk's activations, from dynamic shared memory, staged once per chunk
+// by the whole CTA (include/netra_moe_sm90.cuh: stage_b, w_subslice). An instruction's 64 rows are 4
+// warps' tiles, so the k range is split in parts, two per warpgroup: warp wi holds the gate (wi even)
+// or up (wi odd) rows n0 .. n0 + 15 of its warpgroup's part wi / 2, and B holds part 0's activations in
+// columns 0 .. NT - 1 and part 1's in NT .. 2NT - 1: each warp keeps the columns of its own part (a
+// block-diagonal product; the other half of the instruction's work is discarded, no byte is read twice).
+// Per 128-byte block the four instructions' sum is promoted as mma.sync's: one fma with RN(w_scale *
+// x_scale) into the warp's fp32 accumulators, blocks in k order; the parts' sums meet in shared memory,
+// added in ascending order, then silu * up. A part of one sub-slice keeps its weights in registers for
+// every chunk; longer parts stream them through two register buffers as PREFETCH. A round's chunks then each meet
 // in shared memory as before: warp partial sums added in warp order (deterministic), one chunk at a time. The last of the 8 CTAs of a
 // 128-column group (a counter per expert and group; that CTA resets it) quantizes the group for every
 // pair of the expert from h32.
 //
 // Numerics (u = 2^-24): each product of two E4M3FN values is exact in fp32; the tensor core sums the
 // 32 products of an instruction and the accumulator (its internal order and rounding are not
-// specified by PTX); per 128-byte block that sum times RN(w_scale * x_scale) is added with one fma,
+// specified by PTX; wgmma e4m3 keeps 13 fraction bits of that partial, the template manifest's
+// accumulator_bits 14, which the judge's bound models); per 128-byte block that sum times RN(w_scale * x_scale) is added with one fma,
 // blocks in ascending k order within a warp, warps in order. h = silu(gate) * up: t = RN(g * RN(-log2
 // e)), ex2.approx, RN(1 + e), rcp.approx, two RN multiplies (silu_mul_fp8_quant.cu's header: within
 // about (|g| + 10) u of silu(g) * up for the fp32 g it is given). Quantization: fp8_group_quant.cu's
@@ -62,8 +77,10 @@
 //
 // Bytes: each hit expert's 2*INTER*HIDDEN weight bytes and scales once per round: ceil(chunks /
 // RESIDENT_CHUNKS) times for an expert with n pairs (chunks = ceil(n/8)); once whatever n when a warp's
-// k range is one sub-slice (KW <= K_SLICE: the registers keep it across rounds). xq, xs and ids per
-// CTA (L2). No atomics on an output; no dynamic shared memory, no local memory.
+// k range is one sub-slice (KW <= K_SLICE: the registers keep it across rounds); with WGMMA once per
+// chunk of NT pairs, once whatever n where a part is one sub-slice. xq, xs and ids per CTA (L2). No
+// atomics on an output; no local memory; dynamic shared memory only with WGMMA (a chunk's activations
+// and their scales).
 
 #include "include/netra_moe_sm90.cuh"
 #include "include/netra_sm90.cuh"
@@ -75,8 +92,8 @@
 #error "fp8_moe_gate_up: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
 #endif
 #if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS) || \
-    !defined(PREFETCH) || !defined(STAGES)
-#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH and STAGES must be defined"
+    !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA)
+#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES and WGMMA must be defined"
 #endif
 
 namespace fp8_moe_gate_up_sm90 {
@@ -109,6 +126,19 @@ static_assert(STAGES >= 2 && STAGES <= 4 && PREFETCH == 0, "fp8_moe_gate_up: STA
 static_assert(kNS >= 2, "fp8_moe_gate_up: STAGES needs a warp's k range of at least two sub-slices of K_SLICE bytes");
 static_assert(STAGES * Slot::kBytes >= 32 * 8 * 4, "fp8_moe_gate_up: the ring must hold a warp's partial sums");
 #endif
+#if WGMMA  // (as PREFETCH: the WGMMA 0 tactics compile exactly the source they were certified with)
+constexpr int kNT = WGMMA;                        // pairs per chunk: the columns of each of a warpgroup's parts
+constexpr int kParts = NETRA_BLOCK / 64;          // two k parts per warpgroup
+constexpr int kKP = kH / kParts;                  // bytes of k per part
+constexpr int kKSw = kKP < K_SLICE ? kKP : K_SLICE;  // bytes of a part held in registers at once
+constexpr int kNSw = kKP / kKSw;                  // sub-slices of a part
+static_assert((WGMMA == 8 || WGMMA == 16 || WGMMA == 32 || WGMMA == 64) && PREFETCH == 0 && STAGES == 0 &&
+                  NETRA_BLOCK % 128 == 0,
+              "fp8_moe_gate_up: WGMMA must be 0, or 8 to 64 pairs with whole warpgroups and PREFETCH and STAGES 0");
+static_assert(kKP % kKSw == 0, "fp8_moe_gate_up: WGMMA needs a part's k range in whole sub-slices of K_SLICE bytes");
+// (so kNSw is 1 or even: a part is two warps' k ranges, each whole sub-slices or less than one)
+static_assert(WGMMA * kH <= 131072, "fp8_moe_gate_up: WGMMA needs the chunk's activations (WGMMA x HIDDEN bytes) in 128 KB");
+#endif
 
 __device__ __forceinline__ float silu_mul(float g, float u) {
   float e;
@@ -131,6 +161,10 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
 #else
   __shared__ float red[kWarps][32][8];
 #endif
+#if WGMMA
+  // a chunk's activations as the warpgroups' B tiles, then their scales (netra_moe::stage_b)
+  extern __shared__ __align__(128) uint8_t netra_dyn[];
+#endif
   __shared__ bool last;
   netra_moe::launch_dependents();  // the down stage may start routing and loading its weights now
   if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit); no write past list
@@ -143,6 +177,68 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   const int chunks = (r.n + 7) / 8;
   uint4 wg[kKS / 128][2][2], wu[kKS / 128][2][2];
   float sg[kKS / 128], su[kKS / 128];
+#if WGMMA
+  {
+    // Chunks of kNT pairs. Warp wi of warpgroup j holds 16 rows: gate (wi even) or up (wi odd) rows n0 ..
+    // n0 + 15 of part 2j + wi / 2; its wgmma's columns 0 .. kNT - 1 are part 2j's pairs, kNT .. 2kNT - 1
+    // part 2j + 1's, and each warp keeps the columns of its own part (the header's block-diagonal product).
+    uint8_t* btile = netra_dyn;
+    float* bscale = reinterpret_cast<float*>(netra_dyn + (size_t)kNT * kH);
+    const int wi = warp & 3, part = 2 * (warp >> 2) + (wi >> 1), role = wi & 1;
+    const uint8_t* wrows = we + (size_t)(role * kI + n0) * kH;
+    const float* wsc = se + ((role * kI + n0) / 128) * (kH / 128);
+    const uint32_t btile_wg = netra_moe::smem_addr(btile) + (uint32_t)((warp >> 2) * (kKP / 32) * (kNT * 64));
+    uint4 wbuf[2][kKSw / 128][2][2];
+    const auto multiply = [&](int s, const uint4 (&w)[kKSw / 128][2][2], float (&acc)[kNT / 2]) {
+      const int k0 = part * kKP + s * kKSw;
+      netra_moe::w_subslice<kNT, kKSw, kH>(w, btile_wg + (uint32_t)(s * (kKSw / 32) * (kNT * 64)), wsc + k0 / 128,
+                                           bscale + k0 / 128, (wi >> 1) != 0, acc);
+    };
+    const int wchunks = (r.n + kNT - 1) / kNT;
+    for (int ch = 0; ch < wchunks; ++ch) {
+      // The chunk's first sub-slice of weights is requested before its activations are staged (they do
+      // not depend on each other): one sub-slice stays in registers for every chunk.
+      if (kNSw > 1 || ch == 0) netra_moe::load_rows<kKSw, kH>(wbuf[0], wrows, part * kKP);
+      if (ch > 0) __syncthreads();  // the previous chunk's sums have been read from the tile
+      netra_moe::stage_b<kNT, kH, kKP, kK>(btile, bscale, xq, xs, list, r.n, ch);
+      netra_moe::fence_proxy_shared();
+      __syncthreads();
+      float acc[kNT / 2] = {};
+      if (kNSw == 1) {
+        multiply(0, wbuf[0], acc);
+      } else {  // two register buffers, as PREFETCH: sub-slice s + 1 requested before s is multiplied
+#pragma unroll 1
+        for (int sub = 0; sub < kNSw; sub += 2) {
+          netra_moe::load_rows<kKSw, kH>(wbuf[1], wrows, part * kKP + (sub + 1) * kKSw);
+          multiply(sub, wbuf[0], acc);
+          if (sub + 2 < kNSw) netra_moe::load_rows<kKSw, kH>(wbuf[0], wrows, part * kKP + (sub + 2) * kKSw);
+          multiply(sub + 1, wbuf[1], acc);
+        }
+      }
+      // The parts' partial sums meet in the tile (every wgmma has completed: w_subslice waits on each
+      // block), then h = silu(gate) * up per (row, pair), the parts added in ascending order.
+      __syncthreads();
+      float* sums = reinterpret_cast<float*>(netra_dyn);  // [kParts][2][16][kNT]
+#pragma unroll
+      for (int i = 0; i < kNT / 8; ++i) {
+#pragma unroll
+        for (int v = 0; v < 4; ++v)
+          sums[((part * 2 + role) * 16 + g + 8 * (v >> 1)) * kNT + 8 * i + 2 * c + (v & 1)] = acc[4 * i + v];
+      }
+      __syncthreads();
+      for (int e = threadIdx.x; e < 16 * kNT; e += NETRA_BLOCK) {
+        const int row = e / kNT, col = e % kNT, i = ch * kNT + col;
+        if (i >= r.n) continue;
+        float tg = sums[(0 * 16 + row) * kNT + col], tu = sums[(1 * 16 + row) * kNT + col];
+        for (int pp = 1; pp < kParts; ++pp) {
+          tg = __fadd_rn(tg, sums[((pp * 2 + 0) * 16 + row) * kNT + col]);
+          tu = __fadd_rn(tu, sums[((pp * 2 + 1) * 16 + row) * kNT + col]);
+        }
+        h32[(size_t)list[i] * kI + n0 + row] = silu_mul(tg, tu);
+      }
+    }
+  }
+#else
   // Rounds of kRC chunks: each sub-slice's weights are loaded once per round and used by every chunk
   // of it; the chunks' accumulators stay in registers (acc[rc] indexed at compile time).
   for (int c0 = 0; c0 < chunks; c0 += kRC) {
@@ -245,6 +341,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
       __syncthreads();
     }
   }
+#endif
   // The last of the 8 CTAs of this 128-column group quantizes it for every pair of the expert.
   __threadfence();
   __syncthreads();

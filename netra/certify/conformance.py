@@ -37,6 +37,7 @@ from netra.certify.numerics.common import Case, Verdict
 from netra.certify.numerics.fused import FUSED, FUSED_QUANT, WITH_RESIDUAL
 from netra.certify.numerics.quant import GATE_TERM
 from netra.core.ops import FAMILIES
+from netra.runtime.tables.model import FP32_ACCUMULATOR_BITS
 
 __all__ = [
     "FUSED",
@@ -180,16 +181,37 @@ def judge(
     case: Case,
     got: dict[str, np.ndarray],
     exp: dict[str, np.ndarray] | None = None,
+    *,
+    accumulator_bits: int = FP32_ACCUMULATOR_BITS,
 ) -> Verdict:
-    """Judge a kernel's outputs for one case; exp is expected(op, params, case) if already computed."""
+    """Judge a kernel's outputs for one case; exp is expected(op, params, case) if already computed.
+
+    accumulator_bits: the significant bits the candidate's tensor core keeps of each instruction's sum (its
+    table entry's; fp32 unless it says less). A reference carries the bounds of another accumulation under
+    keys suffixed "@bits"; those replace the plain keys for such a candidate."""
     _check(op, params)
     errs = _shape_errors(op, params, case, got)
     if errs:
         return Verdict(False, math.inf, 0.0, {}, "; ".join(errs))
     if exp is None:
         exp = expected(op, params, case)
-    verdict: Verdict = _NUMERICS[op].judge(params, exp, got)
+    verdict: Verdict = _NUMERICS[op].judge(params, for_accumulator(op, exp, accumulator_bits), got)
     return verdict
+
+
+def for_accumulator(op: str, exp: dict[str, np.ndarray], bits: int) -> dict[str, np.ndarray]:
+    """The reference's keys as the judge of a candidate accumulating with `bits` significant bits reads
+    them: the plain keys (fp32), those suffixed "@bits" in their place; a family whose reference has no
+    bounds for `bits` is refused by name."""
+    plain = {k: v for k, v in exp.items() if "@" not in k}
+    if bits == FP32_ACCUMULATOR_BITS:
+        return plain
+    suffix = f"@{bits}"
+    model = {k.removesuffix(suffix): v for k, v in exp.items() if k.endswith(suffix)}
+    if not model:
+        raise ValueError(f"{op}: the reference has no bounds for accumulator_bits {bits} (its numerics module "
+                         "derives them for the accumulations its templates declare)")  # fmt: skip
+    return {**plain, **model}
 
 
 bits_f32 = common.bits_f32  # bf16 bits of float32 values (what the tests build inputs with)

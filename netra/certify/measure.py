@@ -232,7 +232,14 @@ def correctness(
         key = (case.name, case.rows)
         if key not in expected:
             expected[key] = conformance.expected(entry.op, entry.params, case, workers=os.cpu_count() or 1)
-        out.append((case, conformance.judge(entry.op, entry.params, case, got, expected[key]), fences))
+        bits = kernel.candidate.accumulator_bits  # its judge models its tensor core's accumulation
+        out.append(
+            (
+                case,
+                conformance.judge(entry.op, entry.params, case, got, expected[key], accumulator_bits=bits),
+                fences,
+            )
+        )
     return aggregate(out)
 
 

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from netra.certify import conformance, measure
+from netra.runtime.tables.model import FP32_ACCUMULATOR_BITS
 
 SPAN_ROWS = 1024
 _SAFE = re.compile(r"[^A-Za-z0-9_.@-]")
@@ -163,11 +164,14 @@ def judge(
     case_files: list[CaseFiles],
     outputs: list[dict[str, Array]],
     fences: list[list[str]],
+    accumulator_bits: int = FP32_ACCUMULATOR_BITS,
 ) -> measure.Judged:
-    """One candidate's verdict: each case's outputs (raw files) judged against its reference files."""
+    """One candidate's verdict: each case's outputs (raw files) judged against its reference files, by the
+    bounds of its accumulation (its table entry's accumulator_bits)."""
     verdicts = []
     for c, outs, fence in zip(case_files, outputs, fences, strict=True):
         got = {k: np.fromfile(f, dtype=dt).reshape(sh) for k, (f, dt, sh) in outs.items()}
         exp = {k: load(a) for k, a in c.expected.items()}
-        verdicts.append((c.stub(), conformance.judge(op, params, c.stub(), got, exp), fence))
+        verdict = conformance.judge(op, params, c.stub(), got, exp, accumulator_bits=accumulator_bits)
+        verdicts.append((c.stub(), verdict, fence))
     return measure.aggregate(verdicts)

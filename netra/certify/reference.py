@@ -449,6 +449,25 @@ def fp8_step_distance(actual: ArrayLike, expected: ArrayLike) -> npt.NDArray[np.
     return np.where(nan, 256, dist)
 
 
+def fp8_rounds_within(codes: ArrayLike, value: ArrayLike, window: ArrayLike) -> npt.NDArray[np.bool_]:
+    """Where a code is what the saturating E4M3FN encoder gives for some quotient within `window` of
+    `value`: the values that round to a code span half the distance to each neighbour (up to +-inf past
+    +-448), so the code qualifies when its value lies within the window plus half the gap to its neighbour
+    on the side of `value`. A NaN code never does."""
+    c = _bits(codes, np.uint8, "fp8 codes")
+    o = _fp8_ordinal(c)  # -126 .. 126 over the finite codes
+    mags = fp8_e4m3_decode(np.arange(_FP8_NAN, dtype=np.uint8))  # codes 0x00 .. 0x7E: ordinals 0 .. 126
+    by_ordinal = np.concatenate([[-np.inf], -mags[:0:-1], mags, [np.inf]])
+    at = o + 127  # by_ordinal[at] is the code's value; its neighbours at at -+ 1
+    q = by_ordinal[np.clip(at, 0, 254)]
+    v = np.asarray(value, dtype=np.float64)
+    up = v > q
+    with np.errstate(invalid="ignore"):  # inf - inf past the ends: never read for a finite code
+        gap = np.where(up, by_ordinal[np.clip(at + 1, 0, 254)] - q, q - by_ordinal[np.clip(at - 1, 0, 254)])
+        ok = np.abs(v - q) <= np.asarray(window, dtype=np.float64) + gap / 2
+    return ok & ((c & 0x7F) != _FP8_NAN)
+
+
 def count_fp8_beyond_one_step(actual: ArrayLike, expected: ArrayLike) -> int:
     """Codes differing by more than one quantization step; certification expects 0.
 

@@ -434,8 +434,9 @@ def _pump(pool: _Pool, state: list[_Entry]) -> None:
                     cost = JUDGE_BYTES_PER_ELEMENT * max(
                         (sum(math.prod(shape) for _, _, shape in o.values()) for o in outs), default=0
                     )
+                    bits = next(c.accumulator_bits for c in s.entry.candidates if c.artifact == artifact)
                     s.judges[artifact] = pool.submit(
-                        prepare.judge, s.entry.op, s.entry.params, cfs, outs, fences, cost=cost
+                        prepare.judge, s.entry.op, s.entry.params, cfs, outs, fences, bits, cost=cost
                     )
         for artifact, f in s.judges.items():
             if artifact not in s.verdicts and f.done():

@@ -9,6 +9,7 @@ netra.core. Op families and contracts are in netra.core.ops.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from netra.core import expr
@@ -97,6 +98,10 @@ class Template:
     tactic_constants: dict[str, Range] = field(default_factory=dict)
     requires: tuple[Requirement, ...] = ()
     manifest: str = ""  # the template manifest's path, relative to the project root
+    dynamic_shared: str = "0"  # dynamic shared memory bytes a launch gives, an expression of the constants
+    # significant bits the tensor core keeps of each instruction's partial sum (what the family's judge
+    # models), an expression of the constants: 24 (fp32) unless a tactic accumulates more coarsely
+    accumulator_bits: str = "24"
 
     def refusal(self, definitions: dict[str, int]) -> Requirement | None:
         """The first requirement the instantiation with these compile-time constants fails, if any."""
@@ -145,6 +150,17 @@ class ArtifactSpec:
     @property
     def symbol(self) -> str:
         return self.name
+
+    @cached_property  # read by the static gate, the table and its checks: evaluated once
+    def dynamic_shared(self) -> int:
+        """Dynamic shared memory bytes every launch of this artifact gives (its template's expression of
+        the instantiation's constants; 0 for a template that declares none)."""
+        return expr.evaluate(self.template.dynamic_shared, self.definitions)
+
+    @cached_property
+    def accumulator_bits(self) -> int:
+        """Significant bits its tensor core keeps of each partial sum (its template's expression)."""
+        return expr.evaluate(self.template.accumulator_bits, self.definitions)
 
     @property
     def key(self) -> str:

@@ -51,6 +51,7 @@ CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # cuda.h CUfunction_attribute
 CUDA_INSTALL_HINT = NVIDIA.install_hint
 _HINTS = {
     2: "the device is out of memory",
@@ -74,6 +75,7 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cuCtxGetDevice": [ctypes.POINTER(ctypes.c_int)],
     "cuLaunchKernel": [_vp, *[ctypes.c_uint] * 7, _vp, ctypes.POINTER(_vp), ctypes.POINTER(_vp)],
     "cuLaunchKernelEx": [_vp, _vp, ctypes.POINTER(_vp), ctypes.POINTER(_vp)],
+    "cuFuncSetAttribute": [_vp, ctypes.c_int, ctypes.c_int],
     "cuGetErrorName": [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)],
     "cuGetErrorString": [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)],
 }
@@ -314,6 +316,15 @@ class Cuda(DeviceOps):
                     )
                 image = kernel.code_object  # kept referenced for the module's lifetime
                 module, fn = self.load_function(image, kernel.symbol, kernel.artifact)
+                # static and dynamic shared memory above 48 KB need the function's limit raised: raise it
+                # for every kernel that takes dynamic shared memory
+                dynamic = kernel.dynamic_lds_bytes
+                if dynamic:
+                    attr = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                    self.check(
+                        self.lib.cuFuncSetAttribute(fn, attr, dynamic),
+                        f"cuFuncSetAttribute({kernel.symbol}, max dynamic shared {dynamic})",
+                    )
                 hit = self._functions[key] = (module, fn, image)
             return hit[1]
 

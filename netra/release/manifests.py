@@ -16,7 +16,7 @@ a tactic (definitions, rows per block, file) is asked of it once, here.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,6 +118,8 @@ def _template_schema(budget: Mapping[str, s.Field]) -> s.Table:
             "tactic_constants": s.opt(s.MapOf(s.Str(pattern=_UPPER, max_len=64), _RANGE, max_len=16), {}),
             "args": s.ListOf(_ARG, min_len=1, max_len=64, unique="name"),
             "requires": s.opt(s.ListOf(_REQUIRES, max_len=32, unique="holds"), []),
+            "dynamic_shared": s.opt(s.Str(max_len=200), "0"),
+            "accumulator_bits": s.opt(s.Str(max_len=200), "24"),
             **budget,
         }
     )
@@ -221,17 +223,53 @@ def _template(root: Path, rel: str, target: str, present: set[str]) -> Template:
     }
     budget = {k: raw[k] for k in tgt.budget}
     requires = tuple(_requirement(rel, r, {*constants, *tactic_constants}) for r in raw["requires"])
+    names = {*constants, *tactic_constants}
+    dynamic = _expression(rel, "dynamic_shared", raw["dynamic_shared"], names)
+    bits = _expression(rel, "accumulator_bits", raw["accumulator_bits"], names)
     return Template(
-        raw["template"], target, op, source, constants, tuple(args), budget, tactic_constants, requires, rel
-    )
+        raw["template"], target, op, source, constants, tuple(args), budget, tactic_constants, requires, rel,
+        dynamic, bits,
+    )  # fmt: skip
+
+
+MAX_DYNAMIC_SHARED = 1 << 20  # what a class's table may record (launch.dynamic_lds_bytes); the class's
+# static gate holds each kernel to its hardware's limit
+# A template's expressions of its instantiation's constants, and the values an admitted pair may give:
+# dynamic shared memory bytes a launch can give; significant bits of a partial sum (a table's
+# accumulator_bits), from an E4M3 product's 8 to fp32's 24
+EXPRESSIONS = {
+    "dynamic_shared": (
+        0,
+        MAX_DYNAMIC_SHARED,
+        "make the expression the bytes the kernel's extern __shared__ array indexes",
+    ),
+    "accumulator_bits": (
+        8,
+        24,
+        "make the expression the significant bits the kernel's tensor core keeps of a partial sum",
+    ),
+}
+
+
+def _expression(rel: str, key: str, text: str, constants: set[str]) -> str:
+    """A template's `dynamic_shared` or `accumulator_bits`: an expression that parses and reads only the
+    constants an instantiation defines (as a requirement does)."""
+    _read_defined(f"{rel}: {key} {text!r}", expr.names, text, constants)
+    return text
 
 
 def _requirement(rel: str, raw: dict[str, str], constants: set[str]) -> Requirement:
     """One [[requires]] entry: a condition that parses and reads only the constants an instantiation
     defines (the contract's, the tactic's and NETRA_BLOCK)."""
-    at = f"{rel}: requires {raw['holds']!r}"
+    _read_defined(f"{rel}: requires {raw['holds']!r}", expr.condition_names, raw["holds"], constants)
+    return Requirement(raw["holds"], raw["why"])
+
+
+def _read_defined(at: str, names: Callable[[str], frozenset[str]], text: str, constants: set[str]) -> None:
+    """`text` parses (`names` reads it) and names only constants an instantiation defines; else one
+    ManifestError line at `at`."""
     try:
-        read = expr.condition_names(raw["holds"])
+        read = names(text)
     except LaunchError as e:
         raise ManifestError(f"{at}: {e.message}", e.hint) from None
     unknown = sorted(read - constants - {"NETRA_BLOCK"})
@@ -240,7 +278,6 @@ def _requirement(rel: str, raw: dict[str, str], constants: set[str]) -> Requirem
             f"{at}: reads {', '.join(unknown)}, which no instantiation defines",
             "name only the template's [constants], its [tactic_constants] and NETRA_BLOCK",
         )
-    return Requirement(raw["holds"], raw["why"])
 
 
 def _check_args(rel: str, fam: OpFamily, args: list[Arg]) -> None:
@@ -425,6 +462,7 @@ def load(root: str | Path) -> Manifests:
             if failed is not None:
                 refused.append(NotAdmitted(tac.target, key, tac.name, tpl.manifest, failed))
                 continue
+            _check_expressions(tpl, definitions, f"contract {key}, tactic {tac.target}/{tac.name}")
             artifacts.append(
                 ArtifactSpec(
                     name=name,
@@ -480,6 +518,22 @@ def _refusal(tpl: Template, definitions: dict[str, int], at: str) -> Requirement
             f"{tpl.manifest}: {at}: {e.message}",
             "order [[requires]] so that the conditions before one make its divisions exact, or use cdiv()",
         ) from None
+
+
+def _check_expressions(tpl: Template, definitions: dict[str, int], at: str) -> None:
+    """The template's expressions evaluate, for an admitted pair, to values a table may record
+    (EXPRESSIONS); else the manifest's one-line error, before anything is compiled or written."""
+    for key, (lo, hi, hint) in EXPRESSIONS.items():
+        text = getattr(tpl, key)
+        try:
+            got = expr.evaluate(text, definitions)
+        except LaunchError as e:
+            raise ManifestError(f"{tpl.manifest}: {at}: {key}: {e.message}", e.hint) from None
+        if not lo <= got <= hi:
+            unit = " bytes" if key == "dynamic_shared" else ""
+            raise ManifestError(
+                f"{tpl.manifest}: {at}: {key} {text!r} is {got}{unit}, outside [{lo}, {hi}]", hint
+            )
 
 
 def _check_class_gaps(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from netra import targets
 from netra.runtime import tables
 from netra.runtime.tables import HARDWARE_NOTE, SCHEMA, STATIC_NOTE, UNCERTIFIED_NOTE, Table
+from netra.runtime.tables.model import FP32_ACCUMULATOR_BITS
 from netra.runtime.tables.model import NotAdmitted as TableNotAdmitted
 from netra.runtime.tables.writing import contract_json, fallback_json, not_admitted_json
 
@@ -99,7 +100,8 @@ def grid(spec: ArtifactSpec) -> list[Any]:
 def candidate(spec: ArtifactSpec, locked: LockedArtifact, checks: list[str], lock: Lock) -> dict[str, Any]:
     tc = lock.toolchains[spec.target]
     maturity = spec.tactic.maturity
-    return {
+    bits = spec.accumulator_bits  # recorded where a tactic accumulates more coarsely than fp32
+    return ({"accumulator_bits": bits} if bits != FP32_ACCUMULATOR_BITS else {}) | {
         "tactic": spec.tactic.name,
         "artifact": spec.name,
         "file": spec.file,
@@ -108,7 +110,7 @@ def candidate(spec: ArtifactSpec, locked: LockedArtifact, checks: list[str], loc
         "launch": {
             "block": [spec.tactic.block, 1, 1],
             "grid": grid(spec),
-            "dynamic_lds_bytes": 0,
+            "dynamic_lds_bytes": spec.dynamic_shared,
         },
         "lds_bytes": locked.lds_bytes,
         "workspace_bytes": 0,

@@ -366,4 +366,178 @@ __device__ __forceinline__ int opaque(int v) {
 __device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void wait_previous() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
+
+// ---------------------------------------------------------------------------------------------------
+// Warpgroup tensor cores (WGMMA tactics of fp8_moe_gate_up; sm_90a only: wgmma does not exist on sm_100a,
+// and these are compiled only where a template instantiates them).
+//
+// wgmma.mma_async m64nNk32 e4m3 with A (weights) from registers and B (activations) from shared memory
+// takes FP8 operands as they are: no F2FP conversion (mma.sync e4m3 is conversions and f16 HMMA on
+// sm_90a). A's register fragment is mma.sync m16n8k32's, per warp of the warpgroup (warp w: rows 16w ..
+// 16w + 15; CUTLASS's ALayout_64x32), so load_rows fills it with the same k permutation inside each
+// 128-byte block as the mma.sync tile. B is K-major without swizzle: core matrices of 8 columns x 16
+// bytes (128 contiguous bytes, a column's 16 bytes at 16 * (column % 8)); per instruction the two
+// k halves 128 bytes apart (the leading byte offset) and the 8-column groups 256 bytes apart (the
+// stride byte offset).
+// ---------------------------------------------------------------------------------------------------
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+// Generic-proxy stores to shared memory made visible to the async proxy (wgmma reads B through it).
+__device__ __forceinline__ void fence_proxy_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// B's descriptor: start address, leading byte offset 128, stride byte offset 256 (all in 16-byte units),
+// no swizzle (bits 62-63 zero), base offset 0.
+__device__ __forceinline__ uint64_t b_desc(uint32_t addr) {
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(128 >> 4) << 16) | ((uint64_t)(256 >> 4) << 32);
+}
+// D (+)= A * B for N = 16, 32, 64 or 128 columns: d[N / 2] (CUTLASS's CLayout_64xN: d[4i + v] is row
+// 16w + g + 8 (v >> 1), column 8i + 2c + (v & 1)); accumulate 0 overwrites d.
+template <int N>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[N / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                           uint64_t desc, int accumulate);
+template <>
+__device__ __forceinline__ void wgmma_e4m3<16>(float (&d)[8], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint64_t desc, int accumulate) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %13, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7"
+      "}, {%8,%9,%10,%11}, %12, p, 1, 1;\n\t}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(accumulate)
+      : "memory");
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3<32>(float (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint64_t desc, int accumulate) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %21, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+      "}, {%16,%17,%18,%19}, %20, p, 1, 1;\n\t}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(accumulate)
+      : "memory");
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3<64>(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint64_t desc, int accumulate) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %37, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+      "}, {%32,%33,%34,%35}, %36, p, 1, 1;\n\t}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(accumulate)
+      : "memory");
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3<128>(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint64_t desc, int accumulate) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %69, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+      "}, {%64,%65,%66,%67}, %68, p, 1, 1;\n\t}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(accumulate)
+      : "memory");
+}
+
+// Stage the B operand of chunk `ch` (its NT pairs: pair ch * NT + c in column c; columns past n zero)
+// for a WGMMA CTA whose warpgroups split k into parts of KP bytes, two parts per warpgroup: part p's
+// bytes go to warpgroup p / 2's tile, in columns (p % 2) * NT .. + NT - 1 (the block-diagonal product of
+// fp8_moe_gate_up.cu's header). Tile of warpgroup j at b + j * (KP / 32) * 64 * NT; instruction q of it
+// (k bytes 32q .. 32q + 31 of the part) at + q * 64 * NT. A thread copies one 128-byte block of one pair
+// (8 loads of 16 bytes) and writes it as 8 rows of 16 bytes, instruction s and k half h taking the block's
+// words 8c + 2s + h (c = 0..3): hardware k 16h + 4c + j is byte 32c + 8s + 4h + j of the block, the
+// permutation load_rows gives A. The pairs' scales go to bs[c * (KD / 128) + block].
+template <int NT, int KD, int KP, int DIV>
+__device__ __forceinline__ void stage_b(uint8_t* b, float* bs, const uint8_t* __restrict__ act,
+                                        const float* __restrict__ act_s, const int* list, int n, int ch) {
+  constexpr int kN = 2 * NT, kBlocks = KD / 128;
+  for (int t = threadIdx.x; t < NT * kBlocks; t += blockDim.x) {
+    const int c = t % NT, kb = t / NT;  // consecutive threads: consecutive columns of one block
+    const int i = ch * NT + c;
+    const int p = i < n ? list[i] / DIV : -1;
+    uint4 v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+      v[u] = p >= 0 ? ld_act16(act + (size_t)p * KD + kb * 128 + 16 * u) : make_uint4(0u, 0u, 0u, 0u);
+    const int part = kb / (KP / 128), q0 = 4 * (kb % (KP / 128)), col = (part & 1) * NT + c;
+    uint8_t* dst = b + (size_t)(part >> 1) * (KP / 32) * (kN * 32) + (size_t)q0 * (kN * 32) + (col >> 3) * 256 +
+                   (col & 7) * 16;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int w = 2 * s + h;  // word w + 8c of the block is in v[(w + 8c) / 4], component (w + 8c) % 4
+        const uint4 rowv = make_uint4(word({v[w >> 2], v[0]}, w & 3), word({v[2 + (w >> 2)], v[0]}, w & 3),
+                                      word({v[4 + (w >> 2)], v[0]}, w & 3), word({v[6 + (w >> 2)], v[0]}, w & 3));
+        *reinterpret_cast<uint4*>(dst + (size_t)s * (kN * 32) + h * 128) = rowv;
+      }
+    }
+    bs[c * kBlocks + kb] = p >= 0 ? act_s[(size_t)p * kBlocks + kb] : 0.f;
+  }
+}
+
+// The useful half of a WGMMA tile's columns (OFF = 0: a part's first NT columns; NT / 8: its second)
+// added into acc with one fma each: d times RN(w_scale * x_scale) of its column (xs: the block's scale of
+// column 0, columns KB apart).
+template <int NT, int OFF, int KB>
+__device__ __forceinline__ void w_promote(const float (&d)[NT], float (&acc)[NT / 2], float ws, const float* xs) {
+  const int c = threadIdx.x & 3;
+#pragma unroll
+  for (int i = 0; i < NT / 8; ++i) {
+    const int col = 8 * i + 2 * c;
+    const float s0 = __fmul_rn(ws, xs[col * KB]), s1 = __fmul_rn(ws, xs[(col + 1) * KB]);
+    acc[4 * i + 0] = __fmaf_rn(d[4 * (OFF + i) + 0], s0, acc[4 * i + 0]);
+    acc[4 * i + 1] = __fmaf_rn(d[4 * (OFF + i) + 1], s1, acc[4 * i + 1]);
+    acc[4 * i + 2] = __fmaf_rn(d[4 * (OFF + i) + 2], s0, acc[4 * i + 2]);
+    acc[4 * i + 3] = __fmaf_rn(d[4 * (OFF + i) + 3], s1, acc[4 * i + 3]);
+  }
+}
+
+// One sub-slice of KS bytes of a WGMMA warpgroup: per 128-byte block, four m64n(2NT)k32 instructions
+// into a fresh partial (the block's 128 products summed by the tensor core), then the warp's useful
+// columns promoted into acc (w_promote). w: this warp's 16 rows (load_rows); bq: the shared address of
+// the sub-slice's first instruction in this warpgroup's tile; ws: the warp's weight scale of the
+// sub-slice's first block; xs: column 0's activation scale of that block (columns KD / 128 apart);
+// second: this warp's rows are its warpgroup's second part (columns NT .. 2NT - 1).
+template <int NT, int KS, int KD>
+__device__ __forceinline__ void w_subslice(const uint4 (&w)[KS / 128][2][2], uint32_t bq, const float* ws,
+                                           const float* xs, bool second, float (&acc)[NT / 2]) {
+  constexpr int kN = 2 * NT;
+#pragma unroll
+  for (int kb = 0; kb < KS / 128; ++kb) {
+    float d[NT] = {};
+    wg_fence();
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+      wgmma_e4m3<kN>(d, word(w[kb][0], 2 * s), word(w[kb][1], 2 * s), word(w[kb][0], 2 * s + 1),
+                     word(w[kb][1], 2 * s + 1), b_desc(bq + (uint32_t)((4 * kb + s) * (kN * 32))), s);
+    wg_commit();
+    wg_wait_all();
+    if (second)
+      w_promote<NT, NT / 8, KD / 128>(d, acc, ws[kb], xs + kb);
+    else
+      w_promote<NT, 0, KD / 128>(d, acc, ws[kb], xs + kb);
+  }
+}
+
 }  // namespace netra_moe

@@ -75,10 +75,21 @@ def expected(p: dict[str, int], case: Case, a: int, b: int) -> dict[str, np.ndar
     def dot(e: int, idx: np.ndarray) -> moe.Dot:
         return moe.block_dot(w2[e], w2s[e], hq[idx], hs[idx], with_exact=True)
 
-    value, mag, ex = moe.per_expert(ids, dot, pairs, n_h)
+    value, mag, quantum = moe.per_expert(ids, dot, pairs, n_h)
     y = value.reshape(tokens, k, n_h)
-    by = np.where(ex, 0.0, moe.accumulation(n_i // moe.BLOCK, n_i) * mag).reshape(tokens, k, n_h)
-    exact: np.ndarray = np.all(ex.reshape(tokens, k, n_h), axis=1)
+    out: dict[str, np.ndarray] = {}
+    for bits in moe.ACCUMULATORS:  # the bounds of each tensor-core accumulation a template may declare
+        ex = moe.Dot(value, mag, quantum).exact(bits)
+        by = np.where(ex, 0.0, moe.accumulation(n_i // moe.BLOCK, n_i, bits) * mag).reshape(tokens, k, n_h)
+        got = _interval(y, by, np.all(ex.reshape(tokens, k, n_h), axis=1), w)
+        out.update({key if bits == moe.FP32_BITS else f"{key}@{bits}": x for key, x in got.items()})
+    return out
+
+
+def _interval(y: np.ndarray, by: np.ndarray, exact: np.ndarray, w: np.ndarray) -> dict[str, np.ndarray]:
+    """The bf16 values judging accepts for slot values y within by of exact (0 where `exact`: every
+    partial sum an fp32 number), summed with router weights w by the contract's slot-ordered fp32 fma."""
+    tokens, k, n_h = y.shape
     aw = np.abs(w)[..., None]
     total = np.sum(w[..., None] * y, axis=1)
     chain = np.zeros((tokens, n_h))

@@ -84,21 +84,34 @@ def expected(p: dict[str, int], case: Case, a: int, b: int) -> dict[str, np.ndar
         return moe.block_dot(w13[e], w13s[e], xq[tok[idx]], xs[tok[idx]])
 
     value, mag, _ = moe.per_expert(ids, dot, pairs, 2 * n_i)
-    c = moe.accumulation(n_h // moe.BLOCK, n_h)
     g, u = value[:, :n_i], value[:, n_i:]
-    bg, bu = c * mag[:, :n_i], c * mag[:, n_i:]
     h = ref.silu(g) * u
+    gq = ref.fp8_group_quant_values(h)
+    s = gq.scales
+    groups = (pairs, n_i // moe.BLOCK, moe.BLOCK)
+    v = np.clip(h.reshape(groups) / s[..., None], -ref.FP8_E4M3_MAX, ref.FP8_E4M3_MAX)
+    out: dict[str, np.ndarray] = {"hq": gq.q, "hs": s, "h": h, "scaled": v.reshape(pairs, n_i)}
+    for bits in moe.ACCUMULATORS:  # the bounds of each tensor-core accumulation a template may declare
+        c = moe.accumulation(n_h // moe.BLOCK, n_h, bits)
+        bound = _bounds(g, u, h, s, v, c * mag[:, :n_i], c * mag[:, n_i:])
+        out.update({key if bits == moe.FP32_BITS else f"{key}@{bits}": x for key, x in bound.items()})
+    return out
+
+
+def _bounds(
+    g: np.ndarray, u: np.ndarray, h: np.ndarray, s: np.ndarray, v: np.ndarray, bg: np.ndarray, bu: np.ndarray
+) -> dict[str, np.ndarray]:
+    """What judging reads for gate and up within bg and bu of their exact values: the scales' bound, each
+    code's midpoint window, and what an accepted code's dequantized value may differ from h by."""
+    pairs, n_i = h.shape
+    groups = (pairs, n_i // moe.BLOCK, moe.BLOCK)
     # |silu(g')u' - silu(g)u| <= SLOPE * Bg * (|u| + Bu) + |silu(g)| * Bu, then h's own fp32 error
     prop = SILU_SLOPE * bg * (np.abs(u) + bu) + np.abs(ref.silu(g)) * bu
     rel = TOLERANCES["h_fp32"] + quant.GATE_TERM * np.maximum(bg - g, 0.0)
     dev = prop + rel * (np.abs(h) + prop) + np.where(g - bg < FLUSH_GATE, np.abs(h) + prop, 0.0)
-    gq = ref.fp8_group_quant_values(h)
-    s = gq.scales
-    groups = (pairs, n_i // moe.BLOCK, moe.BLOCK)
     # amax moves by at most the group's largest deviation; the scale is that over 448, rounded once
     dg = np.max(dev.reshape(groups), axis=-1) / ref.FP8_E4M3_MAX
     sb = dg + TOLERANCES["scale"] * (s + dg)
-    v = np.clip(h.reshape(groups) / s[..., None], -ref.FP8_E4M3_MAX, ref.FP8_E4M3_MAX)
     s_lo = (s - sb)[..., None]
     with np.errstate(divide="ignore", invalid="ignore"):
         w0 = np.where(s_lo > 0, (dev.reshape(groups) + np.abs(v) * sb[..., None]) / s_lo, np.inf)
@@ -110,15 +123,7 @@ def expected(p: dict[str, int], case: Case, a: int, b: int) -> dict[str, np.ndar
         binade = np.floor(np.log2(np.abs(v) + window))
     half = np.maximum(np.exp2(binade - 4), 2.0**-10) + window
     allow = ((np.abs(v) + half) * sb[..., None] + half * s[..., None]).reshape(pairs, n_i)
-    return {
-        "hq": gq.q,
-        "hs": s,
-        "h": h,
-        "scaled": v.reshape(pairs, n_i),
-        "window": window.reshape(pairs, n_i),
-        "hs_bound": sb,
-        "allow": allow,
-    }
+    return {"window": window.reshape(pairs, n_i), "hs_bound": sb, "allow": allow}
 
 
 def judge(p: dict[str, int], exp: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> Verdict:
@@ -135,6 +140,7 @@ def judge(p: dict[str, int], exp: dict[str, np.ndarray], got: dict[str, np.ndarr
         scale_relative=False,
         of="h",
         at="pair",
+        steps=True,
     )
     pairs, n = q.shape
     deq = (ref.fp8_e4m3_decode(q).reshape(pairs, -1, moe.BLOCK) * s[..., None]).reshape(pairs, n)

@@ -6,7 +6,10 @@ The contract and every derivation: docs/ops/fp8_moe.md. In short: a block-scaled
 sum_b ws[b] * xs[b] * sum_{k in block b} dec(w[k]) * dec(x[k]) is exact in float64 per 128-block (products
 of two E4M3 values have at most 8 significant bits and lie in [2^-18, 2^17.6], so a block's sum needs at
 most 43 bits), and the kernel's fp32 value is within B = c * 2^-23 * T of it, T = sum_k |terms| (scales
-included), c = 5 + blocks / 2 (ACCUMULATION).
+included), c = 5 + blocks / 2 (accumulation). A kernel whose tensor core keeps fewer significant bits of
+each instruction's sum (wgmma e4m3 on sm_90a: 14, ACCUMULATORS) has its own, larger c; the reference
+carries the bounds of each such model under keys suffixed "@bits" (netra.certify.conformance.judge picks
+the candidate's).
 
 The weights are generated once per (params, seed) and family and shared by every case of the contract
 (a Qwen3-235B-A22B w13 is 1.6 GB). Experts no case routes to hold the FP8 NaN code 0x7F and NaN scales, so
@@ -25,6 +28,7 @@ import numpy.typing as npt
 
 from netra.certify import reference as ref
 from netra.certify.numerics.common import SCALES, Case
+from netra.runtime.tables.model import FP32_ACCUMULATOR_BITS
 
 BLOCK = ref.FP8_GROUP  # 128: the scale blocks of weights and activations, the groups of h
 U = 2.0**-24  # fp32 unit roundoff
@@ -34,20 +38,31 @@ F64 = npt.NDArray[np.float64]
 U8 = npt.NDArray[np.uint8]
 
 
-def accumulation(blocks: int, k_len: int) -> float:
-    """B / T for a block-scaled dot over `blocks` 128-blocks (k_len = 128 * blocks), in absolute terms.
+FP32_BITS = FP32_ACCUMULATOR_BITS  # an fp32 partial: mma.sync e4m3 (F2FP conversions and f16 HMMA on sm_90a)
+# The tensor-core accumulations the MoE kernels declare (a template's accumulator_bits): fp32, and wgmma
+# e4m3 on sm_90a, whose partial sums keep 13 fraction bits (a 22-bit float: the FP22 accumulator of
+# Hopper's FP8 tensor cores; DeepSeek-V3's report, section 3.3.2, measured "around 14 bits")
+ACCUMULATORS = (FP32_BITS, 14)
 
-    The kernel (docs/ops/fp8_moe.md): each block's 128 products, exact in fp32, summed by mma.sync
-    m16n8k32 in 4 steps of 32 into the block's fp32 partial; each step modelled as one fp32 rounding of
-    at most 2^-23 of the step's magnitudes (its products and the partial it adds to: truncation allowed),
-    so at most 4 * 2^-23 of the block's magnitudes; then the block's partial times (w-scale * x-scale)
-    (that product rounded once: 2^-24 of the block's magnitudes) rounded once more (a product or an fma:
-    2^-24), and the blocks merged in any order: blocks - 1 additions of 2^-24 of T at most each. Summed
-    over the blocks: (8 + 1 + 1 + blocks - 1) * 2^-24 * T, and one more 2^-24 * T bounds every
-    second-order term (blocks < 4000): c = 5 + blocks / 2 in units of 2^-23. The float64 reference adds
-    its own rounding where it combines the blocks, k_len * 2^-52 * T at most, added here too.
+
+def accumulation(blocks: int, k_len: int, bits: int = FP32_BITS) -> float:
+    """B / T for a block-scaled dot over `blocks` 128-blocks (k_len = 128 * blocks), in absolute terms,
+    for a tensor core that keeps `bits` significant bits of each instruction's partial sum.
+
+    The kernel (docs/ops/fp8_moe.md): each block's 128 products, exact in fp32, summed by the tensor core
+    in 4 steps of 32 (mma.sync m16n8k32 or wgmma m64nNk32) into the block's partial; each step modelled
+    as one rounding to `bits` significant bits of at most 2^(1 - bits) of the step's magnitudes (its
+    products and the partial it adds to: truncation allowed; 2^-23 for fp32), so at most 4 * 2^(1 - bits)
+    of the block's magnitudes; then the block's partial times (w-scale * x-scale) (that product rounded
+    once: 2^-24 of the block's magnitudes) rounded once more (a product or an fma: 2^-24), and the blocks
+    merged in any order: blocks - 1 additions of 2^-24 of T at most each. Summed over the blocks: 4 *
+    2^(1 - bits) * T + (1 + 1 + blocks - 1) * 2^-24 * T, and one more 2^-24 * T bounds every second-order
+    term (blocks < 4000, bits >= 8): for fp32, c = 5 + blocks / 2 in units of 2^-23. The float64 reference
+    adds its own rounding where it combines the blocks, k_len * 2^-52 * T at most, added here too.
     """
-    return (5 + blocks / 2) * 2.0**-23 + k_len * 2.0**-52
+    if bits not in ACCUMULATORS:
+        raise ValueError(f"accumulator_bits {bits}: the MoE judges model {ACCUMULATORS}")
+    return 4 * 2.0 ** (1 - bits) + (blocks + 2) * 2.0**-24 + k_len * 2.0**-52
 
 
 # --------------------------------------------------------------------------------------------
@@ -295,11 +310,21 @@ def _pow2(a: np.ndarray) -> np.ndarray:
 @dataclass
 class Dot:
     """value [rows, pairs] (float64, exact per block), magnitude T [rows, pairs] (sum of |terms|, scales
-    included) and exact [rows, pairs] (the kernel's fp32 result is the value itself: see below)."""
+    included) and quantum [rows, pairs]: a grid q every term is a multiple of (power-of-two scales), NaN
+    where there is none (see exact)."""
 
     value: F64
     magnitude: F64
-    exact: npt.NDArray[np.bool_]
+    quantum: F64
+
+    def exact(self, bits: int = FP32_BITS) -> npt.NDArray[np.bool_]:
+        """Where the kernel's result is the value itself: every term a multiple of q and T <= 2^bits q, so
+        every partial sum in any order is a number of `bits` significant bits and no rounding of the
+        kernel's (to nearest or toward zero) changes anything."""
+        with np.errstate(invalid="ignore"):
+            return ~np.isnan(self.quantum) & (
+                (self.magnitude == 0) | (self.magnitude <= 2.0**bits * self.quantum)
+            )
 
 
 def block_dot(w: U8, ws: npt.NDArray[np.float32], x: U8, xs: np.ndarray, with_exact: bool = False) -> Dot:
@@ -307,9 +332,8 @@ def block_dot(w: U8, ws: npt.NDArray[np.float32], x: U8, xs: np.ndarray, with_ex
 
     w [rows, K] codes with ws [rows/128, K/128]; x [pairs, K] codes with xs [pairs, K/128]. Each block's
     sum is a float64 matmul of decoded codes, exact (43 bits at most); the scales are applied per block.
-    with_exact: also mark the elements whose every term is a multiple of one grid q with T <= 2^24 q
-    (power-of-two scales): every partial sum in any order is then an fp32 number, so no fp32 rounding
-    of the kernel's (to nearest or toward zero) changes anything and its y is exactly this value.
+    with_exact: also the grid q of the elements whose every term is a multiple of one (power-of-two
+    scales), for Dot.exact.
     """
     rows, klen = w.shape
     nb = klen // BLOCK
@@ -325,7 +349,7 @@ def block_dot(w: U8, ws: npt.NDArray[np.float32], x: U8, xs: np.ndarray, with_ex
         s = wsr[:, b : b + 1] * xs[:, b].astype(np.float64)[None, :]  # exact: two fp32 values
         value += s * (wd[:, sl] @ xd[:, sl].T)
         mag += np.abs(s) * (wa[:, sl] @ xa[:, sl].T)
-    exact = np.zeros(value.shape, dtype=bool)
+    quantum = np.full(value.shape, np.nan)
     if with_exact:
         rows_p2 = np.repeat(np.all(_pow2(ws), axis=1), BLOCK)  # [rows]
         pairs_p2 = np.all(_pow2(xs), axis=1)  # [pairs]
@@ -335,25 +359,24 @@ def block_dot(w: U8, ws: npt.NDArray[np.float32], x: U8, xs: np.ndarray, with_ex
             smin = np.min(wsr[:, :, None] * xs.astype(np.float64).T[None, :, :], axis=1)  # [rows, pairs]
             with np.errstate(invalid="ignore"):
                 q = qw[:, None] * qx[None, :] * smin
-                exact = (mag == 0) | (mag <= 2.0**24 * q)
-            exact &= rows_p2[:, None] & pairs_p2[None, :]
-    return Dot(value, mag, exact)
+            quantum = np.where(rows_p2[:, None] & pairs_p2[None, :], q, np.nan)
+    return Dot(value, mag, quantum)
 
 
 def per_expert(
     ids: npt.NDArray[np.int32], fn: Callable[[int, np.ndarray], Dot], pairs_out: int, cols: int
-) -> tuple[F64, F64, npt.NDArray[np.bool_]]:
+) -> tuple[F64, F64, F64]:
     """Run `fn(expert, pair indices)` -> Dot for every expert the pairs hit (each expert's weights decoded
-    once, never all experts at once) and scatter into [pairs, cols] arrays."""
+    once, never all experts at once) and scatter into [pairs, cols] arrays: value, magnitude, quantum."""
     flat = ids.reshape(-1)
     value = np.zeros((pairs_out, cols))
     mag = np.zeros((pairs_out, cols))
-    exact = np.zeros((pairs_out, cols), dtype=bool)
+    quantum = np.full((pairs_out, cols), np.nan)
     for e in np.unique(flat):
         idx = np.flatnonzero(flat == e)
         d = fn(int(e), idx)
-        value[idx], mag[idx], exact[idx] = d.value.T, d.magnitude.T, d.exact.T
-    return value, mag, exact
+        value[idx], mag[idx], quantum[idx] = d.value.T, d.magnitude.T, d.quantum.T
+    return value, mag, quantum
 
 
 def _rows_top(exp: F64) -> np.ndarray:

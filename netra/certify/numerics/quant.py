@@ -154,13 +154,17 @@ def judge_codes_and_scales(
     scale_relative: bool,
     of: str,
     at: str,
+    steps: bool = False,
 ) -> tuple[list[str], dict[str, int]]:
     """The FP8 code and scale checks this module's judge and fp8_moe_gate_up's share (fused's judges two
     candidate references and has its own), so the rules and their messages exist once: a code equal to
     the reference's, or one step off where the exact quotient `scaled` lies within `window` (absolute,
     per element) of the midpoint between the two codes (counted); never two steps or NaN; each scale
     within `scale_bound` of the reference's (relative to it, or absolute). `of` names the quantized
-    tensor and `at` its rows in the messages. Returns the failures (one line each) and the counts."""
+    tensor and `at` its rows in the messages. With `steps` (a window that may span more than one step:
+    fp8_moe_gate_up's coarser accumulations), a code two or more steps off is accepted too where it is the
+    encoder's for some quotient within the window (reference.fp8_rounds_within; counted). Returns the
+    failures (one line each) and the counts."""
     failures: list[str] = []
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         s_dev = np.abs(s - s_ref) / s_ref if scale_relative else np.abs(s - s_ref)
@@ -174,7 +178,8 @@ def judge_codes_and_scales(
             f"{' relative' if scale_relative else ''})"
         )
     dist = ref.fp8_step_distance(q, q_ref)
-    beyond = dist > 1
+    within = ref.fp8_rounds_within(q, scaled, window) if steps else np.zeros(q.shape, dtype=bool)
+    beyond = (dist > 1) & ~within
     if beyond.any():
         i = tuple(np.argwhere(beyond)[0])
         failures.append(
@@ -194,4 +199,6 @@ def judge_codes_and_scales(
             f"{of}/s = {float(scaled[i])!r} +- {float(window[i]):.3e})"
         )
     counts = {"codes": int(q.size), "fp8_one_step_at_midpoint": int(near.sum()), "scales": int(s.size)}
+    if steps:
+        counts["fp8_steps_within_window"] = int(np.sum((dist > 1) & within))
     return failures, counts

@@ -255,6 +255,11 @@ def _candidate(form: str) -> s.Table:
                 }
             ),
             "lds_bytes": s.req(s.Int(min=0, max=1 << 20), "static LDS the descriptor requests; equals the lock's"),
+            "accumulator_bits": s.maybe(s.Int(min=8, max=24),
+                                        "significant bits the kernel's tensor core keeps of each partial sum, "
+                                        "where fewer than fp32's 24 (wgmma e4m3 on sm_90a: 14); absent: 24. "
+                                        "Its judge's bounds are that accumulation's (its template manifest's "
+                                        "`accumulator_bits`)"),
             "workspace_bytes": s.req(s.Int(min=0, max=1 << 40), "device scratch the caller must provide (0 today)"),
             "kernarg": s.Table(
                 {

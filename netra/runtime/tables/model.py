@@ -40,6 +40,8 @@ PROFILE_RESULTS = ("measured", "skipped", "unavailable")
 # record's fields of these names, and its memory checkers' and profiler's result).
 SUMMARY_FIELDS = ("run", "text_sha256", "passed", "reason", "max_rel_deviation", "tolerance")
 HINT = "regenerate the table with `netra lock` (hardware evidence comes from `netra certify`)"
+# A candidate's accumulator_bits where its entry names none: its tensor core keeps an fp32 partial sum
+FP32_ACCUMULATOR_BITS = 24
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,9 @@ class Candidate:
     kernarg: KernargLayout
     evidence: dict[str, Any]  # static, and hardware: its summary (a certified table: the whole record)
     hardware: HardwareEvidence | None
+    # significant bits its tensor core keeps of each partial sum: what its judge models (the format's
+    # optional accumulator_bits; fp32 where absent)
+    accumulator_bits: int = FP32_ACCUMULATOR_BITS
 
     @property
     def rank(self) -> int:

@@ -13,6 +13,7 @@ from netra.core.types import ModelFallback
 from netra.errors import TableError
 from netra.runtime.kernarg import BY_VALUE_TYPES, KernargArg, KernargLayout
 from netra.runtime.tables.model import (
+    FP32_ACCUMULATOR_BITS,
     HINT,
     PROFILE_RESULTS,
     SANITIZER_RESULTS,
@@ -224,7 +225,7 @@ def _candidate(
         text_sha256=raw["text_sha256"], maturity=m,
         launch=Launch((b[0], b[1], b[2]), tuple(axes), launch["dynamic_lds_bytes"]),
         lds_bytes=raw["lds_bytes"], workspace_bytes=raw["workspace_bytes"], kernarg=kernarg,
-        evidence=ev, hardware=hw,
+        evidence=ev, hardware=hw, accumulator_bits=raw.get("accumulator_bits", FP32_ACCUMULATOR_BITS),
     )  # fmt: skip
 
 

@@ -13,7 +13,16 @@ from typing import Any
 
 from netra.core.types import ModelFallback
 from netra.runtime.kernarg import KernargLayout
-from netra.runtime.tables.model import SCHEMA, Candidate, Dispatch, Entry, Launch, NotAdmitted, Table
+from netra.runtime.tables.model import (
+    FP32_ACCUMULATOR_BITS,
+    SCHEMA,
+    Candidate,
+    Dispatch,
+    Entry,
+    Launch,
+    NotAdmitted,
+    Table,
+)
 
 
 def launch_json(launch: Launch) -> dict[str, Any]:
@@ -40,7 +49,8 @@ def kernarg_json(layout: KernargLayout) -> dict[str, Any]:
 
 
 def candidate_json(c: Candidate) -> dict[str, Any]:
-    return {
+    bits = {"accumulator_bits": c.accumulator_bits} if c.accumulator_bits != FP32_ACCUMULATOR_BITS else {}
+    return bits | {
         "tactic": c.tactic,
         "artifact": c.artifact,
         "file": c.file,

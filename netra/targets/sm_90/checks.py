@@ -61,6 +61,9 @@ def check(cb: Cubin, spec: ArtifactSpec, sm: int = SM_ARCH) -> list[Problem]:
     shared_budget = int(tpl.budget["shared_bytes"])
     if k.shared_bytes > min(shared_budget, LIMITS["shared_bytes"]):
         p.append(Problem("shared", f"{k.shared_bytes} bytes of static shared memory, budget {shared_budget}"))
+    elif k.shared_bytes + spec.dynamic_shared > LIMITS["shared_bytes"]:
+        p.append(Problem("shared", f"{k.shared_bytes} static + {spec.dynamic_shared} dynamic bytes of shared "
+                                   f"memory, more than a CTA may have ({LIMITS['shared_bytes']})"))  # fmt: skip
     stack = [v for v in (k.frame_bytes, k.min_stack_bytes, k.max_stack_bytes) if v]
     local = [s for s in cb.sections if s.startswith(".nv.local.")]
     if stack or local or k.frame_bytes is None:
