@@ -533,6 +533,8 @@ __device__ __forceinline__ void w_subslice(const uint4 (&w)[KS / 128][2][2], uin
                      word(w[kb][1], 2 * s + 1), b_desc(bq + (uint32_t)((4 * kb + s) * (kN * 32))), s);
     wg_commit();
     wg_wait_all();
+#pragma unroll
+    for (int j = 0; j < NT; ++j) asm volatile("" : "+f"(d[j])::"memory");  // read d only after the wait
     if (second)
       w_promote<NT, NT / 8, KD / 128>(d, acc, ws[kb], xs + kb);
     else
