@@ -309,6 +309,11 @@ def test_the_table_and_netra_explain_say_why_a_tactic_is_no_candidate(cat: manif
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     doc = valid("explain", r.stdout)
+    # each candidate says the accumulation it is judged by: the WGMMA ones 14 bits, the others fp32's 24
+    bits = {c["tactic"]: c["accumulator_bits"] for c in doc["matches"][0]["candidates"]}
+    assert bits == {
+        t: 14 if t.startswith("d4w") else 24 for t in ["d2a3", "d2", "d4w8", "d4w64", "d4w8q", "d4w64q"]
+    }
     assert [n["tactic"] for n in doc["matches"][0]["not_admitted"]] == [
         "d3",
         "d6",
@@ -326,3 +331,4 @@ def test_the_table_and_netra_explain_say_why_a_tactic_is_no_candidate(cat: manif
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "  not admitted: tactic d3: INTER must split into whole 128-byte blocks per warp (" in r.stdout
     assert "grid (224, min(256, rows * 8), 1)" in r.stdout
+    assert r.stdout.count("accumulation: tensor-core partials of 14 significant bits") == 4

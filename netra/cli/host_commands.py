@@ -135,6 +135,8 @@ def _axis(a: int | dict[str, Any]) -> str:
 
 
 def _candidate_lines(k: dict[str, Any]) -> list[str]:
+    from netra.runtime.tables.model import FP32_ACCUMULATOR_BITS
+
     lines = []
     ev = k["evidence"]
     st = ev.get("static") or {}
@@ -163,6 +165,9 @@ def _candidate_lines(k: dict[str, Any]) -> list[str]:
     lines.append(f"kernarg ({ka['size']} bytes): {args}")
     if k["facts"]:
         lines.append("facts: " + ", ".join(f"{n} {v}" for n, v in sorted(k["facts"].items())))
+    if k["accumulator_bits"] != FP32_ACCUMULATOR_BITS:  # judged by its own accumulation's bounds
+        lines.append(f"accumulation: tensor-core partials of {k['accumulator_bits']} significant bits, judged by "
+                     "that model's bounds (docs/ops/)")  # fmt: skip
     h = k["hashes"]
     lines.append(f"code: {k['file']} (template {k['template']}), symbol {k['symbol']}")
     lines.append(f".text sha256 {h['text_sha256']}; launch sha256 {h['launch_sha256']}")

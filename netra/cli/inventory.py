@@ -335,7 +335,7 @@ def _entry(inv: Inventory, cls: str, key: str, only: str | None = None) -> dict[
             "symbol": c.symbol, "file": c.file, "template": a.template,
             "launch": launch_json(c.launch), "lds_bytes": c.lds_bytes, "workspace_bytes": c.workspace_bytes,
             "max_threads": a.max_threads, "kernarg": kernarg_json(c.kernarg), "definitions": dict(a.definitions),
-            "facts": dict(a.facts), "evidence": wc.evidence,
+            "facts": dict(a.facts), "accumulator_bits": c.accumulator_bits, "evidence": wc.evidence,
             "hashes": {
                 "text_sha256": a.text_sha256, "launch_sha256": a.launch_sha256, "code_sha256": a.code_sha256,
                 "file_sha256": inv.built.get(c.file) if inv.built is not None else None,
