@@ -206,8 +206,7 @@ def for_accumulator(op: str, exp: dict[str, np.ndarray], bits: int) -> dict[str,
     plain = {k: v for k, v in exp.items() if "@" not in k}
     if bits == FP32_ACCUMULATOR_BITS:
         return plain
-    suffix = f"@{bits}"
-    model = {k.removesuffix(suffix): v for k, v in exp.items() if k.endswith(suffix)}
+    model = {k: exp[common.accumulator_key(k, bits)] for k in plain if common.accumulator_key(k, bits) in exp}
     if not model:
         raise ValueError(f"{op}: the reference has no bounds for accumulator_bits {bits} (its numerics module "
                          "derives them for the accumulations its templates declare)")  # fmt: skip

@@ -218,6 +218,7 @@ def correctness(
     from netra.certify import conformance
 
     expected = {} if expected is None else expected
+    bits = kernel.candidate.accumulator_bits  # its judge models its tensor core's accumulation
     out = []
     for case in cases:
         buf = case_buffers(dev, entry, case)
@@ -232,14 +233,8 @@ def correctness(
         key = (case.name, case.rows)
         if key not in expected:
             expected[key] = conformance.expected(entry.op, entry.params, case, workers=os.cpu_count() or 1)
-        bits = kernel.candidate.accumulator_bits  # its judge models its tensor core's accumulation
-        out.append(
-            (
-                case,
-                conformance.judge(entry.op, entry.params, case, got, expected[key], accumulator_bits=bits),
-                fences,
-            )
-        )
+        verdict = conformance.judge(entry.op, entry.params, case, got, expected[key], accumulator_bits=bits)
+        out.append((case, verdict, fences))
     return aggregate(out)
 
 

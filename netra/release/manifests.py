@@ -237,15 +237,17 @@ MAX_DYNAMIC_SHARED = 1 << 20  # what a class's table may record (launch.dynamic_
 # A template's expressions of its instantiation's constants, and the values an admitted pair may give:
 # dynamic shared memory bytes a launch can give; significant bits of a partial sum (a table's
 # accumulator_bits), from an E4M3 product's 8 to fp32's 24
-EXPRESSIONS = {
+EXPRESSIONS = {  # key: (least, most, unit, hint)
     "dynamic_shared": (
         0,
         MAX_DYNAMIC_SHARED,
+        " bytes",
         "make the expression the bytes the kernel's extern __shared__ array indexes",
     ),
     "accumulator_bits": (
         8,
         24,
+        "",
         "make the expression the significant bits the kernel's tensor core keeps of a partial sum",
     ),
 }
@@ -523,14 +525,13 @@ def _refusal(tpl: Template, definitions: dict[str, int], at: str) -> Requirement
 def _check_expressions(tpl: Template, definitions: dict[str, int], at: str) -> None:
     """The template's expressions evaluate, for an admitted pair, to values a table may record
     (EXPRESSIONS); else the manifest's one-line error, before anything is compiled or written."""
-    for key, (lo, hi, hint) in EXPRESSIONS.items():
+    for key, (lo, hi, unit, hint) in EXPRESSIONS.items():
         text = getattr(tpl, key)
         try:
             got = expr.evaluate(text, definitions)
         except LaunchError as e:
             raise ManifestError(f"{tpl.manifest}: {at}: {key}: {e.message}", e.hint) from None
         if not lo <= got <= hi:
-            unit = " bytes" if key == "dynamic_shared" else ""
             raise ManifestError(
                 f"{tpl.manifest}: {at}: {key} {text!r} is {got}{unit}, outside [{lo}, {hi}]", hint
             )

@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING, Any
 from netra import targets
 from netra.runtime import tables
 from netra.runtime.tables import HARDWARE_NOTE, SCHEMA, STATIC_NOTE, UNCERTIFIED_NOTE, Table
-from netra.runtime.tables.model import FP32_ACCUMULATOR_BITS
 from netra.runtime.tables.model import NotAdmitted as TableNotAdmitted
-from netra.runtime.tables.writing import contract_json, fallback_json, not_admitted_json
+from netra.runtime.tables.writing import accumulator_json, contract_json, fallback_json, not_admitted_json
 
 if TYPE_CHECKING:
     from netra.core.types import ArtifactSpec, NotAdmitted
@@ -100,8 +99,7 @@ def grid(spec: ArtifactSpec) -> list[Any]:
 def candidate(spec: ArtifactSpec, locked: LockedArtifact, checks: list[str], lock: Lock) -> dict[str, Any]:
     tc = lock.toolchains[spec.target]
     maturity = spec.tactic.maturity
-    bits = spec.accumulator_bits  # recorded where a tactic accumulates more coarsely than fp32
-    return ({"accumulator_bits": bits} if bits != FP32_ACCUMULATOR_BITS else {}) | {
+    return accumulator_json(spec.accumulator_bits) | {
         "tactic": spec.tactic.name,
         "artifact": spec.name,
         "file": spec.file,

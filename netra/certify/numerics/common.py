@@ -16,12 +16,20 @@ import numpy.typing as npt
 
 from netra.certify import reference as ref
 from netra.core.ops import FAMILIES
+from netra.runtime.tables.model import FP32_ACCUMULATOR_BITS
 
 U = 2.0**-24  # fp32 unit roundoff
 
 U16 = npt.NDArray[np.uint16]
 
 F64 = npt.NDArray[np.float64]
+
+
+def accumulator_key(key: str, bits: int) -> str:
+    """Where a reference keeps what the judge of a candidate accumulating with `bits` significant bits reads
+    under `key`: the plain key for fp32, suffixed "@bits" otherwise (netra.certify.conformance.for_accumulator
+    reads them)."""
+    return key if bits == FP32_ACCUMULATOR_BITS else f"{key}@{bits}"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import numpy as np
 
 from netra.certify import reference as ref
 from netra.certify.numerics import moe
-from netra.certify.numerics.common import Case, Verdict, first, ordinal16, verdict
+from netra.certify.numerics.common import Case, Verdict, accumulator_key, first, ordinal16, verdict
 
 OP = "fp8_moe_down"
 # The constants the per-element bounds are derived from (the bounds themselves depend on the case): each
@@ -75,14 +75,16 @@ def expected(p: dict[str, int], case: Case, a: int, b: int) -> dict[str, np.ndar
     def dot(e: int, idx: np.ndarray) -> moe.Dot:
         return moe.block_dot(w2[e], w2s[e], hq[idx], hs[idx], with_exact=True)
 
-    value, mag, quantum = moe.per_expert(ids, dot, pairs, n_h)
-    y = value.reshape(tokens, k, n_h)
+    d = moe.per_expert(ids, dot, pairs, n_h)
+    y = d.value.reshape(tokens, k, n_h)
     out: dict[str, np.ndarray] = {}
     for bits in moe.ACCUMULATORS:  # the bounds of each tensor-core accumulation a template may declare
-        ex = moe.Dot(value, mag, quantum).exact(bits)
-        by = np.where(ex, 0.0, moe.accumulation(n_i // moe.BLOCK, n_i, bits) * mag).reshape(tokens, k, n_h)
+        ex = d.exact(bits)
+        by = np.where(ex, 0.0, moe.accumulation(n_i // moe.BLOCK, n_i, bits) * d.magnitude).reshape(
+            tokens, k, n_h
+        )
         got = _interval(y, by, np.all(ex.reshape(tokens, k, n_h), axis=1), w)
-        out.update({key if bits == moe.FP32_BITS else f"{key}@{bits}": x for key, x in got.items()})
+        out.update({accumulator_key(key, bits): x for key, x in got.items()})
     return out
 
 

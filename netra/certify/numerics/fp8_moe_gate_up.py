@@ -16,7 +16,7 @@ import numpy as np
 
 from netra.certify import reference as ref
 from netra.certify.numerics import fp8_group_quant, moe, quant, silu_mul_fp8_quant
-from netra.certify.numerics.common import Case, Verdict, verdict
+from netra.certify.numerics.common import Case, Verdict, accumulator_key, verdict
 
 OP = "fp8_moe_gate_up"
 # The constants the per-element bounds are derived from (the bounds themselves depend on the case):
@@ -83,8 +83,8 @@ def expected(p: dict[str, int], case: Case, a: int, b: int) -> dict[str, np.ndar
     def dot(e: int, idx: np.ndarray) -> moe.Dot:
         return moe.block_dot(w13[e], w13s[e], xq[tok[idx]], xs[tok[idx]])
 
-    value, mag, _ = moe.per_expert(ids, dot, pairs, 2 * n_i)
-    g, u = value[:, :n_i], value[:, n_i:]
+    d = moe.per_expert(ids, dot, pairs, 2 * n_i)
+    g, u, mag = d.value[:, :n_i], d.value[:, n_i:], d.magnitude
     h = ref.silu(g) * u
     gq = ref.fp8_group_quant_values(h)
     s = gq.scales
@@ -94,7 +94,7 @@ def expected(p: dict[str, int], case: Case, a: int, b: int) -> dict[str, np.ndar
     for bits in moe.ACCUMULATORS:  # the bounds of each tensor-core accumulation a template may declare
         c = moe.accumulation(n_h // moe.BLOCK, n_h, bits)
         bound = _bounds(g, u, h, s, v, c * mag[:, :n_i], c * mag[:, n_i:])
-        out.update({key if bits == moe.FP32_BITS else f"{key}@{bits}": x for key, x in bound.items()})
+        out.update({accumulator_key(key, bits): x for key, x in bound.items()})
     return out
 
 

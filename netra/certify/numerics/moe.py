@@ -38,14 +38,14 @@ F64 = npt.NDArray[np.float64]
 U8 = npt.NDArray[np.uint8]
 
 
-FP32_BITS = FP32_ACCUMULATOR_BITS  # an fp32 partial: mma.sync e4m3 (F2FP conversions and f16 HMMA on sm_90a)
-# The tensor-core accumulations the MoE kernels declare (a template's accumulator_bits): fp32, and wgmma
+# The tensor-core accumulations the MoE kernels declare (a template's accumulator_bits): fp32 (mma.sync
+# e4m3: F2FP conversions and f16 HMMA on sm_90a), and wgmma
 # e4m3 on sm_90a, whose partial sums keep 13 fraction bits (a 22-bit float: the FP22 accumulator of
 # Hopper's FP8 tensor cores; DeepSeek-V3's report, section 3.3.2, measured "around 14 bits")
-ACCUMULATORS = (FP32_BITS, 14)
+ACCUMULATORS = (FP32_ACCUMULATOR_BITS, 14)
 
 
-def accumulation(blocks: int, k_len: int, bits: int = FP32_BITS) -> float:
+def accumulation(blocks: int, k_len: int, bits: int = FP32_ACCUMULATOR_BITS) -> float:
     """B / T for a block-scaled dot over `blocks` 128-blocks (k_len = 128 * blocks), in absolute terms,
     for a tensor core that keeps `bits` significant bits of each instruction's partial sum.
 
@@ -317,7 +317,7 @@ class Dot:
     magnitude: F64
     quantum: F64
 
-    def exact(self, bits: int = FP32_BITS) -> npt.NDArray[np.bool_]:
+    def exact(self, bits: int = FP32_ACCUMULATOR_BITS) -> npt.NDArray[np.bool_]:
         """Where the kernel's result is the value itself: every term a multiple of q and T <= 2^bits q, so
         every partial sum in any order is a number of `bits` significant bits and no rounding of the
         kernel's (to nearest or toward zero) changes anything."""
@@ -365,9 +365,9 @@ def block_dot(w: U8, ws: npt.NDArray[np.float32], x: U8, xs: np.ndarray, with_ex
 
 def per_expert(
     ids: npt.NDArray[np.int32], fn: Callable[[int, np.ndarray], Dot], pairs_out: int, cols: int
-) -> tuple[F64, F64, F64]:
+) -> Dot:
     """Run `fn(expert, pair indices)` -> Dot for every expert the pairs hit (each expert's weights decoded
-    once, never all experts at once) and scatter into [pairs, cols] arrays: value, magnitude, quantum."""
+    once, never all experts at once) and scatter into one Dot of [pairs, cols] arrays."""
     flat = ids.reshape(-1)
     value = np.zeros((pairs_out, cols))
     mag = np.zeros((pairs_out, cols))
@@ -376,7 +376,7 @@ def per_expert(
         idx = np.flatnonzero(flat == e)
         d = fn(int(e), idx)
         value[idx], mag[idx], quantum[idx] = d.value.T, d.magnitude.T, d.quantum.T
-    return value, mag, quantum
+    return Dot(value, mag, quantum)
 
 
 def _rows_top(exp: F64) -> np.ndarray:

@@ -48,9 +48,14 @@ def kernarg_json(layout: KernargLayout) -> dict[str, Any]:
     }
 
 
+def accumulator_json(bits: int) -> dict[str, Any]:
+    """A candidate's accumulator_bits as the format writes it: only where it is not fp32's (the field is
+    optional, so a table of fp32 kernels reads and writes back unchanged)."""
+    return {"accumulator_bits": bits} if bits != FP32_ACCUMULATOR_BITS else {}
+
+
 def candidate_json(c: Candidate) -> dict[str, Any]:
-    bits = {"accumulator_bits": c.accumulator_bits} if c.accumulator_bits != FP32_ACCUMULATOR_BITS else {}
-    return bits | {
+    return accumulator_json(c.accumulator_bits) | {
         "tactic": c.tactic,
         "artifact": c.artifact,
         "file": c.file,
