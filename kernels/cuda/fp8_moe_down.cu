@@ -153,11 +153,6 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
     uint4 wbuf[2][kKSw / 128][2][2];
     netra_moe::load_rows<kKSw, kI>(wbuf[0], wrows, part * kKP);  // does not depend on the gate/up stage
     netra_moe::wait_previous();
-    const auto multiply = [&](int s, const uint4 (&w)[kKSw / 128][2][2], float (&acc)[kNT / 2]) {
-      const int k0 = part * kKP + s * kKSw;
-      netra_moe::w_subslice<kNT, kKSw, kI>(w, btile_wg + (uint32_t)(s * (kKSw / 32) * (kNT * 64)), se + k0 / 128,
-                                           bscale + k0 / 128, (wi >> 1) != 0, acc);
-    };
     const int wchunks = (r.n + kNT - 1) / kNT;
     for (int ch = 0; ch < wchunks; ++ch) {
       // a later chunk's first sub-slice requested before its hq rows are staged (the first chunk's was
@@ -168,25 +163,10 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
       netra_moe::fence_proxy_shared();
       __syncthreads();
       float acc[kNT / 2] = {};
-      if (kNSw == 1) {
-        multiply(0, wbuf[0], acc);
-      } else {  // two register buffers (fp8_moe_gate_up.cu's PREFETCH)
-#pragma unroll 1
-        for (int sub = 0; sub < kNSw; sub += 2) {
-          netra_moe::load_rows<kKSw, kI>(wbuf[1], wrows, part * kKP + (sub + 1) * kKSw);
-          multiply(sub, wbuf[0], acc);
-          if (sub + 2 < kNSw) netra_moe::load_rows<kKSw, kI>(wbuf[0], wrows, part * kKP + (sub + 2) * kKSw);
-          multiply(sub + 1, wbuf[1], acc);
-        }
-      }
+      netra_moe::w_part<kNT, kKSw, kNSw, kI>(wbuf, wrows, part * kKP, btile_wg, se, bscale, (wi >> 1) != 0, acc);
       __syncthreads();
       float* sums = reinterpret_cast<float*>(netra_dyn);  // [kParts][2 tiles][16][kNT]
-#pragma unroll
-      for (int i = 0; i < kNT / 8; ++i) {
-#pragma unroll
-        for (int v = 0; v < 4; ++v)
-          sums[((part * 2 + tile) * 16 + g + 8 * (v >> 1)) * kNT + 8 * i + 2 * c + (v & 1)] = acc[4 * i + v];
-      }
+      netra_moe::w_store<kNT>(sums, part * 2 + tile, acc);
       __syncthreads();
       for (int e = threadIdx.x; e < 32 * kNT; e += NETRA_BLOCK) {
         const int row = e / kNT, col = e % kNT, i = ch * kNT + col;  // row: output column n0 + row

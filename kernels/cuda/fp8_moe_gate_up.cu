@@ -189,11 +189,6 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
     const float* wsc = se + ((role * kI + n0) / 128) * (kH / 128);
     const uint32_t btile_wg = netra_moe::smem_addr(btile) + (uint32_t)((warp >> 2) * (kKP / 32) * (kNT * 64));
     uint4 wbuf[2][kKSw / 128][2][2];
-    const auto multiply = [&](int s, const uint4 (&w)[kKSw / 128][2][2], float (&acc)[kNT / 2]) {
-      const int k0 = part * kKP + s * kKSw;
-      netra_moe::w_subslice<kNT, kKSw, kH>(w, btile_wg + (uint32_t)(s * (kKSw / 32) * (kNT * 64)), wsc + k0 / 128,
-                                           bscale + k0 / 128, (wi >> 1) != 0, acc);
-    };
     const int wchunks = (r.n + kNT - 1) / kNT;
     for (int ch = 0; ch < wchunks; ++ch) {
       // The chunk's first sub-slice of weights is requested before its activations are staged (they do
@@ -204,27 +199,12 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
       netra_moe::fence_proxy_shared();
       __syncthreads();
       float acc[kNT / 2] = {};
-      if (kNSw == 1) {
-        multiply(0, wbuf[0], acc);
-      } else {  // two register buffers, as PREFETCH: sub-slice s + 1 requested before s is multiplied
-#pragma unroll 1
-        for (int sub = 0; sub < kNSw; sub += 2) {
-          netra_moe::load_rows<kKSw, kH>(wbuf[1], wrows, part * kKP + (sub + 1) * kKSw);
-          multiply(sub, wbuf[0], acc);
-          if (sub + 2 < kNSw) netra_moe::load_rows<kKSw, kH>(wbuf[0], wrows, part * kKP + (sub + 2) * kKSw);
-          multiply(sub + 1, wbuf[1], acc);
-        }
-      }
+      netra_moe::w_part<kNT, kKSw, kNSw, kH>(wbuf, wrows, part * kKP, btile_wg, wsc, bscale, (wi >> 1) != 0, acc);
       // The parts' partial sums meet in the tile (every wgmma has completed: w_subslice waits on each
       // block), then h = silu(gate) * up per (row, pair), the parts added in ascending order.
       __syncthreads();
       float* sums = reinterpret_cast<float*>(netra_dyn);  // [kParts][2][16][kNT]
-#pragma unroll
-      for (int i = 0; i < kNT / 8; ++i) {
-#pragma unroll
-        for (int v = 0; v < 4; ++v)
-          sums[((part * 2 + role) * 16 + g + 8 * (v >> 1)) * kNT + 8 * i + 2 * c + (v & 1)] = acc[4 * i + v];
-      }
+      netra_moe::w_store<kNT>(sums, part * 2 + role, acc);
       __syncthreads();
       for (int e = threadIdx.x; e < 16 * kNT; e += NETRA_BLOCK) {
         const int row = e / kNT, col = e % kNT, i = ch * kNT + col;

@@ -542,4 +542,42 @@ __device__ __forceinline__ void w_subslice(const uint4 (&w)[KS / 128][2][2], uin
   }
 }
 
+// One chunk's part of a WGMMA warp: the NS sub-slices of KS bytes of its 16 rows (rows, k from kp), each
+// through w_subslice against its warpgroup's B tile at bq and promoted into acc. w[0] holds sub-slice 0
+// on entry (the caller requests it before the chunk's activations are staged, which it does not depend
+// on); with more than one, two register buffers: sub-slice s + 1 is requested before s is multiplied.
+template <int NT, int KS, int NS, int KD>
+__device__ __forceinline__ void w_part(uint4 (&w)[2][KS / 128][2][2], const uint8_t* __restrict__ rows, int kp,
+                                       uint32_t bq, const float* ws, const float* xs, bool second,
+                                       float (&acc)[NT / 2]) {
+  const auto multiply = [&](int s, const uint4 (&ws_s)[KS / 128][2][2]) {
+    const int k0 = kp + s * KS;
+    w_subslice<NT, KS, KD>(ws_s, bq + (uint32_t)(s * (KS / 32) * (NT * 64)), ws + k0 / 128, xs + k0 / 128, second,
+                           acc);
+  };
+  if (NS == 1) {
+    multiply(0, w[0]);
+    return;
+  }
+#pragma unroll 1
+  for (int sub = 0; sub < NS; sub += 2) {
+    load_rows<KS, KD>(w[1], rows, kp + (sub + 1) * KS);
+    multiply(sub, w[0]);
+    if (sub + 2 < NS) load_rows<KS, KD>(w[0], rows, kp + (sub + 2) * KS);
+    multiply(sub + 1, w[1]);
+  }
+}
+
+// A WGMMA warp's sums of a chunk into shared memory laid out [tile][16 rows][NT pairs], where the
+// kernel's last step adds the parts in ascending order (tile: the warp's part and its rows' role).
+template <int NT>
+__device__ __forceinline__ void w_store(float* sums, int tile, const float (&acc)[NT / 2]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int i = 0; i < NT / 8; ++i) {
+#pragma unroll
+    for (int v = 0; v < 4; ++v) sums[(tile * 16 + g + 8 * (v >> 1)) * NT + 8 * i + 2 * c + (v & 1)] = acc[4 * i + v];
+  }
+}
+
 }  // namespace netra_moe
