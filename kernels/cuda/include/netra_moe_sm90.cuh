@@ -550,9 +550,9 @@ template <int NT, int KS, int NS, int KD>
 __device__ __forceinline__ void w_part(uint4 (&w)[2][KS / 128][2][2], const uint8_t* __restrict__ rows, int kp,
                                        uint32_t bq, const float* ws, const float* xs, bool second,
                                        float (&acc)[NT / 2]) {
-  const auto multiply = [&](int s, const uint4 (&ws_s)[KS / 128][2][2]) {
+  const auto multiply = [&](int s, const uint4 (&wr)[KS / 128][2][2]) {
     const int k0 = kp + s * KS;
-    w_subslice<NT, KS, KD>(ws_s, bq + (uint32_t)(s * (KS / 32) * (NT * 64)), ws + k0 / 128, xs + k0 / 128, second,
+    w_subslice<NT, KS, KD>(wr, bq + (uint32_t)(s * (KS / 32) * (NT * 64)), ws + k0 / 128, xs + k0 / 128, second,
                            acc);
   };
   if (NS == 1) {
