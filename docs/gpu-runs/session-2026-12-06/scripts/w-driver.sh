@@ -57,8 +57,10 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     --tool-timeout 240 > "$R/certify/session.log" 2>&1
   step certify "rc=$?"; pack certify
 fi
+mkdir -p "$R/path"; step path start
+timeout 300 tools/gpu-session path-bench "$H" "$R/path" > "$R/path/session.log" 2>&1; step path "rc=$?"; pack path
 mkdir -p "$R/rest"; step rest start
-timeout 1500 tools/gpu-session tests "$H" "$R/rest" tests/test_gpu_torch_ops.py tests/test_gpu_torch_fused.py \
+timeout 1500 tools/gpu-session tests "$H" "$R/rest" tests/test_gpu_grouped_router.py tests/test_gpu_torch_ops.py tests/test_gpu_torch_fused.py \
   tests/test_gpu_integrations_transformers.py tests/test_cli.py tests/test_gpu_sm90.py > "$R/rest/session.log" 2>&1
 step rest "rc=$?"; pack rest
 echo done >> "$R/progress"
