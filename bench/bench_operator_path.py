@@ -21,8 +21,9 @@ graphs are replayed in interleaved rounds (--rounds) and each row is the median 
                     blocks of 512 threads per SM) moving the call's bytes: half of what the call reads
                     plus writes, read, and the same written; % = copy / variant
   record            certify's median for the contract, rows and tactic, from the install's certified
-                    table and its evidence (what `netra catalog` shows); "no record" where certify did
-                    not time that row count
+                    table and its evidence (what `netra catalog` shows), with the device certify ran on
+                    (flagged "not comparable" where it is not this run's GPU); "no record" where certify
+                    did not time that row count
 
 Guards before any timing, else the run stops with one line: strict mode serves every nt call (the
 certified kernel, no fallback); every variant's outputs equal the raw launch's byte for byte, once
@@ -298,9 +299,10 @@ def corrupt(torch: Any, outs: tuple[Any, ...]) -> None:
 # the record and the copy limit
 
 
-def certified_entries(keys: list[str]) -> dict[str, Any]:
+def certified_entries(keys: list[str]) -> tuple[dict[str, Any], tuple[dict[str, Any], ...]]:
     """Each key's entry of the install's certified sm_90 table, with its evidence records (read as
-    `netra catalog` reads them: the table and its evidence file, held to the lock)."""
+    `netra catalog` reads them: the table and its evidence file, held to the lock), and the table's
+    certify runs (an evidence record's `run` indexes them: the device it was timed on)."""
     from netra.cli import inventory
     from netra.runtime import installed
 
@@ -313,15 +315,20 @@ def certified_entries(keys: list[str]) -> dict[str, Any]:
                 f"{key}: not in the install's certified sm_90 table (`netra catalog` lists its keys)"
             )
         out[key] = entry
-    return out
+    return out, (table.runs if table is not None else ())
 
 
-def record(entry: Any, tactic: str | None, rows: int) -> dict[str, Any]:
-    """certify's timing of `tactic` at `rows` (median_us and the rest of its record), or why none."""
+def record(
+    entry: Any, tactic: str | None, rows: int, runs: tuple[dict[str, Any], ...], here: str | None
+) -> dict[str, Any]:
+    """certify's timing of `tactic` at `rows` (median_us and the rest of its record), or why none; with
+    the device certify timed it on and whether that is this run's (`here`): a record from another card
+    is no yardstick for this one."""
     cand = next((c for c in entry.candidates if c.tactic == tactic), None)
     if cand is None:
         return {"status": "no record", "reason": f"tactic {tactic} is not a candidate of {entry.key}"}
-    timings = (cand.evidence.get("hardware") or {}).get("timings") or []
+    hardware = cand.evidence.get("hardware") or {}
+    timings = hardware.get("timings") or []
     hit = next((t for t in timings if t["rows"] == rows), None)
     if hit is None:
         measured = ", ".join(str(t["rows"]) for t in timings) or "none"
@@ -330,7 +337,10 @@ def record(entry: Any, tactic: str | None, rows: int) -> dict[str, Any]:
             "reason": f"certify timed {tactic} at rows {measured}",
             "tactic": tactic,
         }
-    return {"status": "recorded", "tactic": tactic, "us": hit["median_us"], "timing": dict(hit)}
+    run = hardware.get("run")
+    device = runs[run].get("device") if isinstance(run, int) and 0 <= run < len(runs) else None
+    return {"status": "recorded", "tactic": tactic, "us": hit["median_us"], "timing": dict(hit),
+            "device": device, "same_device": device is not None and device == here}  # fmt: skip
 
 
 class Copier:
@@ -606,8 +616,15 @@ def line(rec: dict[str, Any]) -> list[str]:
         vs = f" {100 * (e['us'] / base - 1):+6.1f}% vs out" if base and v not in ("out", "copy") else ""
         lines.append(f"{head} {v:16s} {e['us']:10.2f} us{pct}{vs}")
     r = rec["record"]
-    lines.append(f"{head} {'record':16s} " + (f"{r['us']:10.2f} us (certify, tactic {r['tactic']})"
-                 if r["status"] == "recorded" else f"no record ({r['reason']})"))  # fmt: skip
+    if r["status"] != "recorded":
+        lines.append(f"{head} {'record':16s} no record ({r['reason']})")
+    else:
+        other = (
+            ""
+            if r["same_device"]
+            else f"; on {r['device'] or 'an unnamed device'}, not this one: not comparable"
+        )
+        lines.append(f"{head} {'record':16s} {r['us']:10.2f} us (certify, tactic {r['tactic']}{other})")
     return lines
 
 
@@ -639,7 +656,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"bench_operator_path: the copy kernels could not be built ({one_line(e)}); install cupy"
             )
     rows_out: list[dict[str, Any]] = []
-    entries = certified_entries(args.contracts)
+    entries, runs = certified_entries(args.contracts)
     for ci, key in enumerate(args.contracts):
         entry = entries[key]
         probe = Case(torch, nt, key, 1, 1, 1, 0, dev)
@@ -659,7 +676,7 @@ def main(argv: list[str] | None = None) -> None:
             rec = {"contract": key, "rows": rows, "copies": copies, "calls_per_graph": calls,
                    "bytes_read": case.read_bytes, "bytes_written": case.write_bytes,
                    "bytes_per_rotation": (case.read_bytes + case.write_bytes) * copies,
-                   "record": record(entry, tactic, rows), **row}  # fmt: skip
+                   "record": record(entry, tactic, rows, runs, env.get("gpu")), **row}  # fmt: skip
             rows_out.append(rec)
             for text in line(rec):
                 print(text)

@@ -43,6 +43,8 @@ def test_the_cpu_smoke_run_checks_every_variant_against_the_reference(tmp_path: 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["op.json"], doc
     env = doc["environment"]
     assert env["gpu"] is None and env["netra_install"]["kind"] == "source" and len(env["commit"]) == 40, env
+    runs = json.loads((REPO / "release" / "tables" / "sm_90.json").read_text())["certification"]["runs"]
+    (certify_device,) = {run["device"] for run in runs}
     rows = doc["rows"]
     assert [(x["contract"], x["rows"]) for x in rows] == [
         (k, n) for k in (RMS, QUANT, FUSED) for n in (1, 16)
@@ -57,6 +59,8 @@ def test_the_cpu_smoke_run_checks_every_variant_against_the_reference(tmp_path: 
         assert im["raw"]["status"] == im["copy"]["status"] == "skipped", im
         rec = row["record"]  # certify's medians, from the tree's certified table and its evidence
         assert rec["status"] == "recorded" and rec["us"] > 0 and rec["timing"]["rows"] == row["rows"], rec
+        # the card certify timed it on (the table's runs, read here from the file), never this CPU run's
+        assert rec["device"] == certify_device and rec["same_device"] is False, rec
     width = {RMS: 4096 * 2, QUANT: 4096 * 2, FUSED: 2 * 4096 * 2}
     written = {RMS: 4096 * 2, QUANT: 4096 + 4096 // 128 * 4, FUSED: 2 * 4096 * 2}
     for row in rows:
@@ -65,6 +69,7 @@ def test_the_cpu_smoke_run_checks_every_variant_against_the_reference(tmp_path: 
         )
         assert row["bytes_written"] == written[row["contract"]] * row["rows"], row
     assert r.stdout.count(" record ") == len(rows) and f"wrote {out}" in r.stdout, log(r)
+    assert r.stdout.count(f"on {certify_device}, not this one: not comparable") == len(rows), log(r)
 
 
 def test_a_variant_whose_outputs_differ_stops_the_run_in_one_line(tmp_path: Path) -> None:
