@@ -49,6 +49,7 @@
 
 #include "include/netra_moe_sm90.cuh"
 #include "include/netra_sm90.cuh"
+#include "include/netra_trace.cuh"
 
 #if !defined(NETRA_SYMBOL) || !defined(NETRA_BLOCK)
 #error "fp8_moe_down: the instantiation must define NETRA_SYMBOL and NETRA_BLOCK"
@@ -112,7 +113,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
     NETRA_SYMBOL(__nv_bfloat16* __restrict__ out, const uint8_t* __restrict__ hq, const float* __restrict__ hs,
                  const int* __restrict__ ids, const float* __restrict__ weights, const uint8_t* __restrict__ w2,
                  const float* __restrict__ w2s, float* __restrict__ y32, uint32_t* __restrict__ counts,
-                 uint32_t tokens) {
+                 uint32_t tokens NETRA_TRACE_PARAM) {
   using namespace fp8_moe_down_sm90;
   __shared__ int list[kMaxPairs];
 #if STAGES
@@ -127,8 +128,10 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   extern __shared__ __align__(128) uint8_t netra_dyn[];
 #endif
   __shared__ int last[kMaxPairs];
+  NETRA_TRACE_MARK(0);  // phase marks: include/netra_trace.cuh (nothing in a release build)
   if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit); no write past list
   const netra_moe::Route r = netra_moe::route<kE, kMaxPairs>(ids, (int)tokens * kK, list);
+  NETRA_TRACE_MARK(1);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int n0 = blockIdx.x * 32;  // output columns n0 .. n0 + 31: one 128-row scale block
   if (blockIdx.y == 0) {  // a token none of whose ids names an expert here: no pair arrives; write 0
@@ -138,7 +141,10 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
       if (!any) out[(size_t)t * kH + n0 + lane] = __float2bfloat16_rn(0.f);
     }
   }
-  if (r.expert < 0) return;
+  if (r.expert < 0) {
+    NETRA_TRACE_MARK(5);
+    return;
+  }
   const uint8_t* we = w2 + (size_t)r.expert * kH * kI;
   const float* se = w2s + (size_t)r.expert * (kH / 128) * (kI / 128) + (n0 / 128) * (kI / 128);
 #if WGMMA
@@ -153,6 +159,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
     uint4 wbuf[2][kKSw / 128][2][2];
     netra_moe::load_rows<kKSw, kI>(wbuf[0], wrows, part * kKP);  // does not depend on the gate/up stage
     netra_moe::wait_previous();
+    NETRA_TRACE_MARK(2);
     const int wchunks = (r.n + kNT - 1) / kNT;
     for (int ch = 0; ch < wchunks; ++ch) {
       // a later chunk's first sub-slice requested before its hq rows are staged (the first chunk's was
@@ -220,6 +227,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   for (int kb = 0; kb < kKS / 128; ++kb) sa[kb] = se[(warp * kKW >> 7) + kb];
 #endif
   netra_moe::wait_previous();
+  NETRA_TRACE_MARK(2);
 #if STAGES
 #pragma unroll
   for (int sub = 0; sub < STAGES; ++sub) {
@@ -304,6 +312,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
     }
   }
 #endif
+  NETRA_TRACE_MARK(3);
   __threadfence();
   __syncthreads();
   // One counter per (token, 32-column tile): the pair that arrives TOPK-th sums the token's slots.
@@ -318,6 +327,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
     last[i] = l;
   }
   __syncthreads();
+  NETRA_TRACE_MARK(4);
   __threadfence();
   for (int i = warp; i < r.n; i += kWarps) {
     if (!last[i]) continue;
@@ -330,4 +340,6 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
     }
     out[(size_t)t * kH + n0 + lane] = __float2bfloat16_rn(acc);
   }
+  NETRA_TRACE_SYNC();
+  NETRA_TRACE_MARK(5);
 }

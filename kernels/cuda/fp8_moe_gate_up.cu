@@ -84,6 +84,7 @@
 
 #include "include/netra_moe_sm90.cuh"
 #include "include/netra_sm90.cuh"
+#include "include/netra_trace.cuh"
 
 #if !defined(NETRA_SYMBOL) || !defined(NETRA_BLOCK)
 #error "fp8_moe_gate_up: the instantiation must define NETRA_SYMBOL and NETRA_BLOCK"
@@ -151,7 +152,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
     NETRA_SYMBOL(uint8_t* __restrict__ hq, float* __restrict__ hs, const uint8_t* __restrict__ xq,
                  const float* __restrict__ xs, const int* __restrict__ ids, const uint8_t* __restrict__ w13,
                  const float* __restrict__ w13s, float* __restrict__ h32, uint32_t* __restrict__ counts,
-                 uint32_t tokens) {
+                 uint32_t tokens NETRA_TRACE_PARAM) {
   using namespace fp8_moe_gate_up_sm90;
   __shared__ int list[kMaxPairs];
 #if STAGES
@@ -166,10 +167,15 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   extern __shared__ __align__(128) uint8_t netra_dyn[];
 #endif
   __shared__ bool last;
+  NETRA_TRACE_MARK(0);  // phase marks: include/netra_trace.cuh (nothing in a release build)
   netra_moe::launch_dependents();  // the down stage may start routing and loading its weights now
   if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit); no write past list
   const netra_moe::Route r = netra_moe::route<kE, kMaxPairs>(ids, (int)tokens * kK, list);
-  if (r.expert < 0) return;
+  NETRA_TRACE_MARK(1);
+  if (r.expert < 0) {
+    NETRA_TRACE_MARK(5);
+    return;
+  }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int n0 = blockIdx.x * 16;  // h columns n0 .. n0 + 15
   const uint8_t* we = w13 + (size_t)r.expert * 2 * kI * kH;
@@ -323,8 +329,10 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   }
 #endif
   // The last of the 8 CTAs of this 128-column group quantizes it for every pair of the expert.
+  NETRA_TRACE_MARK(2);
   __threadfence();
   __syncthreads();
+  NETRA_TRACE_MARK(3);
   const int grp = n0 / 128;
   if (threadIdx.x == 0) {
     const uint32_t old = atomicAdd(&counts[r.expert * (kI / 128) + grp], 1u);
@@ -332,7 +340,12 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
     if (last) counts[r.expert * (kI / 128) + grp] = 0u;  // ready for the next call
   }
   __syncthreads();
-  if (!last) return;
+  NETRA_TRACE_MARK(4);
+  NETRA_TRACE_FLAG(6, last);
+  if (!last) {
+    NETRA_TRACE_MARK(5);
+    return;
+  }
   __threadfence();
   for (int i = warp; i < r.n; i += kWarps) {
     const size_t p = list[i];
@@ -347,4 +360,6 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
         netra::pack_e4m3x2_rn(q[0], q[1]) | (netra::pack_e4m3x2_rn(q[2], q[3]) << 16);
     if (lane == 0) hs[p * (kI / 128) + grp] = s;
   }
+  NETRA_TRACE_SYNC();
+  NETRA_TRACE_MARK(5);
 }

@@ -1,0 +1,313 @@
+"""Where one routed-MoE call spends its time: the phase marks of a trace build of the chain's two kernels.
+
+Issue 28: at one token the chain takes 1.66x the read limit on an H100, and ncu says latency, not
+bandwidth, bounds both stages; requesting a CTA's whole tile at once (TILE) did not move it. What a
+profile's averages cannot show is the order of the waits on the critical path: the routing, the weights,
+the fence and counter that hand a 128-column group to its last CTA, the down stage's griddepcontrol.wait
+and its slot sum. This script times them.
+
+A trace build is the template compiled with NETRA_TRACE (kernels/cuda/include/netra_trace.cuh): thread 0
+of each CTA writes %globaltimer at the kernel's marks into one more argument. Without NETRA_TRACE the
+marks are nothing, so the release artifacts are what they were (`--cpu-smoke` checks that the release
+build of each kernel still has the lock's .text). The trace cubins are built here from this tree's
+kernels and manifests by the toolchain netra's build finds, never shipped; they are loaded and launched
+through netra's CUDA driver bindings, gate/up then down with programmatic dependent launch as netra.torch
+launches the chain, on inputs made on the device from a seed, with L2 overwritten before each call so
+that the weights come from DRAM, as they do in a model of many layers.
+
+Marks, in ns from the call's first gate/up entry:
+  gate/up: 0 entry, 1 routed, 2 multiplied (its h32 stored), 3 fenced, 4 counter read, 5 exit
+           (the last CTA of a 128-column group: after quantizing it; flag 6 says which CTAs were last)
+  down:    0 entry, 1 routed, 2 past griddepcontrol.wait, 3 multiplied (its y32 stored), 4 counter
+           read, 5 exit (after the slot sums it wrote)
+Each is printed as the median over --runs calls of its earliest, median and latest CTA (of those that
+multiplied: a CTA whose grid row names no hit expert returns after routing).
+
+    python bench/trace_moe.py --contract Qwen3-30B-A3B --chain g4r8+d3 --tokens 1 --json OUT.json
+    python bench/trace_moe.py --cpu-smoke --json OUT.json   # builds and checks the cubins; nothing runs
+
+It runs from a source tree (PYTHONPATH at the repository) on a machine with nvcc, torch with CUDA and an
+sm_90 GPU; tools/gpu-session does not wrap it (it needs the tree's kernels, not an install).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import struct
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from _entry import run
+from bench_moe import CONTRACTS, ROUTINGS, one_line
+
+REPO = Path(__file__).resolve().parent.parent
+SLOTS = 8
+GATE_MARKS = ("entry", "routed", "multiplied", "fenced", "counter", "exit")
+DOWN_MARKS = ("entry", "routed", "waited", "multiplied", "counter", "exit")
+LAST_FLAG = 6  # gate/up: 1 where the CTA quantized its group
+L2_FLUSH_BYTES = 256 * 2**20  # written before every call: past the H100's and H200's 50 MB of L2
+KERNARG = struct.Struct("<9QI4xQ")  # nine pointers, tokens, then the trace buffer (8-aligned): 88 bytes
+
+
+class TraceError(Exception):
+    """What stops the run, in one line."""
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--contract", choices=sorted(CONTRACTS), default="Qwen3-30B-A3B")
+    ap.add_argument("--chain", default="g4r8+d3", help="gate/up tactic + down tactic (sm_90's names)")
+    ap.add_argument("--tokens", type=int, default=1)
+    ap.add_argument("--routing", choices=ROUTINGS, default="uniform")
+    ap.add_argument("--runs", type=int, default=20, help="timed calls (after 3 warm-up calls)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--cpu-smoke", action="store_true", help="build and check the trace cubins; run nothing")
+    args = ap.parse_args(argv)
+    if args.chain.count("+") != 1:
+        ap.error(f"--chain {args.chain}: expected GATE_UP_TACTIC+DOWN_TACTIC, e.g. g4r8+d3")
+    if not 1 <= args.tokens <= 64:
+        ap.error(f"--tokens {args.tokens}: the contracts serve 1 to 64 tokens per call")
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
+    if args.json is not None and not args.json.parent.is_dir():
+        ap.error(f"--json {args.json}: its folder does not exist")
+    return args
+
+
+# -- the trace build ---------------------------------------------------------------------------------
+
+
+def specs(contract: str, chain: str) -> tuple[Any, Any]:
+    """The release specs of the chain's two sm_90 artifacts at `contract` (this tree's manifests)."""
+    from netra.release import manifests
+
+    params = CONTRACTS[contract]
+    cat = manifests.load(REPO)
+    found = []
+    for op, tactic in zip(("fp8_moe_gate_up", "fp8_moe_down"), chain.split("+"), strict=True):
+        hit = [a for a in cat.artifacts if a.target == "sm_90" and a.op == op and a.tactic.name == tactic
+               and all(a.contract.get(k) == v for k, v in params.items())]  # fmt: skip
+        if not hit:
+            raise TraceError(f"{op} tactic {tactic} is not built for {contract} on sm_90 (`netra explain` lists "
+                             "the candidates of a contract)")  # fmt: skip
+        found.append(hit[0])
+    return found[0], found[1]
+
+
+def build(spec: Any, tools: Any, trace: bool, work: Path) -> bytes:
+    """The cubin of `spec`, or of its trace build (NETRA_TRACE defined), compiled here by `tools`."""
+    from netra import targets
+
+    if trace:
+        spec = dataclasses.replace(
+            spec, definitions={**spec.definitions, "NETRA_TRACE": 1, "NETRA_TRACE_SLOTS": SLOTS}
+        )
+    out = work / ("trace" if trace else "release")
+    return targets.get("sm_90").compile(spec, tools, REPO, work, out).read_bytes()
+
+
+def check(spec: Any, tools: Any, release: bytes, traced: bytes) -> dict[str, Any]:
+    """The release build still has the lock's .text (the marks are nothing there) where `tools` is the
+    toolchain the lock names (another nvcc makes other code: then only the next checks hold); the trace
+    build takes the trace buffer as an 11th, 8-byte argument at offset 80 and has other machine code."""
+    from netra.runtime import lockfile
+    from netra.targets.sm_90 import cubin
+
+    lock = lockfile.read(REPO / "release" / "manifest.lock")
+    locked = next(a.text_sha256 for a in lock.artifacts if a.name == spec.name)
+    got = cubin.text_sha256(release, spec.symbol)
+    same = lock.toolchains.get("sm_90") == tools.identity
+    if same and got != locked:
+        raise TraceError(f"{spec.name}: the release build's .text {got[:12]} is not the lock's {locked[:12]}: "
+                         "a trace mark reaches the release build (kernels/cuda/include/netra_trace.cuh)")  # fmt: skip
+    k = cubin.inspect(traced).kernels[spec.symbol]
+    last = max(k.params, key=lambda p: p.offset)
+    if len(k.params) != 11 or (last.offset, last.size) != (80, 8):
+        raise TraceError(f"{spec.name}: the trace build's parameters are not the template's and a trace pointer "
+                         f"({len(k.params)} parameters, last at {last.offset}, {last.size} bytes)")  # fmt: skip
+    traced_text = cubin.text_sha256(traced, spec.symbol)
+    if traced_text == got:
+        raise TraceError(
+            f"{spec.name}: the trace build has the release build's machine code: no mark compiled"
+        )
+    return {"artifact": spec.name, "release_text_sha256": got, "trace_text_sha256": traced_text,
+            "release_is_locked": (got == locked) if same else None, "toolchain": str(tools.identity),
+            "block": spec.definitions["NETRA_BLOCK"], "dynamic_shared": spec.dynamic_shared}  # fmt: skip
+
+
+# -- the run -------------------------------------------------------------------------------------------
+
+
+def inputs(torch: Any, p: dict[str, int], tokens: int, routing: str, seed: int, dev: Any) -> dict[str, Any]:
+    """The chain's operands and workspaces, made on the device from `seed` (FP8 codes never NaN)."""
+    g = torch.Generator(device=dev).manual_seed(seed)
+    e, k, h, i = p["experts"], p["topk"], p["hidden"], p["inter"]
+
+    def fp8(*shape: int) -> Any:
+        code = torch.randint(0, 0x7F, shape, generator=g, device=dev, dtype=torch.uint8)  # 0x7F is NaN
+        return code | (torch.randint(0, 2, shape, generator=g, device=dev, dtype=torch.uint8) << 7)
+
+    def scale(*shape: int) -> Any:
+        return torch.rand(shape, generator=g, device=dev) * 0.01 + 0.001
+
+    if routing == "same":
+        ids = torch.arange(k, device=dev, dtype=torch.int32).repeat(tokens, 1)
+    else:
+        ids = torch.stack([torch.randperm(e, generator=g, device=dev)[:k] for _ in range(tokens)]).to(
+            torch.int32
+        )
+    w = torch.rand((tokens, k), generator=g, device=dev)
+    pairs = tokens * k
+    return {
+        "xq": fp8(tokens, h), "xs": scale(tokens, h // 128), "ids": ids.contiguous(), "weights": w / w.sum(1, keepdim=True),
+        "w13": fp8(e, 2 * i, h), "w13s": scale(e, 2 * i // 128, h // 128), "w2": fp8(e, h, i),
+        "w2s": scale(e, h // 128, i // 128), "hq": torch.zeros((pairs, i), device=dev, dtype=torch.uint8),
+        "hs": torch.zeros((pairs, i // 128), device=dev), "h32": torch.zeros((pairs, i), device=dev),
+        "counts_g": torch.zeros((e, i // 128), device=dev, dtype=torch.int32),
+        "out": torch.zeros((tokens, h), device=dev, dtype=torch.bfloat16), "y32": torch.zeros((pairs, h), device=dev),
+        "counts_d": torch.zeros((tokens, h // 32), device=dev, dtype=torch.int32),
+    }  # fmt: skip
+
+
+def summarize(t: Any, marks: tuple[str, ...], t0: int) -> dict[str, list[float]]:
+    """Per mark: the earliest, median and latest CTA, in ns from t0, over the CTAs that multiplied (a CTA
+    whose row of the grid names no hit expert returns after routing and is left out)."""
+    busy = t[t[:, 2] > 0]
+    out = {}
+    for s, name in enumerate(marks):
+        v = sorted(x - t0 for x in busy[:, s].tolist() if x)
+        out[name] = [float(v[0]), float(statistics.median(v)), float(v[-1])] if v else []
+    return out
+
+
+def timed(args: argparse.Namespace, gate: Any, down: Any, built: dict[str, bytes]) -> dict[str, Any]:
+    import torch
+
+    from netra.loaders import cuda
+
+    if not torch.cuda.is_available():
+        raise TraceError("no CUDA device visible to torch (--cpu-smoke builds and checks the cubins)")
+    dev = torch.device("cuda")
+    p = CONTRACTS[args.contract]
+    x = inputs(torch, p, args.tokens, args.routing, args.seed, dev)  # torch's context is now current
+    cu = cuda.Cuda()
+    cu.context()
+    pairs = args.tokens * p["topk"]
+    gy = min(p["experts"], pairs)
+    geo = {"gate": (p["inter"] // 16, gy), "down": (p["hidden"] // 32, gy)}  # the kernels' headers
+    fns, launchers, traces, extras = {}, {}, {}, {}
+    order = {
+        "gate": ("hq", "hs", "xq", "xs", "ids", "w13", "w13s", "h32", "counts_g"),
+        "down": ("out", "hq", "hs", "ids", "weights", "w2", "w2s", "y32", "counts_d"),
+    }
+    for name, spec in (("gate", gate), ("down", down)):
+        _, fn = cu.load_function(built[name], spec.symbol, spec.name + " (trace build)")
+        dyn = spec.dynamic_shared
+        if dyn:
+            cu.check(cu.lib.cuFuncSetAttribute(fn, cuda.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dyn),
+                     f"cuFuncSetAttribute({spec.symbol})")  # fmt: skip
+        fns[name] = fn
+        block = spec.definitions["NETRA_BLOCK"]
+        traces[name] = torch.zeros((geo[name][1], geo[name][0], SLOTS), device=dev, dtype=torch.int64)
+        ptrs = [x[n].data_ptr() for n in order[name]]
+        extras[name] = cuda.Extra(KERNARG.pack(*ptrs, args.tokens, traces[name].data_ptr()))
+        if name == "gate":
+
+            def plain(f: Any, gx: int, gy_: int, s: int, blk: int = block, d: int = dyn) -> int:
+                return int(cu.lib.cuLaunchKernel(f, gx, gy_, 1, blk, 1, 1, d, s, None, extras["gate"].array))
+
+            launchers[name] = plain
+        else:
+            ex = cuda.overlapping(cu, (block, 1, 1), dyn)
+
+            def dependent(
+                f: Any, gx: int, gy_: int, s: int, blk: int = block, d: int = dyn, ex: Any = ex
+            ) -> int:
+                return ex(f, gx, gy_, 1, blk, 1, 1, d, s, None, extras["down"].array)
+
+            launchers[name] = dependent
+    flush = torch.empty(L2_FLUSH_BYTES, device=dev, dtype=torch.uint8)
+    stream = torch.cuda.current_stream()
+    handle = stream.cuda_stream or None  # the current stream (0: the legacy default stream)
+    runs = []
+    for it in range(3 + args.runs):
+        for t in traces.values():
+            t.zero_()
+        flush.fill_(it & 0xFF)
+        torch.cuda.synchronize()
+        for name in ("gate", "down"):
+            gx, gy_ = geo[name]
+            rc = launchers[name](fns[name], gx, gy_, handle)
+            if rc:
+                cu.check(rc, f"launch of the {name} trace build")
+        torch.cuda.synchronize()
+        if it < 3:
+            continue
+        tg, td = traces["gate"].view(-1, SLOTS).cpu(), traces["down"].view(-1, SLOTS).cpu()
+        t0 = int(tg[:, 0][tg[:, 0] > 0].min())
+        runs.append({"gate": summarize(tg, GATE_MARKS, t0), "down": summarize(td, DOWN_MARKS, t0),
+                     "last_ctas": int((tg[:, LAST_FLAG] == 1).sum())})  # fmt: skip
+    if not torch.isfinite(x["out"].float()).all() or not x["out"].float().abs().sum() > 0:
+        raise TraceError(
+            "the trace build's output is not finite or is all zero: the launch is not the chain's"
+        )
+    if int(x["counts_g"].abs().sum()) or int(x["counts_d"].abs().sum()):
+        raise TraceError("a counter is not back at zero after the calls: the launch is not the chain's")
+    med = {}
+    for kern, marks in (("gate", GATE_MARKS), ("down", DOWN_MARKS)):
+        med[kern] = {m: [statistics.median(r[kern][m][j] for r in runs) for j in range(3)]
+                     for m in marks if all(r[kern][m] for r in runs)}  # fmt: skip
+    return {"device": torch.cuda.get_device_name(0), "grids": geo, "runs": len(runs),
+            "last_ctas": runs[-1]["last_ctas"], "median_ns": med}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    sys.path.insert(0, str(REPO))
+    try:
+        from netra import targets
+
+        gate, down = specs(args.contract, args.chain)
+        tools = targets.get("sm_90").discover()
+        built, checked = {}, []
+        with tempfile.TemporaryDirectory(prefix="netra-trace-") as tmp:
+            for name, spec in (("gate", gate), ("down", down)):
+                release = build(spec, tools, False, Path(tmp))
+                built[name] = build(spec, tools, True, Path(tmp))
+                checked.append(check(spec, tools, release, built[name]))
+        for c in checked:
+            held = (
+                "= the lock's"
+                if c["release_is_locked"]
+                else f"(not compared: {c['toolchain']} is not the lock's)"
+            )
+            print(f"{c['artifact']}: release .text {c['release_text_sha256'][:12]} {held}; trace build "
+                  f"{c['trace_text_sha256'][:12]} ({c['block']} threads)")  # fmt: skip
+        doc: dict[str, Any] = {"bench": "trace_moe", "args": {k: (str(v) if isinstance(v, Path) else v)
+                               for k, v in vars(args).items()}, "artifacts": checked}  # fmt: skip
+        if not args.cpu_smoke:
+            doc["trace"] = timed(args, gate, down, built)
+            tr = doc["trace"]
+            print(f"{tr['device']}: {args.contract} {args.chain}, {args.tokens} token(s) {args.routing}, grids "
+                  f"{tr['grids']}, median of {tr['runs']} calls (ns from the first gate/up entry: first / median / "
+                  f"last CTA); {tr['last_ctas']} gate/up CTAs quantized a group")  # fmt: skip
+            for kern in ("gate", "down"):
+                for mark, (a, b, c) in tr["median_ns"][kern].items():
+                    print(f"  {kern:5s} {mark:11s} {a:9.0f} {b:9.0f} {c:9.0f}")
+    except TraceError as e:
+        sys.exit(f"trace_moe: {e}")
+    except Exception as e:  # a toolchain or driver error: one line, not a traceback
+        sys.exit(f"trace_moe: {one_line(e)}")
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,70 @@
+"""bench/trace_moe.py's build, with the real nvcc: the trace build of the MoE chain's two kernels takes the
+trace buffer as one more argument and has other machine code, while the release build of the same
+sources still has the lock's .text (the phase marks compile to nothing there); a mark that reached the
+release build is refused in one line naming the artifact and the header. Timing it needs an sm_90 GPU
+(docs/gpu-runs/next/)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO, TIMEOUT, clean_env, log
+
+from netra.runtime import lockfile
+
+SCRIPT = Path("bench") / "trace_moe.py"
+
+
+def trace(root: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(root / SCRIPT), *args], cwd=cwd,
+                          env=clean_env(PYTHONPATH=str(root)), capture_output=True, text=True, timeout=TIMEOUT,
+                          check=False)  # fmt: skip
+
+
+def test_the_trace_build_differs_and_the_release_build_keeps_the_locks_text(tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    r = trace(
+        REPO,
+        tmp_path,
+        "--cpu-smoke",
+        "--contract",
+        "Qwen3-235B-A22B",
+        "--chain",
+        "g4r8+d3",
+        "--json",
+        str(out),
+    )
+    assert r.returncode == 0 and "Traceback" not in r.stderr, log(r)
+    doc = json.loads(out.read_text())
+    assert "trace" not in doc, doc  # nothing ran
+    locked = {a.name: a.text_sha256 for a in lockfile.read(REPO / "release" / "manifest.lock").artifacts}
+    names = [a["artifact"] for a in doc["artifacts"]]
+    assert names == [
+        "netra_fp8_moe_gate_up_e128_k8_h4096_i1536_g4r8",
+        "netra_fp8_moe_down_e128_k8_h4096_i1536_d3",
+    ]
+    for a in doc["artifacts"]:
+        assert a["release_text_sha256"] == locked[a["artifact"]] != a["trace_text_sha256"], a
+        assert a["release_is_locked"] is True, a  # the test venv's nvcc is the lock's
+    assert [a["block"] for a in doc["artifacts"]] == [128, 96], doc
+
+
+def test_a_mark_in_the_release_build_is_refused_naming_the_artifact(tmp_path: Path) -> None:
+    root = tmp_path / "tree"
+    for d in ("bench", "kernels", "manifests", "netra", "release", "requirements"):
+        shutil.copytree(REPO / d, root / d, symlinks=True)
+    header = root / "kernels" / "cuda" / "include" / "netra_trace.cuh"
+    header.write_text(
+        header.read_text().replace("#pragma once\n", "#pragma once\n#define NETRA_TRACE 1\n", 1)
+    )
+    r = trace(root, tmp_path, "--cpu-smoke", "--chain", "g4r8+d3")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, log(r)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "trace_moe: netra_fp8_moe_gate_up_e128_k8_h2048_i768_g4r8: "
+    ), log(r)
+    assert "not the lock's" in lines[0] and "netra_trace.cuh" in lines[0], log(r)
