@@ -36,7 +36,6 @@ import argparse
 import dataclasses
 import json
 import statistics
-import struct
 import sys
 import tempfile
 from pathlib import Path
@@ -51,7 +50,6 @@ GATE_MARKS = ("entry", "routed", "multiplied", "fenced", "counter", "exit")
 DOWN_MARKS = ("entry", "routed", "waited", "multiplied", "counter", "exit")
 LAST_FLAG = 6  # gate/up: 1 where the CTA quantized its group
 L2_FLUSH_BYTES = 256 * 2**20  # written before every call: past the H100's and H200's 50 MB of L2
-KERNARG = struct.Struct("<9QI4xQ")  # nine pointers, tokens, then the trace buffer (8-aligned): 88 bytes
 
 
 class TraceError(Exception):
@@ -112,10 +110,37 @@ def build(spec: Any, tools: Any, trace: bool, work: Path) -> bytes:
     return targets.get("sm_90").compile(spec, tools, REPO, work, out).read_bytes()
 
 
-def check(spec: Any, tools: Any, release: bytes, traced: bytes) -> dict[str, Any]:
+def layout(spec: Any) -> Any:
+    """The trace build's kernarg layout: the template's arguments (its manifest), then the trace buffer,
+    8-byte aligned after them (include/netra_trace.cuh's NETRA_TRACE_PARAM)."""
+    from netra.runtime.kernarg import KernargArg, KernargLayout
+
+    args = [KernargArg(a.name, a.offset, a.size, a.value_kind, a.type) for a in spec.template.args]
+    at = -(-spec.template.kernarg_bytes // 8) * 8
+    return KernargLayout(at + 8, (*args, KernargArg("netra_trace", at, 8, "global_buffer", "u64*")))
+
+
+def grid(spec: Any, tokens: int) -> tuple[int, int, int]:
+    """The launch's grid at `tokens`: the family record's expressions with the contract and the tactic
+    bound, as netra's table writes them (netra.release.tablegen.grid)."""
+    from netra.core import expr
+    from netra.core.ops import FAMILIES
+
+    fam = FAMILIES[spec.op]
+    env = {
+        **spec.contract,
+        "rows_per_block": spec.rows_per_block,
+        "grid_y": spec.tactic.grid_y,
+        fam.dispatch: tokens,
+    }
+    x, y, z = (expr.evaluate(axis, env) for axis in fam.launch.steps[0].grid)
+    return x, y, z
+
+
+def check(spec: Any, tools: Any, release: bytes, traced: bytes, tokens: int) -> dict[str, Any]:
     """The release build still has the lock's .text (the marks are nothing there) where `tools` is the
     toolchain the lock names (another nvcc makes other code: then only the next checks hold); the trace
-    build takes the trace buffer as an 11th, 8-byte argument at offset 80 and has other machine code."""
+    build takes the trace buffer after the template's arguments (layout) and has other machine code."""
     from netra.runtime import lockfile
     from netra.targets.sm_90 import cubin
 
@@ -127,18 +152,19 @@ def check(spec: Any, tools: Any, release: bytes, traced: bytes) -> dict[str, Any
         raise TraceError(f"{spec.name}: the release build's .text {got[:12]} is not the lock's {locked[:12]}: "
                          "a trace mark reaches the release build (kernels/cuda/include/netra_trace.cuh)")  # fmt: skip
     k = cubin.inspect(traced).kernels[spec.symbol]
-    last = max(k.params, key=lambda p: p.offset)
-    if len(k.params) != 11 or (last.offset, last.size) != (80, 8):
+    last, want = max(k.params, key=lambda p: p.offset), layout(spec)
+    if len(k.params) != len(want.args) or (last.offset, last.size) != (want.args[-1].offset, 8):
         raise TraceError(f"{spec.name}: the trace build's parameters are not the template's and a trace pointer "
                          f"({len(k.params)} parameters, last at {last.offset}, {last.size} bytes)")  # fmt: skip
     traced_text = cubin.text_sha256(traced, spec.symbol)
     if traced_text == got:
         raise TraceError(
-            f"{spec.name}: the trace build has the release build's machine code: no mark compiled"
+            f"{spec.name}: the trace build has the release build's machine code: NETRA_TRACE changed nothing"
         )
     return {"artifact": spec.name, "release_text_sha256": got, "trace_text_sha256": traced_text,
             "release_is_locked": (got == locked) if same else None, "toolchain": str(tools.identity),
-            "block": spec.definitions["NETRA_BLOCK"], "dynamic_shared": spec.dynamic_shared}  # fmt: skip
+            "block": spec.definitions["NETRA_BLOCK"], "dynamic_shared": spec.dynamic_shared,
+            "grid": list(grid(spec, tokens)), "kernarg_bytes": want.size}  # fmt: skip
 
 
 # -- the run -------------------------------------------------------------------------------------------
@@ -169,20 +195,26 @@ def inputs(torch: Any, p: dict[str, int], tokens: int, routing: str, seed: int, 
         "w13": fp8(e, 2 * i, h), "w13s": scale(e, 2 * i // 128, h // 128), "w2": fp8(e, h, i),
         "w2s": scale(e, h // 128, i // 128), "hq": torch.zeros((pairs, i), device=dev, dtype=torch.uint8),
         "hs": torch.zeros((pairs, i // 128), device=dev), "h32": torch.zeros((pairs, i), device=dev),
-        "counts_g": torch.zeros((e, i // 128), device=dev, dtype=torch.int32),
+        "counts_gate": torch.zeros((e, i // 128), device=dev, dtype=torch.int32),
         "out": torch.zeros((tokens, h), device=dev, dtype=torch.bfloat16), "y32": torch.zeros((pairs, h), device=dev),
-        "counts_d": torch.zeros((tokens, h // 32), device=dev, dtype=torch.int32),
+        "counts_down": torch.zeros((tokens, h // 32), device=dev, dtype=torch.int32),
     }  # fmt: skip
 
 
-def summarize(t: Any, marks: tuple[str, ...], t0: int) -> dict[str, list[float]]:
+def summarize(kernel: str, t: Any, marks: tuple[str, ...], t0: int) -> dict[str, list[float]]:
     """Per mark: the earliest, median and latest CTA, in ns from t0, over the CTAs that multiplied (a CTA
-    whose row of the grid names no hit expert returns after routing and is left out)."""
+    whose row of the grid names no hit expert returns after routing and is left out). Every one of them
+    must have written every mark: one that did not is a mark missing from its path in the kernel."""
     busy = t[t[:, 2] > 0]
+    if not len(busy):
+        raise TraceError(f"no {kernel} CTA reached its third mark: the trace build wrote no marks")
     out = {}
     for s, name in enumerate(marks):
         v = sorted(x - t0 for x in busy[:, s].tolist() if x)
-        out[name] = [float(v[0]), float(statistics.median(v)), float(v[-1])] if v else []
+        if len(v) != len(busy):
+            raise TraceError(f"{len(busy) - len(v)} of {len(busy)} {kernel} CTAs never wrote mark {s} ({name}): "
+                             "a path of the kernel lacks it (include/netra_trace.cuh)")  # fmt: skip
+        out[name] = [float(v[0]), float(statistics.median(v)), float(v[-1])]
     return out
 
 
@@ -198,40 +230,22 @@ def timed(args: argparse.Namespace, gate: Any, down: Any, built: dict[str, bytes
     x = inputs(torch, p, args.tokens, args.routing, args.seed, dev)  # torch's context is now current
     cu = cuda.Cuda()
     cu.context()
-    pairs = args.tokens * p["topk"]
-    gy = min(p["experts"], pairs)
-    geo = {"gate": (p["inter"] // 16, gy), "down": (p["hidden"] // 32, gy)}  # the kernels' headers
-    fns, launchers, traces, extras = {}, {}, {}, {}
-    order = {
-        "gate": ("hq", "hs", "xq", "xs", "ids", "w13", "w13s", "h32", "counts_g"),
-        "down": ("out", "hq", "hs", "ids", "weights", "w2", "w2s", "y32", "counts_d"),
-    }
+    traces: dict[str, Any] = {}
+    extras: dict[str, Any] = {}
+    steps = []  # (name, grid, launch: cuLaunchKernel's signature, its arguments after the grid)
     for name, spec in (("gate", gate), ("down", down)):
         _, fn = cu.load_function(built[name], spec.symbol, spec.name + " (trace build)")
-        dyn = spec.dynamic_shared
+        dyn, block, g = spec.dynamic_shared, spec.definitions["NETRA_BLOCK"], grid(spec, args.tokens)
         if dyn:
             cu.check(cu.lib.cuFuncSetAttribute(fn, cuda.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dyn),
                      f"cuFuncSetAttribute({spec.symbol})")  # fmt: skip
-        fns[name] = fn
-        block = spec.definitions["NETRA_BLOCK"]
-        traces[name] = torch.zeros((geo[name][1], geo[name][0], SLOTS), device=dev, dtype=torch.int64)
-        ptrs = [x[n].data_ptr() for n in order[name]]
-        extras[name] = cuda.Extra(KERNARG.pack(*ptrs, args.tokens, traces[name].data_ptr()))
-        if name == "gate":
-
-            def plain(f: Any, gx: int, gy_: int, s: int, blk: int = block, d: int = dyn) -> int:
-                return int(cu.lib.cuLaunchKernel(f, gx, gy_, 1, blk, 1, 1, d, s, None, extras["gate"].array))
-
-            launchers[name] = plain
-        else:
-            ex = cuda.overlapping(cu, (block, 1, 1), dyn)
-
-            def dependent(
-                f: Any, gx: int, gy_: int, s: int, blk: int = block, d: int = dyn, ex: Any = ex
-            ) -> int:
-                return ex(f, gx, gy_, 1, blk, 1, 1, d, s, None, extras["down"].array)
-
-            launchers[name] = dependent
+        traces[name] = torch.zeros((g[1], g[0], SLOTS), device=dev, dtype=torch.int64)
+        own = {**x, "counts": x[f"counts_{name}"], "tokens": args.tokens, "netra_trace": traces[name]}
+        want = layout(spec)
+        extras[name] = cuda.Extra(want.pack(**{n: own[n] for n in want.names}))
+        # the down stage overlaps the gate/up stage's tail (programmatic dependent launch), as netra.torch's chain
+        launch = cu.lib.cuLaunchKernel if name == "gate" else cuda.overlapping(cu, (block, 1, 1), dyn)
+        steps.append((name, g, launch, (fn, *g, block, 1, 1, dyn)))
     flush = torch.empty(L2_FLUSH_BYTES, device=dev, dtype=torch.uint8)
     stream = torch.cuda.current_stream()
     handle = stream.cuda_stream or None  # the current stream (0: the legacy default stream)
@@ -241,9 +255,8 @@ def timed(args: argparse.Namespace, gate: Any, down: Any, built: dict[str, bytes
             t.zero_()
         flush.fill_(it & 0xFF)
         torch.cuda.synchronize()
-        for name in ("gate", "down"):
-            gx, gy_ = geo[name]
-            rc = launchers[name](fns[name], gx, gy_, handle)
+        for name, _, launch, head in steps:
+            rc = launch(*head, handle, None, extras[name].array)
             if rc:
                 cu.check(rc, f"launch of the {name} trace build")
         torch.cuda.synchronize()
@@ -251,19 +264,19 @@ def timed(args: argparse.Namespace, gate: Any, down: Any, built: dict[str, bytes
             continue
         tg, td = traces["gate"].view(-1, SLOTS).cpu(), traces["down"].view(-1, SLOTS).cpu()
         t0 = int(tg[:, 0][tg[:, 0] > 0].min())
-        runs.append({"gate": summarize(tg, GATE_MARKS, t0), "down": summarize(td, DOWN_MARKS, t0),
+        runs.append({"gate": summarize("gate/up", tg, GATE_MARKS, t0), "down": summarize("down", td, DOWN_MARKS, t0),
                      "last_ctas": int((tg[:, LAST_FLAG] == 1).sum())})  # fmt: skip
     if not torch.isfinite(x["out"].float()).all() or not x["out"].float().abs().sum() > 0:
         raise TraceError(
             "the trace build's output is not finite or is all zero: the launch is not the chain's"
         )
-    if int(x["counts_g"].abs().sum()) or int(x["counts_d"].abs().sum()):
+    if int(x["counts_gate"].abs().sum()) or int(x["counts_down"].abs().sum()):
         raise TraceError("a counter is not back at zero after the calls: the launch is not the chain's")
     med = {}
     for kern, marks in (("gate", GATE_MARKS), ("down", DOWN_MARKS)):
         med[kern] = {m: [statistics.median(r[kern][m][j] for r in runs) for j in range(3)]
-                     for m in marks if all(r[kern][m] for r in runs)}  # fmt: skip
-    return {"device": torch.cuda.get_device_name(0), "grids": geo, "runs": len(runs),
+                     for m in marks}  # fmt: skip
+    return {"device": torch.cuda.get_device_name(0), "grids": {n: g for n, g, _, _ in steps}, "runs": len(runs),
             "last_ctas": runs[-1]["last_ctas"], "median_ns": med}  # fmt: skip
 
 
@@ -280,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
             for name, spec in (("gate", gate), ("down", down)):
                 release = build(spec, tools, False, Path(tmp))
                 built[name] = build(spec, tools, True, Path(tmp))
-                checked.append(check(spec, tools, release, built[name]))
+                checked.append(check(spec, tools, release, built[name], args.tokens))
         for c in checked:
             held = (
                 "= the lock's"

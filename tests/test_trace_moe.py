@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO, TIMEOUT, clean_env, log
 
 from netra.runtime import lockfile
@@ -35,6 +36,8 @@ def test_the_trace_build_differs_and_the_release_build_keeps_the_locks_text(tmp_
         "Qwen3-235B-A22B",
         "--chain",
         "g4r8+d3",
+        "--tokens",
+        "3",
         "--json",
         str(out),
     )
@@ -51,6 +54,11 @@ def test_the_trace_build_differs_and_the_release_build_keeps_the_locks_text(tmp_
         assert a["release_text_sha256"] == locked[a["artifact"]] != a["trace_text_sha256"], a
         assert a["release_is_locked"] is True, a  # the test venv's nvcc is the lock's
     assert [a["block"] for a in doc["artifacts"]] == [128, 96], doc
+    # what the GPU run launches with, from the family records: the grids the kernels' headers give at 3
+    # tokens (INTER / 16 and HIDDEN / 32 columns, min(EXPERTS, tokens * TOPK) experts) and the template's
+    # 76 bytes of arguments, then the trace pointer 8-aligned
+    assert [a["grid"] for a in doc["artifacts"]] == [[1536 // 16, 24, 1], [4096 // 32, 24, 1]], doc
+    assert [a["kernarg_bytes"] for a in doc["artifacts"]] == [88, 88], doc
 
 
 def test_a_mark_in_the_release_build_is_refused_naming_the_artifact(tmp_path: Path) -> None:
@@ -68,3 +76,23 @@ def test_a_mark_in_the_release_build_is_refused_naming_the_artifact(tmp_path: Pa
         "trace_moe: netra_fp8_moe_gate_up_e128_k8_h2048_i768_g4r8: "
     ), log(r)
     assert "not the lock's" in lines[0] and "netra_trace.cuh" in lines[0], log(r)
+
+
+def test_a_cta_that_never_wrote_a_mark_stops_the_gpu_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the GPU run reads back (slots per CTA, 0 where never written): the earliest, median and latest
+    busy CTA per mark from the call's start, CTAs that returned after routing left out; a busy CTA missing
+    a mark is a kernel path without it, which must stop the run rather than shrink the statistics."""
+    torch = pytest.importorskip("torch")  # the test extra's CPU torch
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import trace_moe
+
+    marks = trace_moe.GATE_MARKS
+    t = torch.zeros((4, trace_moe.SLOTS), dtype=torch.int64)
+    for cta, start in enumerate((1000, 1100, 1300)):  # three busy CTAs, 10 ns between marks
+        t[cta, : len(marks)] = torch.arange(len(marks)) * 10 + start
+    t[3, :2] = torch.tensor([1050, 1060])  # routed to no expert: returned before multiplying
+    got = trace_moe.summarize("gate/up", t, marks, 1000)
+    assert got["entry"] == [0.0, 100.0, 300.0] and got["exit"] == [50.0, 150.0, 350.0], got
+    t[1, 4] = 0
+    with pytest.raises(trace_moe.TraceError, match=r"^1 of 3 gate/up CTAs never wrote mark 4 \(counter\)"):
+        trace_moe.summarize("gate/up", t, marks, 1000)
