@@ -187,7 +187,10 @@ def test_test_extra_provides_every_module_the_suite_imports() -> None:
     from importlib.metadata import packages_distributions
 
     extra = reqs(PROJECT["optional-dependencies"]["test"]).keys() | reqs(PROJECT["dependencies"]).keys()
-    local = {"conftest", "venvtools", "netra"} | {p.stem for p in (REPO / "tests").glob("*.py")}
+    # the repository's own modules: tests/ and the bench scripts a test imports (bench/ on its path)
+    local = {"conftest", "venvtools", "netra"} | {
+        p.stem for d in ("tests", "bench") for p in (REPO / d).glob("*.py")
+    }
     imported: set[str] = set()
     for path in (REPO / "tests").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
