@@ -12,8 +12,10 @@ marks are nothing, so the release artifacts are what they were (`--cpu-smoke` ch
 build of each kernel still has the lock's .text). The trace cubins are built here from this tree's
 kernels and manifests by the toolchain netra's build finds, never shipped; they are loaded and launched
 through netra's CUDA driver bindings, gate/up then down with programmatic dependent launch as netra.torch
-launches the chain, on inputs made on the device from a seed, with L2 overwritten before each call so
-that the weights come from DRAM, as they do in a model of many layers.
+launches the chain, on inputs made on the device from a seed, with L2 refilled before each call by a
+read of 256 MB so that the weights come from DRAM, as they do in a model of many layers (a read, not a
+write: a write leaves L2 full of dirty lines whose write-back then competes with the weights' reads, which
+inflated the first traces, 2026-12-06).
 
 Marks, in ns from the call's first gate/up entry:
   gate/up: 0 entry, 1 routed, 2 multiplied (its h32 stored), 3 fenced, 4 counter read, 5 exit
@@ -21,7 +23,12 @@ Marks, in ns from the call's first gate/up entry:
   down:    0 entry, 1 routed, 2 past griddepcontrol.wait, 3 multiplied (its y32 stored), 4 counter
            read, 5 exit (after the slot sums it wrote)
 Each is printed as the median over --runs calls of its earliest, median and latest CTA (of those that
-multiplied: a CTA whose grid row names no hit expert returns after routing).
+multiplied: a CTA whose grid row names no hit expert returns after routing). Then how many down CTAs
+entered before the last gate/up CTA exited: the down stage requests its weights before
+griddepcontrol.wait, which only overlaps the gate/up stage where its CTAs are resident beside gate/up's
+(registers, shared memory: on an H100 at one token g4r8+d3 had none, 2026-12-06). --carveout sets both
+kernels' preferred shared-memory carveout (percent; the driver's choice otherwise), to tell the two
+limits apart.
 
     python bench/trace_moe.py --contract Qwen3-30B-A3B --chain g4r8+d3 --tokens 1 --json OUT.json
     python bench/trace_moe.py --cpu-smoke --json OUT.json   # builds and checks the cubins; nothing runs
@@ -49,7 +56,8 @@ SLOTS = 8
 GATE_MARKS = ("entry", "routed", "multiplied", "fenced", "counter", "exit")
 DOWN_MARKS = ("entry", "routed", "waited", "multiplied", "counter", "exit")
 LAST_FLAG = 6  # gate/up: 1 where the CTA quantized its group
-L2_FLUSH_BYTES = 256 * 2**20  # written before every call: past the H100's and H200's 50 MB of L2
+L2_FLUSH_BYTES = 256 * 2**20  # read before every call: past the H100's and H200's 50 MB of L2
+CARVEOUT_ATTRIBUTE = 9  # cuda.h CUfunction_attribute: CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
 
 
 class TraceError(Exception):
@@ -64,6 +72,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--routing", choices=ROUTINGS, default="uniform")
     ap.add_argument("--runs", type=int, default=20, help="timed calls (after 3 warm-up calls)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--carveout",
+        type=int,
+        default=None,
+        metavar="PERCENT",
+        help="both kernels' preferred shared-memory carveout, 0 to 100 (default: the driver's choice)",
+    )
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--cpu-smoke", action="store_true", help="build and check the trace cubins; run nothing")
     args = ap.parse_args(argv)
@@ -73,6 +88,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         ap.error(f"--tokens {args.tokens}: the contracts serve 1 to 64 tokens per call")
     if args.runs < 1:
         ap.error("--runs must be at least 1")
+    if args.carveout is not None and not 0 <= args.carveout <= 100:
+        ap.error(f"--carveout {args.carveout}: a percentage of the shared memory and L1, 0 to 100")
     if args.json is not None and not args.json.parent.is_dir():
         ap.error(f"--json {args.json}: its folder does not exist")
     return args
@@ -218,6 +235,14 @@ def summarize(kernel: str, t: Any, marks: tuple[str, ...], t0: int) -> dict[str,
     return out
 
 
+def overlap(tg: Any, td: Any) -> dict[str, int]:
+    """How many down CTAs entered before the last gate/up CTA exited (of all that entered): those whose
+    weight requests before griddepcontrol.wait can overlap the gate/up stage."""
+    gate_end = int(tg[:, 5].max())
+    entered = td[:, 0][td[:, 0] > 0]
+    return {"down_ctas": len(entered), "down_early": int((entered < gate_end).sum())}
+
+
 def timed(args: argparse.Namespace, gate: Any, down: Any, built: dict[str, bytes]) -> dict[str, Any]:
     import torch
 
@@ -239,6 +264,9 @@ def timed(args: argparse.Namespace, gate: Any, down: Any, built: dict[str, bytes
         if dyn:
             cu.check(cu.lib.cuFuncSetAttribute(fn, cuda.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dyn),
                      f"cuFuncSetAttribute({spec.symbol})")  # fmt: skip
+        if args.carveout is not None:
+            cu.check(cu.lib.cuFuncSetAttribute(fn, CARVEOUT_ATTRIBUTE, args.carveout),
+                     f"cuFuncSetAttribute({spec.symbol}, carveout)")  # fmt: skip
         traces[name] = torch.zeros((g[1], g[0], SLOTS), device=dev, dtype=torch.int64)
         own = {**x, "counts": x[f"counts_{name}"], "tokens": args.tokens, "netra_trace": traces[name]}
         want = layout(spec)
@@ -246,14 +274,15 @@ def timed(args: argparse.Namespace, gate: Any, down: Any, built: dict[str, bytes
         # the down stage overlaps the gate/up stage's tail (programmatic dependent launch), as netra.torch's chain
         launch = cu.lib.cuLaunchKernel if name == "gate" else cuda.overlapping(cu, (block, 1, 1), dyn)
         steps.append((name, g, launch, (fn, *g, block, 1, 1, dyn)))
-    flush = torch.empty(L2_FLUSH_BYTES, device=dev, dtype=torch.uint8)
+    flush = torch.ones(L2_FLUSH_BYTES // 4, device=dev, dtype=torch.int32)
     stream = torch.cuda.current_stream()
     handle = stream.cuda_stream or None  # the current stream (0: the legacy default stream)
     runs = []
     for it in range(3 + args.runs):
         for t in traces.values():
             t.zero_()
-        flush.fill_(it & 0xFF)
+        if int(flush.sum()) != flush.numel():  # read: L2 left holding clean lines of it
+            raise TraceError("the L2 refill read the wrong sum: the device's memory is not what was written")
         torch.cuda.synchronize()
         for name, _, launch, head in steps:
             rc = launch(*head, handle, None, extras[name].array)
@@ -265,7 +294,7 @@ def timed(args: argparse.Namespace, gate: Any, down: Any, built: dict[str, bytes
         tg, td = traces["gate"].view(-1, SLOTS).cpu(), traces["down"].view(-1, SLOTS).cpu()
         t0 = int(tg[:, 0][tg[:, 0] > 0].min())
         runs.append({"gate": summarize("gate/up", tg, GATE_MARKS, t0), "down": summarize("down", td, DOWN_MARKS, t0),
-                     "last_ctas": int((tg[:, LAST_FLAG] == 1).sum())})  # fmt: skip
+                     "last_ctas": int((tg[:, LAST_FLAG] == 1).sum()), **overlap(tg, td)})  # fmt: skip
     if not torch.isfinite(x["out"].float()).all() or not x["out"].float().abs().sum() > 0:
         raise TraceError(
             "the trace build's output is not finite or is all zero: the launch is not the chain's"
@@ -277,7 +306,9 @@ def timed(args: argparse.Namespace, gate: Any, down: Any, built: dict[str, bytes
         med[kern] = {m: [statistics.median(r[kern][m][j] for r in runs) for j in range(3)]
                      for m in marks}  # fmt: skip
     return {"device": torch.cuda.get_device_name(0), "grids": {n: g for n, g, _, _ in steps}, "runs": len(runs),
-            "last_ctas": runs[-1]["last_ctas"], "median_ns": med}  # fmt: skip
+            "last_ctas": runs[-1]["last_ctas"], "median_ns": med, "carveout": args.carveout,
+            "down_ctas": runs[-1]["down_ctas"],
+            "down_early": statistics.median(r["down_early"] for r in runs)}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -313,6 +344,10 @@ def main(argv: list[str] | None = None) -> None:
             for kern in ("gate", "down"):
                 for mark, (a, b, c) in tr["median_ns"][kern].items():
                     print(f"  {kern:5s} {mark:11s} {a:9.0f} {b:9.0f} {c:9.0f}")
+            print(
+                f"  down CTAs that entered before the last gate/up CTA exited: {tr['down_early']:g} of "
+                f"{tr['down_ctas']} (carveout: {'driver' if args.carveout is None else f'{args.carveout}%'})"
+            )
     except TraceError as e:
         sys.exit(f"trace_moe: {e}")
     except Exception as e:  # a toolchain or driver error: one line, not a traceback
