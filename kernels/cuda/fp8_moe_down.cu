@@ -14,7 +14,10 @@
 //
 // Kernel arguments (in order, 76 bytes): out bf16*, hq u8*, hs f32*, ids i32*, weights f32*, w2 u8*,
 // w2s f32*, y32 f32*, counts u32*, tokens u32. Contract constants: EXPERTS, TOPK, HIDDEN, INTER.
-// Tactic constants: MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA (as fp8_moe_gate_up.cu;
+// Tactic constants: MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, L2_AHEAD (as fp8_moe_gate_up.cu;
+// with L2_AHEAD 1 thread 0 requests the CTA's whole weight tile, 32 rows of INTER bytes, contiguous, into L2
+// by one bulk prefetch before the wait, so that what is loaded after it comes from L2; with ROUTE 1 the
+// hit experts' mask by warp reductions (include/netra_moe_sm90.cuh, route), the same Route;
 // with PREFETCH 1 the first sub-slice is requested before the wait, the next before each is multiplied;
 // with STAGES = S the weights of the first S sub-slices are requested before the wait, their hq and hs
 // after it, each later sub-slice S ahead into the ring of shared-memory slots; with WGMMA = NT chunks of NT
@@ -58,8 +61,8 @@
 #error "fp8_moe_down: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
 #endif
 #if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS) || \
-    !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA)
-#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES and WGMMA must be defined"
+    !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA) || !defined(L2_AHEAD) || !defined(ROUTE)
+#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, L2_AHEAD and ROUTE must be defined"
 #endif
 
 namespace fp8_moe_down_sm90 {
@@ -82,6 +85,8 @@ static_assert(K_SLICE == 128 || K_SLICE == 256 || K_SLICE == 512, "fp8_moe_down:
 static_assert(MAX_TOKENS >= 1 && MAX_TOKENS <= 256, "fp8_moe_down: MAX_TOKENS must be in [1, 256]");
 static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 8, "fp8_moe_down: MIN_BLOCKS must be in [1, 8]");
 static_assert(kRC == 1 || kRC == 2 || kRC == 4 || kRC == 8, "fp8_moe_down: RESIDENT_CHUNKS must be 1, 2, 4 or 8");
+static_assert(L2_AHEAD == 0 || (L2_AHEAD == 1 && WGMMA == 0), "fp8_moe_down: L2_AHEAD must be 0, or 1 with WGMMA 0");
+static_assert(ROUTE == 0 || ROUTE == 1, "fp8_moe_down: ROUTE must be 0 or 1");
 #if PREFETCH  // (the PREFETCH 0 tactics compile exactly the source they were certified with)
 constexpr int kNS = kKW / kKS;  // sub-slices of a warp's k range
 static_assert(PREFETCH == 1 && kNS % 2 == 0, "fp8_moe_down: PREFETCH must be 0, or 1 where a warp's k range has an even number of sub-slices");
@@ -130,7 +135,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   __shared__ int last[kMaxPairs];
   NETRA_TRACE_MARK(0);  // phase marks: include/netra_trace.cuh (nothing in a release build)
   if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit); no write past list
-  const netra_moe::Route r = netra_moe::route<kE, kMaxPairs>(ids, (int)tokens * kK, list);
+  const netra_moe::Route r = netra_moe::route<kE, kMaxPairs, ROUTE != 0>(ids, (int)tokens * kK, list);
   NETRA_TRACE_MARK(1);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int n0 = blockIdx.x * 32;  // output columns n0 .. n0 + 31: one 128-row scale block
@@ -225,6 +230,11 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   netra_moe::load_rows<kKS, kI>(wb, we + (size_t)(n0 + 16) * kI, warp * kKW);
 #pragma unroll
   for (int kb = 0; kb < kKS / 128; ++kb) sa[kb] = se[(warp * kKW >> 7) + kb];
+#endif
+#if L2_AHEAD
+  // The rest of the tile from L2 after the wait: where this CTA is resident beside gate/up's (co-resident
+  // tactics), its bytes stream during that stage without a register or shared byte held for them.
+  if (threadIdx.x == 0) netra_moe::prefetch_l2(we + (size_t)n0 * kI, 32u * kI);
 #endif
   netra_moe::wait_previous();
   NETRA_TRACE_MARK(2);

@@ -20,8 +20,9 @@
 // of a warp's k range held in registers at once), RESIDENT_CHUNKS (chunks of 8 pairs whose
 // accumulators stay in registers while each weight sub-slice is loaded once), PREFETCH (1: the next
 // sub-slice requested into a second register buffer before this one is multiplied), STAGES (2 to 4:
-// that many sub-slices per warp staged in shared memory by cp.async; below) and WGMMA (8 to 64: chunks
-// of that many pairs multiplied by the warpgroup tensor cores; below). Grid: (INTER/16,
+// that many sub-slices per warp staged in shared memory by cp.async; below), WGMMA (8 to 64: chunks
+// of that many pairs multiplied by the warpgroup tensor cores; below) and ROUTE (1: the hit experts'
+// mask by warp reductions, include/netra_moe_sm90.cuh's route; the same Route). Grid: (INTER/16,
 // min(EXPERTS, tokens*TOPK)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split HIDDEN).
 //
 // Mapping: CTA (x, y) computes gate rows 16x .. 16x+15 and the matching up rows of the y-th hit expert
@@ -93,8 +94,8 @@
 #error "fp8_moe_gate_up: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
 #endif
 #if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS) || \
-    !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA)
-#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES and WGMMA must be defined"
+    !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA) || !defined(ROUTE)
+#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA and ROUTE must be defined"
 #endif
 
 namespace fp8_moe_gate_up_sm90 {
@@ -114,8 +115,9 @@ static_assert(kH % (kWarps * 128) == 0, "fp8_moe_gate_up: HIDDEN must split into
 static_assert(kKW % kKS == 0, "fp8_moe_gate_up: a warp's k range must split into sub-slices of K_SLICE bytes");
 static_assert(K_SLICE == 128 || K_SLICE == 256 || K_SLICE == 512, "fp8_moe_gate_up: K_SLICE must be 128, 256 or 512");
 static_assert(MAX_TOKENS >= 1 && MAX_TOKENS <= 256, "fp8_moe_gate_up: MAX_TOKENS must be in [1, 256]");
-static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 4, "fp8_moe_gate_up: MIN_BLOCKS must be in [1, 4]");
+static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 8, "fp8_moe_gate_up: MIN_BLOCKS must be in [1, 8]");
 static_assert(kRC == 1 || kRC == 2 || kRC == 4 || kRC == 8, "fp8_moe_gate_up: RESIDENT_CHUNKS must be 1, 2, 4 or 8");
+static_assert(ROUTE == 0 || ROUTE == 1, "fp8_moe_gate_up: ROUTE must be 0 or 1");
 #if PREFETCH  // (the PREFETCH 0 tactics compile exactly the source they were certified with)
 constexpr int kNS = kKW / kKS;  // sub-slices of a warp's k range
 static_assert(PREFETCH == 1 && kNS % 2 == 0, "fp8_moe_gate_up: PREFETCH must be 0, or 1 where a warp's k range has an even number of sub-slices");
@@ -170,7 +172,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   NETRA_TRACE_MARK(0);  // phase marks: include/netra_trace.cuh (nothing in a release build)
   netra_moe::launch_dependents();  // the down stage may start routing and loading its weights now
   if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit); no write past list
-  const netra_moe::Route r = netra_moe::route<kE, kMaxPairs>(ids, (int)tokens * kK, list);
+  const netra_moe::Route r = netra_moe::route<kE, kMaxPairs, ROUTE != 0>(ids, (int)tokens * kK, list);
   NETRA_TRACE_MARK(1);
   if (r.expert < 0) {
     NETRA_TRACE_MARK(5);

@@ -30,6 +30,11 @@ __device__ __forceinline__ uint4 ld_weight16(const void* p) {
                : "l"(p));
   return v;
 }
+// A contiguous range of weights requested into L2 by one instruction (sm_90's bulk prefetch: no
+// destination, no register, nothing to wait for); `bytes` a multiple of 16 from a 16-byte aligned address.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
 // Activations are read by every CTA of a grid row: keep them cached.
 __device__ __forceinline__ uint4 ld_act16(const void* p) {
   uint4 v;
@@ -66,16 +71,40 @@ struct Route {
 };
 
 // The blockIdx.y-th hit expert and its pairs (in `list`, MAX_PAIRS long). Every thread calls it.
-template <int E, int MAX_PAIRS>
+// The mask of hit experts: with REDUCED false one shared-memory atomicOr per pair, which serializes where
+// many pairs name experts of one 32-expert word (64 tokens on the same 8 experts: 512 atomics on one
+// word, about 4 us, paid by every CTA of the grid, those past the hit experts included); with REDUCED
+// true each lane ORs its pairs' bits into one register per word (selected by comparison, not by index: no
+// local memory), each warp reduces them (redux.sync) and one lane ORs each nonzero word into shared
+// memory. The same mask either way, so the same Route.
+template <int E, int MAX_PAIRS, bool REDUCED = false>
 __device__ __forceinline__ Route route(const int* __restrict__ ids, int pairs, int* list) {
   __shared__ uint32_t mask[(E + 31) / 32];
   __shared__ int s_e, s_n;
   const int tid = threadIdx.x;
   for (int w = tid; w < (E + 31) / 32; w += blockDim.x) mask[w] = 0;
   __syncthreads();
-  for (int p = tid; p < pairs; p += blockDim.x) {
-    const int e = ids[p];
-    if (e >= 0 && e < E) atomicOr(&mask[e >> 5], 1u << (e & 31));
+  if constexpr (REDUCED) {
+    constexpr int kW = (E + 31) / 32;
+    uint32_t bits[kW];
+#pragma unroll
+    for (int w = 0; w < kW; ++w) bits[w] = 0;
+    for (int p = tid; p < pairs; p += blockDim.x) {
+      const int e = ids[p];
+      const uint32_t b = (e >= 0 && e < E) ? 1u << (e & 31) : 0u;
+#pragma unroll
+      for (int w = 0; w < kW; ++w) bits[w] |= (e >> 5) == w ? b : 0u;
+    }
+#pragma unroll
+    for (int w = 0; w < kW; ++w) {
+      const uint32_t v = __reduce_or_sync(0xffffffffu, bits[w]);  // every lane of every warp reaches it
+      if ((tid & 31) == 0 && v) atomicOr(&mask[w], v);
+    }
+  } else {
+    for (int p = tid; p < pairs; p += blockDim.x) {
+      const int e = ids[p];
+      if (e >= 0 && e < E) atomicOr(&mask[e >> 5], 1u << (e & 31));
+    }
   }
   __syncthreads();
   if (tid < 32) {
