@@ -96,3 +96,22 @@ def test_a_cta_that_never_wrote_a_mark_stops_the_gpu_run(monkeypatch: pytest.Mon
     t[1, 4] = 0
     with pytest.raises(trace_moe.TraceError, match=r"^1 of 3 gate/up CTAs never wrote mark 4 \(counter\)"):
         trace_moe.summarize("gate/up", t, marks, 1000)
+
+
+def test_the_overlap_counts_the_down_ctas_that_entered_before_gate_up_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The count that tells whether the down stage's weights can stream during gate/up: down CTAs whose
+    entry precedes the last gate/up CTA's exit (an early-returning gate/up CTA's exit included), of the
+    down CTAs that entered; a slot never written (0) is no entry."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import trace_moe
+
+    gate = torch.zeros((3, trace_moe.SLOTS), dtype=torch.int64)
+    gate[:, 0], gate[:, 5] = torch.tensor([100, 110, 120]), torch.tensor([900, 1500, 300])
+    down = torch.zeros((5, trace_moe.SLOTS), dtype=torch.int64)
+    down[:4, 0] = torch.tensor([800, 1499, 1500, 2000])  # the fifth CTA never ran
+    assert trace_moe.overlap(gate, down) == {"down_ctas": 4, "down_early": 2}
+    gate[1, 5] = 700  # gate/up over at 900: only the CTA that entered at 800 overlapped it
+    assert trace_moe.overlap(gate, down) == {"down_ctas": 4, "down_early": 1}
