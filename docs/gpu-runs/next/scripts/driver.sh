@@ -3,9 +3,9 @@
 # can give: on an H200, certify --reuse first (issues 28 and 30: the MoE contracts that gained the WGMMA
 # and co-resident candidates, DeepSeek-V3's router and experts), the MoE chain's phase marks
 # (bench/trace_moe.py, from the tree, built by the image's nvcc: whether g4o's and d3o's CTAs share the
-# SMs, and what that buys; the routing by warp reductions at 64 tokens), the MoE gpu test (every tactic,
-# the new ones' first run), the MoE bench at both Qwen3 contracts with the new chains and vLLM beside
-# g4r8+d3, then the
+# SMs, and what that buys; the routing by warp reductions at 64 tokens), the MoE bench at both Qwen3
+# contracts with the new chains and vLLM beside g4r8+d3 (its guard checks each chain's output), the MoE
+# gpu test (every tactic on every conformance case, the new ones' first run), then the
 # integrations test first of the rest (two of its cases failed on the H100, 2026-12-06), the
 # operator-path and decode benches (issue 31), every other gpu test.
 set -u
@@ -38,7 +38,6 @@ for t in "Qwen3-30B-A3B g4r8+d3 1 uniform" "Qwen3-30B-A3B g4o+d3o 1 uniform" "Qw
   echo "rc $? for $t" >> "$R/trace/session.log"
 done
 step trace done; pack trace
-gs moetest 900 tests tests/test_gpu_moe.py
 V=""; HB="$H"
 if [ -f "$R/tree/.gpu/vllm/vs.tar.xz" ]; then
   mkdir -p "$R/vllm" "$R/house-bench" && tar -xJf "$R/tree/.gpu/vllm/vs.tar.xz" -C "$R/vllm" \
@@ -51,6 +50,7 @@ for c in Qwen3-30B-A3B Qwen3-235B-A22B; do  # the served chain and the co-reside
     > "$R/moe/$c.log" 2>&1
   step "moe-$c" "rc=$?"; pack moe
 done
+gs moetest 900 tests tests/test_gpu_moe.py
 gs integ 600 tests tests/test_gpu_integrations_transformers.py
 gs path 300 path-bench
 gs decode 300 torch-bench --rows 1 16
