@@ -211,6 +211,26 @@ def _tree(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def test_a_grid_reading_a_constant_no_tactic_defines_is_refused_naming_it(tmp_path: Path) -> None:
+    """The routed MoE's grid reads grid_experts (its templates' GRID_EXPERTS): without it the table would
+    record an expression the runtime cannot evaluate, so the manifests are refused first."""
+    root = _tree(tmp_path)
+    for rel in (
+        "kernels/cuda/fp8_moe_gate_up.toml",
+        "manifests/sm_90/tactics.toml",
+        "manifests/sm_100/tactics.toml",
+    ):
+        text = (root / rel).read_text()
+        (root / rel).write_text(re.sub(r"^GRID_EXPERTS = .*\n", "", text, flags=re.M))
+    with pytest.raises(ManifestError) as e:
+        manifests.load(root)
+    assert (
+        "the fp8_moe_gate_up family's launch reads grid_experts, which neither the contract nor the tactic"
+        in str(e.value)
+    )
+    assert "declare GRID_EXPERTS in kernels/cuda/fp8_moe_gate_up.toml's [tactic_constants]" in str(e.value)
+
+
 def test_every_template_manifest_declares_its_family_kernel_arguments() -> None:
     m = manifests.load(REPO)
     assert m.artifacts
@@ -424,6 +444,7 @@ def test_every_certified_launch_is_the_familys_launch_model(table: str) -> None:
     from netra.runtime import tables
 
     t = tables.parse(json.loads((REPO / "release/tables" / table).read_text()), table, table[: -len(".json")])
+    specs = {a.name: a for a in manifests.load(REPO).artifacts}
     n = 0
     for entry in t.entries.values():
         fam = FAMILIES[entry.op]
@@ -432,8 +453,8 @@ def test_every_certified_launch_is_the_familys_launch_model(table: str) -> None:
             if c.launch.per_block:  # the row-wise families: (cdiv(rows, rows_per_block), grid_y, 1)
                 assert c.launch.expressions[0] == f"cdiv(rows, {c.launch.rows_per_block})"
                 env = {"rows_per_block": c.launch.rows_per_block, "grid_y": c.launch.grid_axes[1]}
-            else:  # the record's grid bound to the contract (a routed MoE's: over the experts hit)
-                env = dict(entry.params)
+            else:  # the record's grid bound to the contract and the tactic (a routed MoE's: over the
+                env = specs[c.artifact].launch_env  # experts hit, at most the tactic's grid_experts rows)
             for rows in (0, 1, 3, 64, 1000, 8192, 2**20 + 7):
                 if not c.launch.per_block and rows > 64:
                     continue  # a routed MoE's calls stop at 64 tokens (its chain's limit)
@@ -454,7 +475,18 @@ def test_a_grid_bound_to_a_contract_is_what_a_table_records() -> None:
     assert expr.bind("inter / 16", {"inter": 768}) == 48
     assert expr.bind("cdiv(rows, rows_per_block)", {"rows_per_block": 4}) == "cdiv(rows, 4)"
     assert expr.bind("(a + b) * c - (d - e)", {"c": 2}) == "(a + b) * 2 - (d - e)"
-    for text in ("(a + b) * c - (d - e)", "a - (b - c) / d", "cdiv(a * (b + 1), c)"):
+    # with the tactic's constants bound too: min and max fold their constant arguments into one, so a
+    # tactic whose GRID_EXPERTS caps nothing records the grid it always had
+    grid, moe = "min(experts, tokens * topk, grid_experts)", {"experts": 128, "topk": 8}
+    assert expr.bind(grid, {**moe, "grid_experts": 1024}, {"tokens": "rows"}) == "min(128, rows * 8)"
+    assert expr.bind(grid, {**moe, "grid_experts": 8}, {"tokens": "rows"}) == "min(8, rows * 8)"
+    assert expr.bind("max(1, t, 3, u, 2)", {}) == "max(3, t, u)"
+    for text in (
+        "(a + b) * c - (d - e)",
+        "a - (b - c) / d",
+        "cdiv(a * (b + 1), c)",
+        "min(a, 9, b * c, d, 4)",
+    ):
         env = {"a": 7, "b": 3, "c": 2, "d": 1, "e": 5}
         for bound in ({}, {"a": 7}, {"b": 3, "c": 2}):
             rest = expr.bind(text, bound)

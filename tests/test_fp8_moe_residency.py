@@ -1,4 +1,4 @@
-"""The co-resident MoE tactics (docs/ops/fp8_moe.md, "Co-residency"), held to the lock's register facts
+"""The co-resident MoE tactics (docs/ops/fp8_moe.md, "Co-residency") and the capped grids ("Grid rows"), held to the lock's register facts
 and the grids and blocks sm_90's table launches:
 the down stage's weight requests before griddepcontrol.wait overlap the gate/up stage only where its
 CTAs fit an SM beside gate/up's. At one token g4r8 and d3 do not (the trace on an H100, 2026-12-06:
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import pytest
 from conftest import REPO
@@ -34,11 +35,16 @@ def registers() -> dict[str, int]:
     return {a.name: a.facts["registers"] for a in locked if a.target == "sm_90"}
 
 
+def candidate(op: str, contract: str, tactic: str) -> Any:
+    """The candidate of sm_90's table: its launch as the runtime makes it."""
+    entry = open_catalog("sm_90").table.entries[contract_key(op, CONTRACTS[contract])]
+    return next(c for c in entry.candidates if c.tactic == tactic)
+
+
 def one_token(op: str, contract: str, tactic: str) -> tuple[int, int]:
     """(CTAs per SM at one token, registers one CTA holds) of a candidate of sm_90's table: its grid and
     block as the runtime launches them, its registers rounded up to 8 a thread."""
-    entry = open_catalog("sm_90").table.entries[contract_key(op, CONTRACTS[contract])]
-    c = next(c for c in entry.candidates if c.tactic == tactic)
+    c = candidate(op, contract, tactic)
     return math.ceil(math.prod(c.launch.grid(1)) / SMS), math.prod(c.launch.block) * math.ceil(
         registers()[c.artifact] / 8
     ) * 8
@@ -71,3 +77,18 @@ def test_g4o_fits_qwen3_235b_a22b_in_one_wave() -> None:
     for tactic, per_sm in (("g4o", 6), ("g4r8", 3)):
         ctas, regs = one_token("fp8_moe_gate_up", "Qwen3-235B-A22B", tactic)
         assert REGISTERS_PER_SM // regs == per_sm and ctas == 6, tactic  # 768 CTAs over 132 SMs
+
+
+@pytest.mark.parametrize("contract", sorted(CONTRACTS))
+@pytest.mark.parametrize(
+    ("op", "capped", "full"), [("fp8_moe_gate_up", "g4r8qy", "g4r8q"), ("fp8_moe_down", "d3qy", "d3q")]
+)
+def test_grid_experts_caps_the_rows_and_leaves_one_token_alone(
+    contract: str, op: str, capped: str, full: str
+) -> None:
+    """docs/ops/fp8_moe.md, "Grid rows": GRID_EXPERTS 8 launches 8 CTA rows where 64 tokens could hit 128
+    experts (the full grid's rows), and the full grid at one token, whose 8 experts are 8 rows either way."""
+    c, f = candidate(op, contract, capped), candidate(op, contract, full)
+    assert c.launch.grid(1) == f.launch.grid(1) and f.launch.grid(1)[1] == 8
+    assert c.launch.grid(64)[1] == 8 and f.launch.grid(64)[1] == 128
+    assert c.launch.grid(64)[0] == f.launch.grid(64)[0]

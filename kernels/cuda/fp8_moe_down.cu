@@ -23,10 +23,12 @@
 // after it, each later sub-slice S ahead into the ring of shared-memory slots; with WGMMA = NT chunks of NT
 // pairs by the warpgroup tensor cores, fp8_moe_gate_up.cu's block-diagonal product: warp wi holds rows
 // n0 + 16 (wi & 1) .. + 15 of its warpgroup's part wi / 2 of INTER, its first sub-slice requested before
-// the wait, the chunk's hq rows staged after it). Grid:
-// (HIDDEN/32, min(EXPERTS, tokens*TOPK)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split INTER).
+// the wait, the chunk's hq rows staged after it; GRID_EXPERTS as fp8_moe_gate_up.cu's: below EXPERTS,
+// CTA row y takes hit experts y, y + gridDim.y, ... in turn, the mask built once). Grid:
+// (HIDDEN/32, min(EXPERTS, tokens*TOPK, GRID_EXPERTS)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split INTER).
 //
-// Mapping: CTA (x, y) computes output columns 32x .. 32x+31 of the y-th hit expert for all its n
+// Mapping: CTA (x, y) computes output columns 32x .. 32x+31 of the y-th hit expert (and, with
+// GRID_EXPERTS, of the (y + gridDim.y)-th and so on, one after another) for all its n
 // pairs (two 16-row tiles, include/netra_moe_sm90.cuh), 8 pairs per chunk; warp w covers bytes
 // [w*KW, (w+1)*KW) of INTER, KW = INTER / warps, in sub-slices of KS = min(KW, K_SLICE) bytes. As in
 // fp8_moe_gate_up.cu the chunks are taken in rounds of RESIDENT_CHUNKS, sub-slice outer and chunk
@@ -61,8 +63,9 @@
 #error "fp8_moe_down: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
 #endif
 #if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS) || \
-    !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA) || !defined(L2_AHEAD) || !defined(ROUTE)
-#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, L2_AHEAD and ROUTE must be defined"
+    !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA) || !defined(L2_AHEAD) || !defined(ROUTE) ||   \
+    !defined(GRID_EXPERTS)
+#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, L2_AHEAD, ROUTE and GRID_EXPERTS must be defined"
 #endif
 
 namespace fp8_moe_down_sm90 {
@@ -87,6 +90,7 @@ static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 8, "fp8_moe_down: MIN_BLOCKS must
 static_assert(kRC == 1 || kRC == 2 || kRC == 4 || kRC == 8, "fp8_moe_down: RESIDENT_CHUNKS must be 1, 2, 4 or 8");
 static_assert(L2_AHEAD == 0 || (L2_AHEAD == 1 && WGMMA == 0), "fp8_moe_down: L2_AHEAD must be 0, or 1 with WGMMA 0");
 static_assert(ROUTE == 0 || ROUTE == 1, "fp8_moe_down: ROUTE must be 0 or 1");
+static_assert(GRID_EXPERTS >= 1 && GRID_EXPERTS <= 1024, "fp8_moe_down: GRID_EXPERTS must be in [1, 1024]");
 #if PREFETCH  // (the PREFETCH 0 tactics compile exactly the source they were certified with)
 constexpr int kNS = kKW / kKS;  // sub-slices of a warp's k range
 static_assert(PREFETCH == 1 && kNS % 2 == 0, "fp8_moe_down: PREFETCH must be 0, or 1 where a warp's k range has an even number of sub-slices");
@@ -135,11 +139,20 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   __shared__ int last[kMaxPairs];
   NETRA_TRACE_MARK(0);  // phase marks: include/netra_trace.cuh (nothing in a release build)
   if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit); no write past list
+#if GRID_EXPERTS < EXPERTS  // (the other tactics compile exactly the source they were certified with)
+  // The hit experts' mask once; then this CTA row's experts y, y + gridDim.y, ... one after another (the
+  // grid's y axis is min(EXPERTS, tokens * TOPK, GRID_EXPERTS)), each as a CTA of its own would.
+  for (int slot = blockIdx.y;; slot += gridDim.y) {
+  const netra_moe::Route r = netra_moe::route_nth<kE, kMaxPairs, ROUTE != 0>(ids, (int)tokens * kK, list, slot);
+  const bool first = slot == (int)blockIdx.y;
+#else
   const netra_moe::Route r = netra_moe::route<kE, kMaxPairs, ROUTE != 0>(ids, (int)tokens * kK, list);
+  constexpr bool first = true;
+#endif
   NETRA_TRACE_MARK(1);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int n0 = blockIdx.x * 32;  // output columns n0 .. n0 + 31: one 128-row scale block
-  if (blockIdx.y == 0) {  // a token none of whose ids names an expert here: no pair arrives; write 0
+  if (blockIdx.y == 0 && first) {  // a token none of whose ids names an expert here: no pair arrives; write 0
     for (int t = warp; t < (int)tokens; t += kWarps) {
       bool any = false;
       for (int s = 0; s < kK; ++s) any |= valid(ids[t * kK + s]);
@@ -352,4 +365,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   }
   NETRA_TRACE_SYNC();
   NETRA_TRACE_MARK(5);
+#if GRID_EXPERTS < EXPERTS
+  }
+#endif
 }

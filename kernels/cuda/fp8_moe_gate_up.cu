@@ -21,11 +21,15 @@
 // accumulators stay in registers while each weight sub-slice is loaded once), PREFETCH (1: the next
 // sub-slice requested into a second register buffer before this one is multiplied), STAGES (2 to 4:
 // that many sub-slices per warp staged in shared memory by cp.async; below), WGMMA (8 to 64: chunks
-// of that many pairs multiplied by the warpgroup tensor cores; below) and ROUTE (1: the hit experts'
-// mask by warp reductions, include/netra_moe_sm90.cuh's route; the same Route). Grid: (INTER/16,
-// min(EXPERTS, tokens*TOPK)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split HIDDEN).
+// of that many pairs multiplied by the warpgroup tensor cores; below), ROUTE (1: the hit experts'
+// mask by warp reductions, include/netra_moe_sm90.cuh's route; the same Route) and GRID_EXPERTS (the
+// most CTA rows: below EXPERTS, CTA row y takes hit experts y, y + gridDim.y, ... in turn, the mask
+// built once, instead of one row per expert that every CTA past the hit experts also routes). Grid:
+// (INTER/16, min(EXPERTS, tokens*TOPK, GRID_EXPERTS)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split
+// HIDDEN).
 //
 // Mapping: CTA (x, y) computes gate rows 16x .. 16x+15 and the matching up rows of the y-th hit expert
+// (and, with GRID_EXPERTS, of the (y + gridDim.y)-th and so on, one after another)
 // (include/netra_moe_sm90.cuh: routing, tile) for all of its n pairs, 8 pairs per chunk (chunks =
 // ceil(n/8)); warp w covers bytes [w*KW, (w+1)*KW) of k, KW = HIDDEN / warps, in register-held
 // sub-slices of KS = min(KW, K_SLICE) bytes. The chunks are taken in rounds of RESIDENT_CHUNKS: per
@@ -94,8 +98,13 @@
 #error "fp8_moe_gate_up: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
 #endif
 #if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS) || \
-    !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA) || !defined(ROUTE)
-#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA and ROUTE must be defined"
+    !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA) || !defined(ROUTE) || !defined(GRID_EXPERTS)
+#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, ROUTE and GRID_EXPERTS must be defined"
+#endif
+#if GRID_EXPERTS < EXPERTS  // (the other tactics compile exactly the source they were certified with)
+#define NEXT_EXPERT continue  // a CTA row takes hit experts y, y + gridDim.y, ...
+#else
+#define NEXT_EXPERT return  // a CTA row per hit expert
 #endif
 
 namespace fp8_moe_gate_up_sm90 {
@@ -118,6 +127,7 @@ static_assert(MAX_TOKENS >= 1 && MAX_TOKENS <= 256, "fp8_moe_gate_up: MAX_TOKENS
 static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 8, "fp8_moe_gate_up: MIN_BLOCKS must be in [1, 8]");
 static_assert(kRC == 1 || kRC == 2 || kRC == 4 || kRC == 8, "fp8_moe_gate_up: RESIDENT_CHUNKS must be 1, 2, 4 or 8");
 static_assert(ROUTE == 0 || ROUTE == 1, "fp8_moe_gate_up: ROUTE must be 0 or 1");
+static_assert(GRID_EXPERTS >= 1 && GRID_EXPERTS <= 1024, "fp8_moe_gate_up: GRID_EXPERTS must be in [1, 1024]");
 #if PREFETCH  // (the PREFETCH 0 tactics compile exactly the source they were certified with)
 constexpr int kNS = kKW / kKS;  // sub-slices of a warp's k range
 static_assert(PREFETCH == 1 && kNS % 2 == 0, "fp8_moe_gate_up: PREFETCH must be 0, or 1 where a warp's k range has an even number of sub-slices");
@@ -172,7 +182,14 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   NETRA_TRACE_MARK(0);  // phase marks: include/netra_trace.cuh (nothing in a release build)
   netra_moe::launch_dependents();  // the down stage may start routing and loading its weights now
   if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit); no write past list
+#if GRID_EXPERTS < EXPERTS
+  // The hit experts' mask once; then this CTA row's experts one after another (the grid's y axis is
+  // min(EXPERTS, tokens * TOPK, GRID_EXPERTS)), each with the same arithmetic as a CTA of its own.
+  for (int slot = blockIdx.y;; slot += gridDim.y) {
+  const netra_moe::Route r = netra_moe::route_nth<kE, kMaxPairs, ROUTE != 0>(ids, (int)tokens * kK, list, slot);
+#else
   const netra_moe::Route r = netra_moe::route<kE, kMaxPairs, ROUTE != 0>(ids, (int)tokens * kK, list);
+#endif
   NETRA_TRACE_MARK(1);
   if (r.expert < 0) {
     NETRA_TRACE_MARK(5);
@@ -346,7 +363,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   NETRA_TRACE_FLAG(6, last);
   if (!last) {
     NETRA_TRACE_MARK(5);
-    return;
+    NEXT_EXPERT;
   }
   __threadfence();
   for (int i = warp; i < r.n; i += kWarps) {
@@ -364,4 +381,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   }
   NETRA_TRACE_SYNC();
   NETRA_TRACE_MARK(5);
+#if GRID_EXPERTS < EXPERTS
+  }
+#endif
 }

@@ -187,6 +187,13 @@ def bind(text: str, env: Mapping[str, int], rename: Mapping[str, str] | None = N
         folded = tuple(fold(a) for a in args)
         if all(isinstance(a, int) for a in folded):
             return int(evaluate_tree((op, folded), {}, text))
+        consts = [a for a in folded if isinstance(a, int)]
+        if op in ("min", "max") and len(consts) > 1:  # min(128, rows * 8, 1024) is min(128, rows * 8)
+            at = next(i for i, a in enumerate(folded) if isinstance(a, int))
+            keep = (min if op == "min" else max)(consts)
+            folded = tuple(
+                keep if i == at else a for i, a in enumerate(folded) if i == at or not isinstance(a, int)
+            )
         return (op, folded)
 
     def render(n: Node, parent: int = 0) -> str:

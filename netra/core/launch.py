@@ -6,8 +6,8 @@ own template's artifact. What a launch needs at call time is declared, not assum
 - runtime values: named scalars the caller passes per call (rows or tokens, eps, counts, offsets),
   each with its kernarg type, packed into the kernargs by name;
 - a grid of up to three axes, each an expression (netra.core.expr) of contract parameters, runtime
-  values and the tactic's launch constants (rows_per_block, grid_y): "cdiv(rows, rows_per_block)",
-  "min(experts, tokens * topk)", "1";
+  values and the tactic's constants (rows_per_block, grid_y, grid_experts): "cdiv(rows, rows_per_block)",
+  "min(experts, tokens * topk, grid_experts)", "1";
 - workspaces: scratch a chain's launches share (one step writes, a later one reads), each sized by an
   expression, carved in order from one buffer that the caller or the runtime allocates;
 - the dispatch key: the runtime value whose size picks a tactic (rows today, tokens for a routed MoE);
@@ -15,8 +15,9 @@ own template's artifact. What a launch needs at call time is declared, not assum
   (programmatic dependent launch); per workspace, whether it must start zeroed (self-resetting counters).
 
 Names an expression may read besides the contract's parameters and the runtime values are the tactic's
-launch constants and the device's properties the runtime supplies (e.g. `sms`, for a persistent grid of
-"min(sms, tiles)"): whatever the caller puts in the mapping a plan is made from.
+launch constants (rows_per_block, grid_y) and its template's tactic constants in lower case (a routed
+MoE's grid_experts: "min(experts, tokens * topk, grid_experts)"), bound when the table is written
+(netra.core.types.ArtifactSpec.launch_env): whatever the caller puts in the mapping a plan is made from.
 
 The existing families are one launch over rows, a grid of (cdiv(rows, rows_per_block), grid_y, 1),
 with no workspace; the certified tables keep their JSON and are read into this model.

@@ -166,6 +166,17 @@ class ArtifactSpec:
     def key(self) -> str:
         return contract_key(self.op, self.contract)
 
+    @property
+    def launch_env(self) -> dict[str, int]:
+        """What the family record's grid reads besides the dispatch value: the contract, the tactic's
+        launch constants and its template's tactic constants in lower case (a routed MoE's grid_experts)."""
+        return {
+            **{k.lower(): v for k, v in self.tactic.constants.items()},
+            **self.contract,
+            "rows_per_block": self.rows_per_block,
+            "grid_y": self.tactic.grid_y,
+        }
+
 
 @dataclass(frozen=True)
 class ModelFallback:

@@ -346,6 +346,22 @@ def _tactics(
         missing = sorted(set(tpl.tactic_constants) - set(tac.constants))
         if missing:
             raise ManifestError(f"{at}: missing tactic constants {', '.join(missing)} of {tpl.name}", HINT)
+        fam = FAMILIES[tac.op]
+        known = {
+            *fam.params,
+            *fam.launch.value_names,
+            "rows_per_block",
+            "grid_y",
+            *map(str.lower, tac.constants),
+        }
+        unknown = sorted(fam.launch.names() - known)
+        if unknown:
+            raise ManifestError(
+                f"{at}: the {tac.op} family's launch reads {unknown[0]}, which neither the contract nor the "
+                f"tactic defines",
+                f"declare {unknown[0].upper()} in {tpl.manifest}'s [tactic_constants] and give every {tac.op} "
+                f"tactic a value",
+            )
         out.append(tac)
     return certification, out
 

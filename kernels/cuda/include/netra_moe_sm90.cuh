@@ -4,7 +4,8 @@
 //
 // Routing. grid.y enumerates the experts the call hits: CTA y takes the y-th expert (ascending id)
 // that some (token, slot) pair names, and lists its pairs p = token * TOPK + slot in ascending order;
-// CTAs past the number of hit experts exit at once. So an expert's weights are read by the CTAs of
+// CTAs past the number of hit experts exit at once (a tactic whose GRID_EXPERTS caps the rows launches
+// none: row y takes hit experts y, y + rows, ... in turn, route_nth). So an expert's weights are read by the CTAs of
 // one grid row only, and a token's result never depends on which other tokens are in the call (the
 // per-pair arithmetic is the same for any list). How often that grid row reads them is the template's
 // RESIDENT_CHUNKS: once per round of that many chunks of 8 pairs (each template's Bytes paragraph).
@@ -70,17 +71,15 @@ struct Route {
   int n;       // pairs routed to it, listed in ascending order
 };
 
-// The blockIdx.y-th hit expert and its pairs (in `list`, MAX_PAIRS long). Every thread calls it.
-// The mask of hit experts: with REDUCED false one shared-memory atomicOr per pair, which serializes where
-// many pairs name experts of one 32-expert word (64 tokens on the same 8 experts: 512 atomics on one
-// word, about 4 us, paid by every CTA of the grid, those past the hit experts included); with REDUCED
-// true each lane ORs its pairs' bits into one register per word (selected by comparison, not by index: no
-// local memory), each warp reduces them (redux.sync) and one lane ORs each nonzero word into shared
-// memory. The same mask either way, so the same Route.
-template <int E, int MAX_PAIRS, bool REDUCED = false>
-__device__ __forceinline__ Route route(const int* __restrict__ ids, int pairs, int* list) {
-  __shared__ uint32_t mask[(E + 31) / 32];
-  __shared__ int s_e, s_n;
+// The mask of the experts some pair hits, in `mask` ((E + 31) / 32 words of shared memory). Every thread
+// calls it; it ends with the mask complete. With REDUCED false one shared-memory atomicOr per pair, which
+// serializes where many pairs name experts of one 32-expert word (64 tokens on the same 8 experts: 512
+// atomics on one word, about 4 us, paid by every CTA of the grid, those past the hit experts included);
+// with REDUCED true each lane ORs its pairs' bits into one register per word (selected by comparison, not
+// by index: no local memory), each warp reduces them (redux.sync) and one lane ORs each nonzero word into
+// shared memory. The same mask either way.
+template <int E, bool REDUCED>
+__device__ __forceinline__ void hit_mask(const int* __restrict__ ids, int pairs, uint32_t* mask) {
   const int tid = threadIdx.x;
   for (int w = tid; w < (E + 31) / 32; w += blockDim.x) mask[w] = 0;
   __syncthreads();
@@ -107,8 +106,18 @@ __device__ __forceinline__ Route route(const int* __restrict__ ids, int pairs, i
     }
   }
   __syncthreads();
+}
+
+// The which()-th hit expert of `mask` (ascending id; -1 past the last) and its pairs (in `list`,
+// MAX_PAIRS long, ascending), found by the first warp and handed to every thread through s_e, s_n
+// (shared). Every thread calls it, after the previous Route's list has been read. (`which` is read by
+// the first warp alone, as route always read blockIdx.y: the certified tactics' machine code.)
+template <int E, int MAX_PAIRS, class Which>
+__device__ __forceinline__ Route select(const int* __restrict__ ids, int pairs, int* list, const uint32_t* mask,
+                                        Which which, int& s_e, int& s_n) {
+  const int tid = threadIdx.x;
   if (tid < 32) {
-    int want = blockIdx.y, e = -1;
+    int want = which(), e = -1;
     for (int w = 0; w < (E + 31) / 32; ++w) {
       const int c = __popc(mask[w]);
       if (e < 0 && want < c) {
@@ -135,6 +144,30 @@ __device__ __forceinline__ Route route(const int* __restrict__ ids, int pairs, i
   }
   __syncthreads();
   return Route{s_e, s_n};
+}
+
+// The slot-th hit expert and its pairs, for a CTA row that takes hit experts blockIdx.y, blockIdx.y +
+// gridDim.y, ... in turn (GRID_EXPERTS below EXPERTS): the mask is built at the row's first expert and
+// kept. Every thread calls it, for slot = blockIdx.y first and then in ascending order.
+template <int E, int MAX_PAIRS, bool REDUCED>
+__device__ __forceinline__ Route route_nth(const int* __restrict__ ids, int pairs, int* list, int slot) {
+  __shared__ uint32_t mask[(E + 31) / 32];
+  __shared__ int s_e, s_n;
+  if (slot == (int)blockIdx.y)
+    hit_mask<E, REDUCED>(ids, pairs, mask);
+  else
+    __syncthreads();  // the previous expert's list and flags have been read
+  return select<E, MAX_PAIRS>(ids, pairs, list, mask, [slot] { return slot; }, s_e, s_n);
+}
+
+// The blockIdx.y-th hit expert and its pairs: a grid row per hit expert (the tactics whose GRID_EXPERTS
+// is at least EXPERTS). Every thread calls it.
+template <int E, int MAX_PAIRS, bool REDUCED = false>
+__device__ __forceinline__ Route route(const int* __restrict__ ids, int pairs, int* list) {
+  __shared__ uint32_t mask[(E + 31) / 32];
+  __shared__ int s_e, s_n;
+  hit_mask<E, REDUCED>(ids, pairs, mask);
+  return select<E, MAX_PAIRS>(ids, pairs, list, mask, [] { return (int)blockIdx.y; }, s_e, s_n);
 }
 
 // Two 16-row weight tiles of a warp's k sub-slice of KS bytes, rows r..r+15 of `rows` (row stride KD),

@@ -15,6 +15,7 @@ from netra.core.launch import LaunchModel, Step, Value, Workspace
 
 # A CTA computes 32 output columns of one hit expert for every token routed to it; the last slot to
 # finish a (token, 32-column tile) sums the slots in order and writes bf16 (no atomics on the output).
+# Rows of CTAs as fp8_moe_gate_up's (at most grid_experts, each taking its hit experts in turn).
 ARGS = ("out", "hq", "hs", "ids", "weights", "w2", "w2s", "y32", "counts", "tokens")
 RECORD = OpFamily(
     name="fp8_moe_down",
@@ -33,7 +34,9 @@ RECORD = OpFamily(
     args=ARGS,
     launch=LaunchModel(
         values=(Value("tokens", "u32", "tokens of the call (rows of ids and out)"),),
-        steps=(Step("fp8_moe_down", ARGS, ("hidden / 32", "min(experts, tokens * topk)", "1")),),
+        steps=(
+            Step("fp8_moe_down", ARGS, ("hidden / 32", "min(experts, tokens * topk, grid_experts)", "1")),
+        ),
         workspaces=(
             Workspace("y32", "tokens * topk * hidden * 4", dtype="f32"),
             Workspace("counts", "tokens * (hidden / 32) * 4", zeroed=True, dtype="u32"),

@@ -15,6 +15,8 @@ from netra.core.launch import LaunchModel, Step, Value, Workspace
 
 # A CTA computes 16 gate rows and the 16 matching up rows of one hit expert for every token routed to
 # it (the tensor cores' m16 tile); the last of a 128-column group's 8 CTAs quantizes the group.
+# A row of CTAs per hit expert, or at most grid_experts rows (the template's GRID_EXPERTS), each
+# taking its hit experts in turn.
 ARGS = ("hq", "hs", "xq", "xs", "ids", "w13", "w13s", "h32", "counts", "tokens")
 RECORD = OpFamily(
     name="fp8_moe_gate_up",
@@ -35,7 +37,9 @@ RECORD = OpFamily(
     args=ARGS,
     launch=LaunchModel(
         values=(Value("tokens", "u32", "tokens of the call (rows of xq and ids)"),),
-        steps=(Step("fp8_moe_gate_up", ARGS, ("inter / 16", "min(experts, tokens * topk)", "1")),),
+        steps=(
+            Step("fp8_moe_gate_up", ARGS, ("inter / 16", "min(experts, tokens * topk, grid_experts)", "1")),
+        ),
         workspaces=(
             Workspace("h32", "tokens * topk * inter * 4", dtype="f32"),
             Workspace("counts", "experts * (inter / 128) * 4", zeroed=True, dtype="u32"),
