@@ -15,7 +15,11 @@ through netra's CUDA driver bindings, gate/up then down with programmatic depend
 launches the chain, on inputs made on the device from a seed, with L2 refilled before each call by a
 read of 256 MB so that the weights come from DRAM, as they do in a model of many layers (a read, not a
 write: a write leaves L2 full of dirty lines whose write-back then competes with the weights' reads, which
-inflated the first traces, 2026-12-06).
+inflated the first traces, 2026-12-06). Each call starts behind a spin kernel of about 50 us on the
+stream, so that both launches are queued before gate/up runs, as a CUDA graph's replay queues them:
+launched from Python on an idle GPU, the down stage's launch came about 12 us after gate/up had started
+(its 512 CTAs all entered within 0.2 us of each other, 12.4 us in, on an H100 in the eleventh session),
+which the traces before then measured instead of where the hardware lets the down CTAs in.
 
 Marks, in ns from the call's first gate/up entry:
   gate/up: 0 entry, 1 routed, 2 multiplied (its h32 stored), 3 fenced, 4 counter read, 5 exit
@@ -26,7 +30,7 @@ Each is printed as the median over --runs calls of its earliest, median and late
 multiplied: a CTA whose grid row names no hit expert returns after routing). Then how many down CTAs
 entered before the last gate/up CTA exited: the down stage requests its weights before
 griddepcontrol.wait, which only overlaps the gate/up stage where its CTAs are resident beside gate/up's
-(registers, shared memory: on an H100 at one token g4r8+d3 had none, 2026-12-06). --carveout sets both
+(registers, shared memory). --carveout sets both
 kernels' preferred shared-memory carveout (percent; the driver's choice otherwise), to tell the two
 limits apart.
 
@@ -57,6 +61,7 @@ GATE_MARKS = ("entry", "routed", "multiplied", "fenced", "counter", "exit")
 DOWN_MARKS = ("entry", "routed", "waited", "multiplied", "counter", "exit")
 LAST_FLAG = 6  # gate/up: 1 where the CTA quantized its group
 L2_FLUSH_BYTES = 256 * 2**20  # read before every call: past the H100's and H200's 50 MB of L2
+SPIN_CYCLES = 100_000  # the spin before each call: about 50 us at the H100's and H200's 1.98 GHz
 
 
 class TraceError(Exception):
@@ -143,12 +148,7 @@ def grid(spec: Any, tokens: int) -> tuple[int, int, int]:
     from netra.core.ops import FAMILIES
 
     fam = FAMILIES[spec.op]
-    env = {
-        **spec.contract,
-        "rows_per_block": spec.rows_per_block,
-        "grid_y": spec.tactic.grid_y,
-        fam.dispatch: tokens,
-    }
+    env = {**spec.launch_env, fam.dispatch: tokens}
     x, y, z = (expr.evaluate(axis, env) for axis in fam.launch.steps[0].grid)
     return x, y, z
 
@@ -283,6 +283,7 @@ def timed(args: argparse.Namespace, gate: Any, down: Any, built: dict[str, bytes
             t.zero_()
         flush.sum()  # a read: L2 left holding clean lines of it
         torch.cuda.synchronize()
+        torch.cuda._sleep(SPIN_CYCLES)  # both launches queued before gate/up starts, as in a graph's replay
         for name, _, launch, head in steps:
             rc = launch(*head, handle, None, extras[name].array)
             if rc:
