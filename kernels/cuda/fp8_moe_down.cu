@@ -64,8 +64,8 @@
 #endif
 #if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS) || \
     !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA) || !defined(L2_AHEAD) || !defined(ROUTE) ||   \
-    !defined(GRID_EXPERTS)
-#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, L2_AHEAD, ROUTE and GRID_EXPERTS must be defined"
+    !defined(GRID_EXPERTS) || !defined(ACT_STAGE)
+#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, L2_AHEAD, ROUTE, GRID_EXPERTS and ACT_STAGE must be defined"
 #endif
 
 namespace fp8_moe_down_sm90 {
@@ -91,6 +91,11 @@ static_assert(kRC == 1 || kRC == 2 || kRC == 4 || kRC == 8, "fp8_moe_down: RESID
 static_assert(L2_AHEAD == 0 || (L2_AHEAD == 1 && WGMMA == 0), "fp8_moe_down: L2_AHEAD must be 0, or 1 with WGMMA 0");
 static_assert(ROUTE == 0 || ROUTE == 1, "fp8_moe_down: ROUTE must be 0 or 1");
 static_assert(GRID_EXPERTS >= 1 && GRID_EXPERTS <= 1024, "fp8_moe_down: GRID_EXPERTS must be in [1, 1024]");
+static_assert(ACT_STAGE == 0 || (ACT_STAGE == 1 && PREFETCH + STAGES + WGMMA == 0),
+              "fp8_moe_down: ACT_STAGE must be 0, or 1 with PREFETCH, STAGES and WGMMA 0");
+#if ACT_STAGE  // (the other tactics compile exactly the source they were certified with)
+using ActSlot = netra_moe::Slot<kKS, kRC, false>;  // a warp's round of hq rows and scales for one sub-slice
+#endif
 #if PREFETCH  // (the PREFETCH 0 tactics compile exactly the source they were certified with)
 constexpr int kNS = kKW / kKS;  // sub-slices of a warp's k range
 static_assert(PREFETCH == 1 && kNS % 2 == 0, "fp8_moe_down: PREFETCH must be 0, or 1 where a warp's k range has an even number of sub-slices");
@@ -137,6 +142,9 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   extern __shared__ __align__(128) uint8_t netra_dyn[];
 #endif
   __shared__ int last[kMaxPairs];
+#if ACT_STAGE
+  __shared__ __align__(16) uint8_t acts[kWarps][ActSlot::kBytes];
+#endif
   NETRA_TRACE_MARK(0);  // phase marks: include/netra_trace.cuh (nothing in a release build)
   if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit); no write past list
 #if GRID_EXPERTS < EXPERTS  // (the other tactics compile exactly the source they were certified with)
@@ -296,17 +304,31 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
 #pragma unroll 1
     for (int sub = 0; sub < kKW / kKS; ++sub) {
       const int k0 = warp * kKW + sub * kKS;
+#if ACT_STAGE
+      // fp8_moe_gate_up.cu's ACT_STAGE: the round's hq rows and scales of this sub-slice requested before
+      // its weights, one wait for both
+      __syncwarp();  // this lane has read the previous sub-slice's rows from its units
+      netra_moe::stage_acts<kKS, kI, 1, kRC, false>(&acts[warp][0], hq, hs, list, r.n, c0, chunks, k0);
+      netra_moe::cp_commit();
+#endif
       if ((c0 > 0 && kKW != kKS) || sub > 0) {  // one sub-slice: its weights stay for every round
         netra_moe::load_rows<kKS, kI>(wa, we + (size_t)n0 * kI, k0);
         netra_moe::load_rows<kKS, kI>(wb, we + (size_t)(n0 + 16) * kI, k0);
 #pragma unroll
         for (int kb = 0; kb < kKS / 128; ++kb) sa[kb] = se[(k0 >> 7) + kb];
       }
+#if ACT_STAGE
+      netra_moe::cp_wait<0>();
+#endif
 #pragma unroll
       for (int rc = 0; rc < kRC; ++rc) {
         const int ch = kRC > 1 ? netra_moe::opaque(c0 + rc) : c0 + rc;  // see netra_moe::opaque
         if (ch < chunks)  // the same for every thread of the CTA
+#if ACT_STAGE
+          netra_moe::staged_acts_tile<kKS, kRC>(wa, wb, &acts[warp][0], r.n, ch, rc, sa, sa, acc[rc]);
+#else
           netra_moe::warp_tile<kKS, kI, 1>(wa, wb, hq, hs, list, r.n, ch, k0, sa, sa, acc[rc]);
+#endif
       }
     }
 #endif

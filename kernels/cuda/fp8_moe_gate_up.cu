@@ -98,8 +98,9 @@
 #error "fp8_moe_gate_up: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
 #endif
 #if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS) || \
-    !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA) || !defined(ROUTE) || !defined(GRID_EXPERTS)
-#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, ROUTE and GRID_EXPERTS must be defined"
+    !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA) || !defined(ROUTE) || !defined(GRID_EXPERTS) ||   \
+    !defined(ACT_STAGE)
+#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, ROUTE, GRID_EXPERTS and ACT_STAGE must be defined"
 #endif
 #if GRID_EXPERTS < EXPERTS  // (the other tactics compile exactly the source they were certified with)
 #define NEXT_EXPERT continue  // a CTA row takes hit experts y, y + gridDim.y, ...
@@ -128,6 +129,11 @@ static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 8, "fp8_moe_gate_up: MIN_BLOCKS m
 static_assert(kRC == 1 || kRC == 2 || kRC == 4 || kRC == 8, "fp8_moe_gate_up: RESIDENT_CHUNKS must be 1, 2, 4 or 8");
 static_assert(ROUTE == 0 || ROUTE == 1, "fp8_moe_gate_up: ROUTE must be 0 or 1");
 static_assert(GRID_EXPERTS >= 1 && GRID_EXPERTS <= 1024, "fp8_moe_gate_up: GRID_EXPERTS must be in [1, 1024]");
+static_assert(ACT_STAGE == 0 || (ACT_STAGE == 1 && PREFETCH + STAGES + WGMMA == 0),
+              "fp8_moe_gate_up: ACT_STAGE must be 0, or 1 with PREFETCH, STAGES and WGMMA 0");
+#if ACT_STAGE  // (the other tactics compile exactly the source they were certified with)
+using ActSlot = netra_moe::Slot<kKS, kRC, false>;  // a warp's round of activations for one sub-slice
+#endif
 #if PREFETCH  // (the PREFETCH 0 tactics compile exactly the source they were certified with)
 constexpr int kNS = kKW / kKS;  // sub-slices of a warp's k range
 static_assert(PREFETCH == 1 && kNS % 2 == 0, "fp8_moe_gate_up: PREFETCH must be 0, or 1 where a warp's k range has an even number of sub-slices");
@@ -177,6 +183,9 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
 #if WGMMA
   // a chunk's activations as the warpgroups' B tiles, then their scales (netra_moe::stage_b)
   extern __shared__ __align__(128) uint8_t netra_dyn[];
+#endif
+#if ACT_STAGE
+  __shared__ __align__(16) uint8_t acts[kWarps][ActSlot::kBytes];
 #endif
   __shared__ bool last;
   NETRA_TRACE_MARK(0);  // phase marks: include/netra_trace.cuh (nothing in a release build)
@@ -304,6 +313,13 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
 #pragma unroll 1
     for (int sub = 0; sub < kKW / kKS; ++sub) {
       const int k0 = warp * kKW + sub * kKS;
+#if ACT_STAGE
+      // The round's activations of this sub-slice requested (cp.async, no register held) before its
+      // weights: one wait for both, instead of one per chunk.
+      __syncwarp();  // this lane has read the previous sub-slice's activations from its units
+      netra_moe::stage_acts<kKS, kH, kK, kRC, false>(&acts[warp][0], xq, xs, list, r.n, c0, chunks, k0);
+      netra_moe::cp_commit();
+#endif
       if (c0 == 0 || kKW != kKS) {  // one sub-slice: its weights stay in registers for every round
         netra_moe::load_rows<kKS, kH>(wg, we + (size_t)n0 * kH, k0);
         netra_moe::load_rows<kKS, kH>(wu, we + (size_t)(kI + n0) * kH, k0);
@@ -313,11 +329,18 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
           su[kb] = se[((kI + n0) / 128) * (kH / 128) + (k0 >> 7) + kb];
         }
       }
+#if ACT_STAGE
+      netra_moe::cp_wait<0>();
+#endif
 #pragma unroll
       for (int rc = 0; rc < kRC; ++rc) {
         const int ch = kRC > 1 ? netra_moe::opaque(c0 + rc) : c0 + rc;  // see netra_moe::opaque
         if (ch < chunks)  // the same for every thread of the CTA
+#if ACT_STAGE
+          netra_moe::staged_acts_tile<kKS, kRC>(wg, wu, &acts[warp][0], r.n, ch, rc, sg, su, acc[rc]);
+#else
           netra_moe::warp_tile<kKS, kH, kK>(wg, wu, xq, xs, list, r.n, ch, k0, sg, su, acc[rc]);
+#endif
       }
     }
 #endif

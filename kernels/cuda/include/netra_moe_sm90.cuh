@@ -270,17 +270,19 @@ __device__ __forceinline__ void cp_wait() {
 // A warp's slot: one k sub-slice of KS bytes of both 16-row weight tiles with their scales (one per tile
 // and 128-byte block), and for each of RC chunks of 8 pairs the activations and activation scales of the
 // same k range. Lane-major: 16-byte unit u of lane l at byte (u * 32 + l) * 16, 4-byte value f at
-// kUnits * 512 + (f * 32 + l) * 4, so a warp's shared loads of one unit are 512 contiguous bytes.
-template <int KS, int RC>
+// kUnits * 512 + (f * 32 + l) * 4, so a warp's shared loads of one unit are 512 contiguous bytes. W false:
+// the activations alone (ACT_STAGE: the weights stay in registers).
+template <int KS, int RC, bool W = true>
 struct Slot {
   static constexpr int kKB = KS / 128;
-  static constexpr int kUnits = kKB * 8 + RC * kKB * 2;   // weights: kb, tile, row half, 16-byte half; acts
-  static constexpr int kValues = kKB * 2 + RC * kKB * 2;  // weight scales: kb, tile; act scales: rc, kb, column
+  static constexpr int kWU = W ? kKB * 8 : 0, kWV = W ? kKB * 2 : 0;  // the weights' units and scales
+  static constexpr int kUnits = kWU + RC * kKB * 2;   // weights: kb, tile, row half, 16-byte half; acts
+  static constexpr int kValues = kWV + RC * kKB * 2;  // weight scales: kb, tile; act scales: rc, kb, column
   static constexpr int kBytes = 32 * (16 * kUnits + 4 * kValues);
   __device__ static int w(int kb, int t, int h, int q) { return ((kb * 2 + t) * 2 + h) * 2 + q; }
-  __device__ static int a(int rc, int kb, int q) { return kKB * 8 + (rc * kKB + kb) * 2 + q; }
+  __device__ static int a(int rc, int kb, int q) { return kWU + (rc * kKB + kb) * 2 + q; }
   __device__ static int ws(int kb, int t) { return kb * 2 + t; }
-  __device__ static int as(int rc, int kb, int j) { return kKB * 2 + (rc * kKB + kb) * 2 + j; }
+  __device__ static int as(int rc, int kb, int j) { return kWV + (rc * kKB + kb) * 2 + j; }
   __device__ static uint4* unit(uint8_t* s, int u) { return reinterpret_cast<uint4*>(s) + u * 32 + (threadIdx.x & 31); }
   __device__ static const uint4* unit(const uint8_t* s, int u) {
     return reinterpret_cast<const uint4*>(s) + u * 32 + (threadIdx.x & 31);
@@ -319,11 +321,11 @@ __device__ __forceinline__ void stage_weights(uint8_t* slot, const uint8_t* __re
 
 // The B column and C-column scales of chunks c0 .. c0 + RC - 1 for the same sub-slice, as warp_tile
 // reads them (act rows indexed by list[i] / DIV); pairs past n are not copied (read as zero).
-template <int KS, int KD, int DIV, int RC>
+template <int KS, int KD, int DIV, int RC, bool W = true>
 __device__ __forceinline__ void stage_acts(uint8_t* slot, const uint8_t* __restrict__ act,
                                            const float* __restrict__ act_s, const int* list, int n, int c0,
                                            int chunks, int k0) {
-  using S = Slot<KS, RC>;
+  using S = Slot<KS, RC, W>;
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 #pragma unroll
   for (int rc = 0; rc < RC; ++rc) {
@@ -346,6 +348,18 @@ __device__ __forceinline__ void stage_acts(uint8_t* slot, const uint8_t* __restr
   }
 }
 
+// Chunk rc's B column of block kb, as a slot of layout S holds it (zeros for a pair past n: hb false).
+template <class S>
+__device__ __forceinline__ void slot_b(const uint8_t* slot, int rc, int kb, bool hb, uint4 (&xb)[2]) {
+  if (hb) {
+    xb[0] = *S::unit(slot, S::a(rc, kb, 0));
+    xb[1] = *S::unit(slot, S::a(rc, kb, 1));
+  } else {
+    xb[0] = make_uint4(0u, 0u, 0u, 0u);
+    xb[1] = xb[0];
+  }
+}
+
 // warp_tile's arithmetic, read from a slot that stage_weights and stage_acts filled (its cp.async group
 // complete): chunk `ch`, the rc-th of its round. The same products, scales and fmas in the same order.
 template <int KS, int RC>
@@ -365,18 +379,35 @@ __device__ __forceinline__ void staged_tile(const uint8_t* slot, int n, int ch, 
         wb[h][q] = *S::unit(slot, S::w(kb, 1, h, q));
       }
     }
-    if (hb) {
-      xb[0] = *S::unit(slot, S::a(rc, kb, 0));
-      xb[1] = *S::unit(slot, S::a(rc, kb, 1));
-    } else {
-      xb[0] = make_uint4(0u, 0u, 0u, 0u);
-      xb[1] = xb[0];
-    }
+    slot_b<S>(slot, rc, kb, hb, xb);
     float pa[4] = {0.f, 0.f, 0.f, 0.f}, pv[4] = {0.f, 0.f, 0.f, 0.f};
     block_mma(wa, wb, xb, pa, pv);
     const float s0 = h0 ? *S::value(slot, S::as(rc, kb, 0)) : 0.f;
     const float s1 = h1 ? *S::value(slot, S::as(rc, kb, 1)) : 0.f;
     block_fma(pa, pv, *S::value(slot, S::ws(kb, 0)), *S::value(slot, S::ws(kb, 1)), s0, s1, acc);
+  }
+}
+
+// warp_tile's arithmetic with the weights in registers (wa, wb, their scales swa, swb) and chunk `ch`'s
+// activations read from an activations-only slot that stage_acts<..., false> filled (its cp.async group
+// complete; ACT_STAGE): the rc-th chunk of the round. The same products, scales and fmas in the same order.
+template <int KS, int RC>
+__device__ __forceinline__ void staged_acts_tile(const uint4 (&wa)[KS / 128][2][2], const uint4 (&wb)[KS / 128][2][2],
+                                                 const uint8_t* slot, int n, int ch, int rc, const float* swa,
+                                                 const float* swb, float* acc) {
+  using S = Slot<KS, RC, false>;
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int tok_b = ch * 8 + g, t0 = ch * 8 + 2 * c, t1 = t0 + 1;
+  const bool hb = tok_b < n, h0 = t0 < n, h1 = t1 < n;  // as warp_tile's pb, p0, p1 >= 0 (list holds pairs)
+#pragma unroll
+  for (int kb = 0; kb < KS / 128; ++kb) {
+    uint4 xb[2];
+    slot_b<S>(slot, rc, kb, hb, xb);
+    float pa[4] = {0.f, 0.f, 0.f, 0.f}, pv[4] = {0.f, 0.f, 0.f, 0.f};
+    block_mma(wa[kb], wb[kb], xb, pa, pv);
+    const float s0 = h0 ? *S::value(slot, S::as(rc, kb, 0)) : 0.f;
+    const float s1 = h1 ? *S::value(slot, S::as(rc, kb, 1)) : 0.f;
+    block_fma(pa, pv, swa[kb], swb[kb], s0, s1, acc);
   }
 }
 
