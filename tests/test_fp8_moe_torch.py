@@ -265,3 +265,15 @@ def test_the_engines_route_names_the_first_contract_not_served() -> None:
     params = {"experts": 128, "topk": 8, "hidden": 2048, "inter": 768}
     why = quantized_route(params, torch.device("cuda", 0))
     assert why.startswith("device: fp8_group_quant(hidden=2048,group=128): "), why
+
+
+def test_the_chains_workspace_is_laid_out_from_the_contract_alone() -> None:
+    """The operator carves both stages' scratch from one buffer sized from the contract and the most
+    tokens, before any tactic is chosen; the stages' grids may read a tactic's constants (a routed MoE's
+    grid_experts), which that layout must not need (every call failed so on an H100, 2026-12-06)."""
+    from netra.torch import moe
+
+    params = {"experts": 128, "topk": 8, "hidden": 2048, "inter": 768}
+    plans, bases, total = moe._layout(params)
+    assert [p.grids for p in plans] == [(), ()] and bases[0] == 0 < bases[1] < total
+    assert bases[1] >= plans[0].workspace_bytes and total >= bases[1] + plans[1].workspace_bytes

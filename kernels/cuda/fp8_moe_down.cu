@@ -24,7 +24,8 @@
 // pairs by the warpgroup tensor cores, fp8_moe_gate_up.cu's block-diagonal product: warp wi holds rows
 // n0 + 16 (wi & 1) .. + 15 of its warpgroup's part wi / 2 of INTER, its first sub-slice requested before
 // the wait, the chunk's hq rows staged after it; GRID_EXPERTS as fp8_moe_gate_up.cu's: below EXPERTS,
-// CTA row y takes hit experts y, y + gridDim.y, ... in turn, the mask built once). Grid:
+// CTA row y takes hit experts y, y + gridDim.y, ... in turn, the mask built once; ACT_STAGE as
+// fp8_moe_gate_up.cu's, after the wait: the round's hq rows and scales of a sub-slice staged, one wait). Grid:
 // (HIDDEN/32, min(EXPERTS, tokens*TOPK, GRID_EXPERTS)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split INTER).
 //
 // Mapping: CTA (x, y) computes output columns 32x .. 32x+31 of the y-th hit expert (and, with

@@ -24,7 +24,10 @@
 // of that many pairs multiplied by the warpgroup tensor cores; below), ROUTE (1: the hit experts'
 // mask by warp reductions, include/netra_moe_sm90.cuh's route; the same Route) and GRID_EXPERTS (the
 // most CTA rows: below EXPERTS, CTA row y takes hit experts y, y + gridDim.y, ... in turn, the mask
-// built once, instead of one row per expert that every CTA past the hit experts also routes). Grid:
+// built once, instead of one row per expert that every CTA past the hit experts also routes) and
+// ACT_STAGE (1, on the register path: per sub-slice every chunk of the round has its activations and
+// their scales requested into shared memory by cp.async before the weights, and the warp waits once,
+// not once per chunk; include/netra_moe_sm90.cuh's stage_acts and staged_acts_tile). Grid:
 // (INTER/16, min(EXPERTS, tokens*TOPK, GRID_EXPERTS)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split
 // HIDDEN).
 //

@@ -74,7 +74,7 @@ class Buffers:
         fam = FAMILIES[op]
         if not fam.launch.workspaces:
             return
-        plan = fam.launch.plan(fam.env(params, rows))
+        plan = fam.launch.workspace(fam.env(params, rows))
         base = self.dev.alloc(max(plan.workspace_bytes, 1))
         self.ptrs.append(base)
         self.dev.fill(base, 0, max(plan.workspace_bytes, 1))

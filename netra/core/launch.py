@@ -175,6 +175,15 @@ class LaunchModel:
                     )
             grids.append((axes[0], axes[1], axes[2]))
         shared = tuple(expr.evaluate(s.shared, ints) for s in self.steps)
+        return self.workspace(env)._replace(grids=tuple(grids), shared=shared)
+
+    def workspace(self, env: Mapping[str, Any]) -> Plan:
+        """The workspaces' layout alone (no grids: empty): what allocating a chain's scratch needs, from
+        the contract and the runtime values only, where a grid may also read a tactic's constants (a
+        routed MoE's grid_experts) that the caller of a chain of several tactics does not hold."""
+        from netra.core import expr  # at first use: the record is made at import, read later
+
+        ints = {k: v for k, v in env.items() if isinstance(v, int) and not isinstance(v, bool)}
         offsets: dict[str, int] = {}
         sizes: dict[str, int] = {}
         at = 0
@@ -188,7 +197,7 @@ class LaunchModel:
             offsets[w.name], sizes[w.name] = at, n
             at += n
         zeroed = tuple(w.name for w in self.workspaces if w.zeroed)
-        return Plan(tuple(grids), offsets, sizes, at, shared, zeroed)
+        return Plan((), offsets, sizes, at, (), zeroed)
 
     def step_args(
         self, step: int, plan: Plan, tensors: Mapping[str, Any], runtime: Mapping[str, Any], base: int = 0

@@ -148,7 +148,7 @@ def _workspace(index: int, stream: int, key: str, nbytes: int) -> torch.Tensor:
 def _layout(params: dict[str, int]) -> tuple[list[Any], list[int], int]:
     """Each stage's workspace plan at the chain's most tokens, where it starts in the one buffer, and the
     buffer's size."""
-    plans = [fam.launch.plan({**params, "tokens": CHAIN.max_dispatch}) for fam in STAGES]
+    plans = [fam.launch.workspace({**params, "tokens": CHAIN.max_dispatch}) for fam in STAGES]
     at, bases = 0, []
     for p in plans:
         bases.append(at)
