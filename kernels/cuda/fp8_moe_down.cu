@@ -25,7 +25,9 @@
 // n0 + 16 (wi & 1) .. + 15 of its warpgroup's part wi / 2 of INTER, its first sub-slice requested before
 // the wait, the chunk's hq rows staged after it; GRID_EXPERTS as fp8_moe_gate_up.cu's: below EXPERTS,
 // CTA row y takes hit experts y, y + gridDim.y, ... in turn, the mask built once; ACT_STAGE as
-// fp8_moe_gate_up.cu's, after the wait: the round's hq rows and scales of a sub-slice staged, one wait). Grid:
+// fp8_moe_gate_up.cu's, after the wait: the round's hq rows and scales of a sub-slice staged, one wait;
+// SLOT_SUM 1: the tokens whose sums the CTA writes gathered in shared memory, and each warp sums two at a
+// time with all their router weights and y32 values requested before the fmas). Grid:
 // (HIDDEN/32, min(EXPERTS, tokens*TOPK, GRID_EXPERTS)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split INTER).
 //
 // Mapping: CTA (x, y) computes output columns 32x .. 32x+31 of the y-th hit expert (and, with
@@ -65,8 +67,8 @@
 #endif
 #if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS) || \
     !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA) || !defined(L2_AHEAD) || !defined(ROUTE) ||   \
-    !defined(GRID_EXPERTS) || !defined(ACT_STAGE)
-#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, L2_AHEAD, ROUTE, GRID_EXPERTS and ACT_STAGE must be defined"
+    !defined(GRID_EXPERTS) || !defined(ACT_STAGE) || !defined(SLOT_SUM)
+#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, L2_AHEAD, ROUTE, GRID_EXPERTS, ACT_STAGE and SLOT_SUM must be defined"
 #endif
 
 namespace fp8_moe_down_sm90 {
@@ -94,6 +96,10 @@ static_assert(ROUTE == 0 || ROUTE == 1, "fp8_moe_down: ROUTE must be 0 or 1");
 static_assert(GRID_EXPERTS >= 1 && GRID_EXPERTS <= 1024, "fp8_moe_down: GRID_EXPERTS must be in [1, 1024]");
 static_assert(ACT_STAGE == 0 || (ACT_STAGE == 1 && PREFETCH + STAGES + WGMMA == 0),
               "fp8_moe_down: ACT_STAGE must be 0, or 1 with PREFETCH, STAGES and WGMMA 0");
+static_assert(SLOT_SUM == 0 || SLOT_SUM == 1, "fp8_moe_down: SLOT_SUM must be 0 or 1");
+#if SLOT_SUM  // (the other tactics compile exactly the source they were certified with)
+constexpr int kSumAtOnce = 2;  // tokens a warp sums at once, every load of them issued before the fmas
+#endif
 #if ACT_STAGE  // (the other tactics compile exactly the source they were certified with)
 using ActSlot = netra_moe::Slot<kKS, kRC, false>;  // a warp's round of hq rows and scales for one sub-slice
 #endif
@@ -143,6 +149,12 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   extern __shared__ __align__(128) uint8_t netra_dyn[];
 #endif
   __shared__ int last[kMaxPairs];
+#if SLOT_SUM
+  // the tokens whose slot sums this CTA writes (those whose pair arrived last), with their valid slots
+  __shared__ int sum_t[kMaxPairs];
+  __shared__ uint32_t sum_v[kMaxPairs];
+  __shared__ int sum_n;
+#endif
 #if ACT_STAGE
   __shared__ __align__(16) uint8_t acts[kWarps][ActSlot::kBytes];
 #endif
@@ -360,21 +372,69 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
 #endif
   NETRA_TRACE_MARK(3);
   __threadfence();
+#if SLOT_SUM
+  if (threadIdx.x == 0) sum_n = 0;
+#endif
   __syncthreads();
   // One counter per (token, 32-column tile): the pair that arrives TOPK-th sums the token's slots.
   constexpr int kTiles = kH / 32;
   for (int i = threadIdx.x; i < r.n; i += blockDim.x) {
     const int t = list[i] / kK;
     uint32_t arriving = 0;  // the token's pairs that name an expert: each arrives once per tile
+#if SLOT_SUM
+    uint32_t v = 0;  // which of them
+    for (int s = 0; s < kK; ++s) v |= (uint32_t)valid(ids[t * kK + s]) << s;
+    arriving = __popc(v);
+#else
     for (int s = 0; s < kK; ++s) arriving += valid(ids[t * kK + s]);
+#endif
     const uint32_t old = atomicAdd(&counts[t * kTiles + blockIdx.x], 1u);
     const bool l = old == arriving - 1;
     if (l) counts[t * kTiles + blockIdx.x] = 0u;  // ready for the next call
+#if SLOT_SUM
+    if (l) {  // (the order of the list does not matter: each token's sum is its own)
+      const int at = atomicAdd(&sum_n, 1);
+      sum_t[at] = t;
+      sum_v[at] = v;
+    }
+#else
     last[i] = l;
+#endif
   }
   __syncthreads();
   NETRA_TRACE_MARK(4);
   __threadfence();
+#if SLOT_SUM
+  // kSumAtOnce tokens per warp at a time: their TOPK router weights and y32 values requested together
+  // (one wait, where the loop below waits per token), then each token's fmas in slot order, a slot
+  // naming no expert here skipped: the same sums.
+  for (int j0 = warp; j0 < sum_n; j0 += kSumAtOnce * kWarps) {
+    int tt[kSumAtOnce];
+    float wv[kSumAtOnce][kK], yv[kSumAtOnce][kK];
+#pragma unroll
+    for (int u = 0; u < kSumAtOnce; ++u) {
+      const int j = j0 + u * kWarps;
+      tt[u] = sum_t[j < sum_n ? j : j0];
+#pragma unroll
+      for (int s = 0; s < kK; ++s) {
+        wv[u][s] = __ldcg(weights + tt[u] * kK + s);
+        yv[u][s] = __ldcg(y32 + ((size_t)tt[u] * kK + s) * kH + n0 + lane);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kSumAtOnce; ++u) {
+      const int j = j0 + u * kWarps;
+      if (j >= sum_n) break;  // the same for every lane of the warp
+      const uint32_t v = sum_v[j];
+      float acc = 0.f;
+#pragma unroll
+      for (int s = 0; s < kK; ++s) {
+        if ((v >> s) & 1u) acc = __fmaf_rn(wv[u][s], yv[u][s], acc);
+      }
+      out[(size_t)tt[u] * kH + n0 + lane] = __float2bfloat16_rn(acc);
+    }
+  }
+#else
   for (int i = warp; i < r.n; i += kWarps) {
     if (!last[i]) continue;
     const int t = list[i] / kK;
@@ -386,6 +446,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
     }
     out[(size_t)t * kH + n0 + lane] = __float2bfloat16_rn(acc);
   }
+#endif
   NETRA_TRACE_SYNC();
   NETRA_TRACE_MARK(5);
 #if GRID_EXPERTS < EXPERTS
