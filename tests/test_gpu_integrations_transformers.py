@@ -34,6 +34,7 @@ pytest.importorskip("transformers")
 
 import hf_models  # noqa: E402
 from conftest import release_table  # noqa: E402
+from tensor_bits import bits16  # noqa: E402
 
 DEV = "cuda:0"
 # The published configs whose every norm contract (apply_netra's, on the config's own modules) has an
@@ -50,10 +51,6 @@ def _forward(model: Any, tokens: Any) -> Any:
         return model(tokens, use_cache=False).logits
 
 
-def _bits(t: Any) -> Any:
-    return t.detach().contiguous().view(torch.int16).cpu().numpy().view(np.uint16)
-
-
 def _f32(v: float) -> float:
     return float(np.float32(v))
 
@@ -64,7 +61,7 @@ def _definition(self: Any, x: Any) -> Any:
     from netra.certify import reference
 
     width = x.shape[-1]
-    y = reference.rmsnorm_bf16(_bits(x.reshape(-1, width)), _bits(self.weight), _f32(self.eps),
+    y = reference.rmsnorm_bf16(bits16(x.reshape(-1, width)), bits16(self.weight), _f32(self.eps),
                                float(self.weight_offset))  # fmt: skip
     return torch.from_numpy(y.view(np.int16)).view(torch.bfloat16).reshape(x.shape).to(x.device)
 
@@ -88,9 +85,9 @@ def _judged_forward(model: Any, tokens: Any) -> tuple[Any, list[str]]:
     refused = []
     for n, mod, x, y in seen:
         width = x.shape[-1]
-        exp = {"y": reference.rmsnorm(_bits(x.reshape(-1, width)), _bits(mod.weight), _f32(mod.eps),
+        exp = {"y": reference.rmsnorm(bits16(x.reshape(-1, width)), bits16(mod.weight), _f32(mod.eps),
                                       float(mod.weight_offset))}  # fmt: skip
-        verdict = numerics.judge({}, exp, {"y": _bits(y.reshape(-1, width))})
+        verdict = numerics.judge({}, exp, {"y": bits16(y.reshape(-1, width))})
         if not verdict.passed:
             refused.append(f"{n}: {verdict.reason}")
     assert seen, "no NetraRMSNorm call was seen"

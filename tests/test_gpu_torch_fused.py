@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("torch_state")]
 
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
+from tensor_bits import bf16, host  # noqa: E402
 
 LARGE = int(os.environ.get("NETRA_TEST_LARGE_ROWS", "8192"))
 WORKERS = os.cpu_count() or 1
@@ -67,20 +68,6 @@ def served(fused_policy: str) -> Iterator[str]:
         yield fused_policy
     finally:
         nt.set_policy(prev)
-
-
-def bf16(bits: np.ndarray) -> torch.Tensor:
-    t = torch.from_numpy(np.ascontiguousarray(bits, dtype=np.uint16).view(np.int16)).view(torch.bfloat16)
-    return t.to(DEV)
-
-
-def host(t: torch.Tensor) -> np.ndarray:
-    t = t.detach().contiguous().cpu()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(np.uint16)
-    if t.dtype == torch.float8_e4m3fn:
-        return t.view(torch.uint8).numpy()
-    return t.numpy()
 
 
 def call(op: str, p: dict[str, int], x: Any, r: Any, w: Any, eps: float, out: Any = None) -> dict[str, Any]:
@@ -159,8 +146,8 @@ def test_every_fused_contract_through_the_op_matches_the_reference_and_the_raw_l
     cases = cf.cases(op, p, rows_per_block=k1.candidate.launch.rows_per_block, large_rows=LARGE)
     chain_diff = 0
     for case in cases:
-        x, w, eps = bf16(case.inputs["x"]), bf16(case.inputs["w"]), case.scalars["eps"]
-        r = bf16(case.inputs["residual"]) if "residual" in case.inputs else None
+        x, w, eps = bf16(case.inputs["x"], DEV), bf16(case.inputs["w"], DEV), case.scalars["eps"]
+        r = bf16(case.inputs["residual"], DEV) if "residual" in case.inputs else None
         outs = call(op, p, x, r, w, eps)
         kernel = nt.kernel_for(key, case.rows, DEV)
         inputs = {"x": x, "w": w, "eps": eps, **({"residual": r} if r is not None else {})}

@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("torch_state")]
 
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
+from tensor_bits import bf16, host  # noqa: E402
 
 LARGE = int(os.environ.get("NETRA_TEST_LARGE_ROWS", "8192"))
 WORKERS = os.cpu_count() or 1
@@ -45,35 +46,20 @@ def _contract(key: str) -> tuple[str, dict[str, int]]:
     return c.op, dict(c.params)
 
 
-def bf16(bits: np.ndarray) -> torch.Tensor:
-    t = torch.from_numpy(np.ascontiguousarray(bits, dtype=np.uint16).view(np.int16)).view(torch.bfloat16)
-    return t.to(DEV)
-
-
-def host(t: torch.Tensor) -> np.ndarray:
-    """A tensor's bytes as the reference's formats: bf16 -> uint16, fp8 -> uint8, others as they are."""
-    t = t.detach().contiguous().cpu()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(np.uint16)
-    if t.dtype == torch.float8_e4m3fn:
-        return t.view(torch.uint8).numpy()
-    return t.numpy()
-
-
 def run_ops(op: str, params: dict[str, int], case: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The case through the custom op; returns its outputs and the raw-launch arguments for the inputs."""
     import netra.torch as nt
 
     if op == "rmsnorm":
-        x, w = bf16(case.inputs["x"]), bf16(case.inputs["w"])
+        x, w = bf16(case.inputs["x"], DEV), bf16(case.inputs["w"], DEV)
         y = nt.rmsnorm(x, w, case.scalars["eps"], params["weight_offset"])
         return {"y": y}, {"x": x, "w": w, "eps": case.scalars["eps"]}
     if op in ("fp8_group_quant", "silu_mul_fp8_quant"):
-        x = bf16(case.inputs["x"])
+        x = bf16(case.inputs["x"], DEV)
         fn = nt.fp8_group_quant if op == "fp8_group_quant" else nt.silu_mul_fp8_quant
         q, s = fn(x, params["group"])
         return {"q": q, "scales": s}, {"x": x}
-    logits = bf16(case.inputs["logits"])
+    logits = bf16(case.inputs["logits"], DEV)
     ids, w = nt.moe_topk_softmax(logits, params["topk"])
     return {"ids": ids, "weights": w}, {"logits": logits}
 

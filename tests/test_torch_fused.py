@@ -14,6 +14,8 @@ torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 pytestmark = pytest.mark.usefixtures("torch_state")
 
+from tensor_bits import bf16, bits16, codes  # noqa: E402
+
 import netra.torch as nt  # noqa: E402
 from netra.certify import conformance as cf  # noqa: E402
 from netra.core.ops import FAMILIES, STAGES  # noqa: E402
@@ -22,18 +24,6 @@ from netra.torch import dispatch  # noqa: E402
 
 BF = torch.bfloat16
 FP8 = torch.float8_e4m3fn
-
-
-def bf16(bits: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(bits, dtype=np.uint16).view(np.int16)).view(BF)
-
-
-def bits16(t: torch.Tensor) -> np.ndarray:
-    return t.contiguous().view(torch.int16).numpy().view(np.uint16)
-
-
-def codes(q: torch.Tensor) -> np.ndarray:
-    return q.contiguous().view(torch.uint8).numpy()
 
 
 def run_fused(op: str, p: dict[str, int], inputs: dict[str, np.ndarray], eps: float) -> dict[str, np.ndarray]:

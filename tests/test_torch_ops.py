@@ -21,6 +21,8 @@ torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 pytestmark = pytest.mark.usefixtures("torch_state")
 
+from tensor_bits import bf16, bits16, codes  # noqa: E402
+
 import netra.torch as nt  # noqa: E402
 from netra.certify import conformance as cf  # noqa: E402
 from netra.certify import reference as ref  # noqa: E402
@@ -36,18 +38,6 @@ LOG = "netra.torch"
 
 
 # -- conversions between the reference's bit patterns and torch ------------------------------------------
-
-
-def bf16(bits: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(bits, dtype=np.uint16).view(np.int16)).view(torch.bfloat16)
-
-
-def bits16(t: torch.Tensor) -> np.ndarray:
-    return t.contiguous().view(torch.int16).numpy().view(np.uint16)
-
-
-def codes(q: torch.Tensor) -> np.ndarray:
-    return q.contiguous().view(torch.uint8).numpy()
 
 
 def run_op(op: str, params: dict[str, int], inputs: dict[str, np.ndarray], scalars: dict[str, float]) -> dict:
