@@ -61,6 +61,24 @@ def test_the_trace_build_differs_and_the_release_build_keeps_the_locks_text(tmp_
     assert [a["kernarg_bytes"] for a in doc["artifacts"]] == [88, 88], doc
 
 
+def test_a_tactic_at_its_register_budget_is_traced_with_the_marks_recomputed(tmp_path: Path) -> None:
+    """d3ys uses 168 of its 168 registers: with the CTA's slot held across the kernel its trace build
+    spills (the build refuses local memory), so the script rebuilds it with NETRA_TRACE_RECOMPUTE; its
+    grid is capped at GRID_EXPERTS rows (8 where 64 tokens could hit 128 experts)."""
+    out = tmp_path / "t.json"
+    args = ("--cpu-smoke", "--contract", "Qwen3-30B-A3B", "--chain", "g4r8y+d3ys", "--tokens", "64")
+    r = trace(REPO, tmp_path, *args, "--json", str(out))
+    assert r.returncode == 0 and "Traceback" not in r.stderr, log(r)
+    assert (
+        "netra_fp8_moe_down_e128_k8_h2048_i768_d3ys: the trace build spills; built with NETRA_TRACE_RECOMPUTE"
+        in (r.stdout)
+    ), log(r)
+    assert "g4r8y: the trace build spills" not in r.stdout, log(r)
+    doc = json.loads(out.read_text())
+    assert [a["grid"] for a in doc["artifacts"]] == [[768 // 16, 8, 1], [2048 // 32, 8, 1]], doc
+    assert all(a["release_is_locked"] for a in doc["artifacts"]), doc
+
+
 def test_a_mark_in_the_release_build_is_refused_naming_the_artifact(tmp_path: Path) -> None:
     root = tmp_path / "tree"
     for d in ("bench", "kernels", "manifests", "netra", "release", "requirements"):

@@ -18,8 +18,23 @@ __device__ __forceinline__ unsigned long long netra_trace_now() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
   return t;
 }
+// The CTA's slot in the trace buffer. With NETRA_TRACE_RECOMPUTE it is recomputed at each mark from
+// special registers read by volatile asm, so that no register holds it across the kernel (bench/trace_moe.py
+// builds so where the plain build spills: a tactic at its register budget, d3ys); without it the compiler
+// may keep it, which costs fewer registers at the marks themselves (d3ol at 80 spills the other way).
+__device__ __forceinline__ size_t netra_trace_cta() {
+#ifdef NETRA_TRACE_RECOMPUTE
+  unsigned x, y, nx;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(x));
+  asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(y));
+  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(nx));
+  return (size_t)y * nx + x;
+#else
+  return (size_t)blockIdx.y * gridDim.x + blockIdx.x;
+#endif
+}
 __device__ __forceinline__ void netra_trace_put(unsigned long long* t, int slot, unsigned long long v) {
-  if (threadIdx.x == 0) t[((size_t)blockIdx.y * gridDim.x + blockIdx.x) * NETRA_TRACE_SLOTS + slot] = v;
+  if (threadIdx.x == 0) t[netra_trace_cta() * NETRA_TRACE_SLOTS + slot] = v;
 }
 #else
 #define NETRA_TRACE_PARAM

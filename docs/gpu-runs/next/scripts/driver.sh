@@ -25,7 +25,7 @@ python3 -m venv /tmp/vt  # the image's packages (torch) and pyelftools from the 
 python3 -c 'import site; print("\n".join(site.getsitepackages()))' \
   > "$(/tmp/vt/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/img.pth"
 /tmp/vt/bin/python -m pip install -q --no-index --no-deps "$H"/*.whl > "$R/trace/session.log" 2>&1
-for t in "Qwen3-30B-A3B g4r8+d3 1 uniform" "Qwen3-30B-A3B g4r8y+d3y 1 uniform" "Qwen3-30B-A3B g4r8y+d3y 64 same" \
+for t in "Qwen3-30B-A3B g4r8+d3 1 uniform" "Qwen3-30B-A3B g4r8y+d3y 1 uniform" "Qwen3-30B-A3B g4r8y+d3y 64 same" "Qwen3-30B-A3B g4r8y+d3ys 64 same" \
     "Qwen3-30B-A3B g4r8y+d3y 64 uniform" "Qwen3-30B-A3B g4r8+d3 64 uniform" "Qwen3-235B-A22B g4r8+d3 1 uniform"; do
   set -- $t
   timeout 120 env PYTHONPATH="$R/tree" /tmp/vt/bin/python bench/trace_moe.py --contract "$1" --chain "$2" --tokens "$3" \
