@@ -127,23 +127,19 @@ def build(spec: Any, tools: Any, trace: bool, work: Path) -> bytes:
     sm90 = targets.get("sm_90")
     if not trace:
         return sm90.compile(spec, tools, REPO, work, work / "release").read_bytes()
+
+    def traced(definitions: dict[str, int]) -> bytes:
+        built = dataclasses.replace(spec, definitions=definitions)
+        return sm90.compile(built, tools, REPO, work, work / "trace").read_bytes()
+
     marks = {**spec.definitions, "NETRA_TRACE": 1, "NETRA_TRACE_SLOTS": SLOTS}
     try:
-        return sm90.compile(
-            dataclasses.replace(spec, definitions=marks), tools, REPO, work, work / "trace"
-        ).read_bytes()
-    except (
-        AssemblyError
-    ) as e:  # the marks cost a register the tactic has not got: the other way of writing them
+        return traced(marks)
+    except AssemblyError as e:  # the marks cost a register the tactic has not got
         if "Local memory" not in e.message:
             raise
-        marks["NETRA_TRACE_RECOMPUTE"] = 1
-        print(
-            f"{spec.name}: the trace build spills; built with NETRA_TRACE_RECOMPUTE (include/netra_trace.cuh)"
-        )
-        return sm90.compile(
-            dataclasses.replace(spec, definitions=marks), tools, REPO, work, work / "trace"
-        ).read_bytes()
+    print(f"{spec.name}: the trace build spills; built with NETRA_TRACE_RECOMPUTE (include/netra_trace.cuh)")
+    return traced({**marks, "NETRA_TRACE_RECOMPUTE": 1})  # the slot read afresh at each mark
 
 
 def layout(spec: Any) -> Any:

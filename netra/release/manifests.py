@@ -346,22 +346,6 @@ def _tactics(
         missing = sorted(set(tpl.tactic_constants) - set(tac.constants))
         if missing:
             raise ManifestError(f"{at}: missing tactic constants {', '.join(missing)} of {tpl.name}", HINT)
-        fam = FAMILIES[tac.op]
-        known = {
-            *fam.params,
-            *fam.launch.value_names,
-            "rows_per_block",
-            "grid_y",
-            *map(str.lower, tac.constants),
-        }
-        unknown = sorted(fam.launch.names() - known)
-        if unknown:
-            raise ManifestError(
-                f"{at}: the {tac.op} family's launch reads {unknown[0]}, which neither the contract nor the "
-                f"tactic defines",
-                f"declare {unknown[0].upper()} in {tpl.manifest}'s [tactic_constants] and give every {tac.op} "
-                f"tactic a value",
-            )
         out.append(tac)
     return certification, out
 
@@ -481,19 +465,19 @@ def load(root: str | Path) -> Manifests:
                 refused.append(NotAdmitted(tac.target, key, tac.name, tpl.manifest, failed))
                 continue
             _check_expressions(tpl, definitions, f"contract {key}, tactic {tac.target}/{tac.name}")
-            artifacts.append(
-                ArtifactSpec(
-                    name=name,
-                    target=tac.target,
-                    template=tpl,
-                    tactic=tac,
-                    contract=contract,
-                    definitions=dict(sorted(definitions.items())),
-                    rows_per_block=tgt.rows_per_block(tpl, tac),
-                    file=artifact_file(tac.target, name, tgt.suffix),
-                    used_by=tuple(sorted(set(users))),
-                )
+            spec = ArtifactSpec(
+                name=name,
+                target=tac.target,
+                template=tpl,
+                tactic=tac,
+                contract=contract,
+                definitions=dict(sorted(definitions.items())),
+                rows_per_block=tgt.rows_per_block(tpl, tac),
+                file=artifact_file(tac.target, name, tgt.suffix),
+                used_by=tuple(sorted(set(users))),
             )
+            _check_launch(spec, f"contract {key}, tactic {tac.target}/{tac.name}")
+            artifacts.append(spec)
     artifacts.sort(key=lambda a: (a.target, a.name))
     _check_class_gaps(uses, artifacts, fallbacks, sorted(certification), refused)
     seen: dict[str, str] = {}
@@ -551,6 +535,20 @@ def _check_expressions(tpl: Template, definitions: dict[str, int], at: str) -> N
             raise ManifestError(
                 f"{tpl.manifest}: {at}: {key} {text!r} is {got}{unit}, outside [{lo}, {hi}]", hint
             )
+
+
+def _check_launch(spec: ArtifactSpec, at: str) -> None:
+    """Every name the family's launch reads is the contract's, a runtime value or the tactic's
+    (ArtifactSpec.launch_env): else the table would record a grid the runtime cannot evaluate."""
+    launch = FAMILIES[spec.op].launch
+    unknown = sorted(launch.names() - launch.value_names - set(spec.launch_env))
+    if unknown:
+        raise ManifestError(
+            f"{spec.template.manifest}: {at}: the {spec.op} family's launch reads {unknown[0]}, which neither "
+            f"the contract nor the tactic defines",
+            f"declare {unknown[0].upper()} in {spec.template.manifest}'s [tactic_constants] and give every "
+            f"{spec.op} tactic a value",
+        )
 
 
 def _check_class_gaps(

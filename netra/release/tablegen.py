@@ -87,9 +87,10 @@ def grid(spec: ArtifactSpec) -> list[Any]:
     from netra.core.ops import FAMILIES
 
     fam = FAMILIES[spec.op]
+    env = spec.launch_env
     out: list[Any] = []
     for axis in fam.launch.steps[0].grid:
-        v = expr.bind(axis, spec.launch_env, {fam.dispatch: "rows"})
+        v = expr.bind(axis, env, {fam.dispatch: "rows"})
         m = re.fullmatch(r"cdiv\(rows, (\d+)\)", v) if isinstance(v, str) else None
         out.append(v if isinstance(v, int) else {"rows_per_block": int(m[1])} if m else {"rows": v})
     return out
