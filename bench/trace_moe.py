@@ -361,6 +361,8 @@ def main(argv: list[str] | None = None) -> None:
             )
     except TraceError as e:
         sys.exit(f"trace_moe: {e}")
+    except BrokenPipeError:  # the reader went away: _entry.run ends quietly with 141, as every bench script
+        raise
     except Exception as e:  # a toolchain or driver error: one line, not a traceback
         sys.exit(f"trace_moe: {one_line(e)}")
     if args.json:

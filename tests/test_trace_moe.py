@@ -133,3 +133,16 @@ def test_the_overlap_counts_the_down_ctas_that_entered_before_gate_up_ended(
     assert trace_moe.overlap(gate, down) == {"down_ctas": 4, "down_early": 2}
     gate[1, 5] = 700  # gate/up over at 900: only the CTA that entered at 800 overlapped it
     assert trace_moe.overlap(gate, down) == {"down_ctas": 4, "down_early": 1}
+
+
+def test_a_reader_that_goes_away_ends_the_script_quietly(tmp_path: Path) -> None:
+    """As every bench script (bench/_entry.py): `| head` closing stdout ends it with 141 and nothing on
+    stderr, not the one-line error a toolchain failure gets."""
+    p = subprocess.Popen(
+        [sys.executable, str(REPO / SCRIPT), "--cpu-smoke", "--chain", "g4r8+d3"], cwd=tmp_path,
+        env=clean_env(PYTHONPATH=str(REPO)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=TIMEOUT) == 141 and err == "", err
