@@ -67,8 +67,8 @@
 #endif
 #if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS) || \
     !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA) || !defined(L2_AHEAD) || !defined(ROUTE) ||   \
-    !defined(GRID_EXPERTS) || !defined(ACT_STAGE) || !defined(SLOT_SUM)
-#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, L2_AHEAD, ROUTE, GRID_EXPERTS, ACT_STAGE and SLOT_SUM must be defined"
+    !defined(GRID_EXPERTS) || !defined(ACT_STAGE) || !defined(SLOT_SUM) || !defined(EARLY)
+#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, L2_AHEAD, ROUTE, GRID_EXPERTS, ACT_STAGE, SLOT_SUM and EARLY must be defined"
 #endif
 
 namespace fp8_moe_down_sm90 {
@@ -97,6 +97,8 @@ static_assert(GRID_EXPERTS >= 1 && GRID_EXPERTS <= 1024, "fp8_moe_down: GRID_EXP
 static_assert(ACT_STAGE == 0 || (ACT_STAGE == 1 && PREFETCH + STAGES + WGMMA == 0),
               "fp8_moe_down: ACT_STAGE must be 0, or 1 with PREFETCH, STAGES and WGMMA 0");
 static_assert(SLOT_SUM == 0 || SLOT_SUM == 1, "fp8_moe_down: SLOT_SUM must be 0 or 1");
+static_assert(EARLY == 0 || (EARLY == 1 && STAGES + WGMMA == 0),
+              "fp8_moe_down: EARLY must be 0, or 1 on the register path (STAGES and WGMMA 0)");
 #if SLOT_SUM  // (the other tactics compile exactly the source they were certified with)
 constexpr int kSumAtOnce = 2;  // tokens a warp sums at once, every load of them issued before the fmas
 #endif
@@ -270,7 +272,17 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   // tactics), its bytes stream during that stage without a register or shared byte held for them.
   if (threadIdx.x == 0) netra_moe::prefetch_l2(we + (size_t)n0 * kI, 32u * kI);
 #endif
+#if EARLY && PREFETCH  // (the other tactics compile exactly the source they were certified with)
+  constexpr int kWords = sizeof(pa[0]) / sizeof(uint4);  // a sub-slice's 16-byte words of one tile
+  netra_moe::wait_previous_after(tokens | netra_moe::or_words<kWords>(&pa[0][0][0][0]) |
+                                 netra_moe::or_words<kWords>(&pb[0][0][0][0]));
+#elif EARLY
+  constexpr int kWords = sizeof(wa) / sizeof(uint4);
+  netra_moe::wait_previous_after(tokens | netra_moe::or_words<kWords>(&wa[0][0][0]) |
+                                 netra_moe::or_words<kWords>(&wb[0][0][0]));
+#else
   netra_moe::wait_previous();
+#endif
   NETRA_TRACE_MARK(2);
 #if STAGES
 #pragma unroll

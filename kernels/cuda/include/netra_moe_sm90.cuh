@@ -458,6 +458,29 @@ __device__ __forceinline__ int opaque(int v) {
 // one's writes. Both are no-ops when the launch carries no programmatic dependency.
 __device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void wait_previous() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+// griddepcontrol.wait once the values whose bits `arrived` ORs have arrived (the weights loaded before
+// it, with something never 0 where the kernel runs and unknown to the compiler: the call's token count):
+// the wait is predicated on `arrived`, so ptxas can neither sink those loads below the wait, as it does
+// with wait_previous (no weight load of a register-path tactic preceded its ACQBULK, 2026-12-06), nor drop
+// the predicate. The CTA then waits for its weights and for the previous grid at once, and its weights
+// stream while that grid runs.
+__device__ __forceinline__ void wait_previous_after(uint32_t arrived) {
+  asm volatile(
+      "{\n"
+      "  .reg .pred p;\n"
+      "  setp.ne.u32 p, %0, 0;\n"
+      "  @p griddepcontrol.wait;\n"
+      "}" ::"r"(arrived)
+      : "memory");
+}
+// The OR of every word of n 16-byte values (what wait_previous_after is given).
+template <int N>
+__device__ __forceinline__ uint32_t or_words(const uint4* w) {
+  uint32_t v = 0;
+#pragma unroll
+  for (int i = 0; i < N; ++i) v |= w[i].x | w[i].y | w[i].z | w[i].w;
+  return v;
+}
 
 
 // ---------------------------------------------------------------------------------------------------
