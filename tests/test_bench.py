@@ -86,3 +86,21 @@ def test_the_interleaved_bench_compares_two_installs(py: str, tmp_path: Path) ->
     ):
         assert want in r.stdout, log(r)
     assert not any(tmp_path.iterdir()), sorted(tmp_path.iterdir())
+
+
+def test_the_read_probe_builds_its_kernels_with_the_locks_nvcc(tmp_path: Path) -> None:
+    """bench/probe_moe_reads.py times on the device (docs/performance.md); here its CUDA source is built for
+    sm_90a by the real nvcc at both contracts, and without CuPy it says so in one line."""
+    script = str(REPO / "bench" / "probe_moe_reads.py")
+    r = subprocess.run([sys.executable, script, "--cpu-smoke"], cwd=tmp_path, env=clean_env(),
+                       capture_output=True, text=True, timeout=TIMEOUT, check=False)  # fmt: skip
+    assert r.returncode == 0 and "Traceback" not in r.stderr, log(r)
+    assert r.stdout.count("15 kernels built for sm_90a") == 2, log(r)
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        r = subprocess.run([sys.executable, script], cwd=tmp_path, env=clean_env(),
+                           capture_output=True, text=True, timeout=TIMEOUT, check=False)  # fmt: skip
+        assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+            "probe_moe_reads: needs CuPy and a CUDA GPU (the device image has both); --cpu-smoke builds only"
+        ], log(r)

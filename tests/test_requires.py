@@ -114,7 +114,7 @@ def test_every_contract_keeps_every_tactic_of_its_class_but_deepseek_s_routed_ex
             "g4oq",
             "g4r8y",
         },
-        ("sm_90", "fp8_moe_down"): {"d2", "d2a3", "d4w8", "d4w64", "d4w8q", "d4w64q"},
+        ("sm_90", "fp8_moe_down"): {"d2", "d2a3", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh"},
         ("sm_100", "fp8_moe_gate_up"): {"bg8s", "bg8sr4", "bg4r8", "bg4a2", "bg2a4"},
         ("sm_100", "fp8_moe_down"): {"bd2", "bd2a3"},
     }
@@ -129,7 +129,9 @@ def test_every_contract_keeps_every_tactic_of_its_class_but_deepseek_s_routed_ex
     reasons = {(n.target, n.tactic): n.requirement.holds for n in cat.not_admitted}
     assert reasons[("sm_90", "g16")] == "HIDDEN % (NETRA_BLOCK / 32 * 128) == 0"
     assert reasons[("sm_90", "g8")].startswith("HIDDEN / (NETRA_BLOCK / 32) % min(")
-    assert reasons[("sm_90", "d3")] == "INTER % (NETRA_BLOCK / 32 / (1 + min(WGMMA, 1)) * 128) == 0"
+    assert reasons[("sm_90", "d3")] == (
+        "INTER % ((NETRA_BLOCK / 32 - (NETRA_BLOCK / 32 - 1) * SLOT_TILE) / (1 + min(WGMMA, 1)) * 128) == 0"
+    )
 
 
 # One failing (contract, tactic) pair per requirement of the two templates: it fails that requirement
@@ -153,8 +155,10 @@ FAILING = [
     ("fp8_moe_down", 6, "d4w8", QWEN3[1]),
     ("fp8_moe_down", 7, "d4w64", {"experts": 128, "topk": 8, "hidden": 2048, "inter": 4096}),
     ("fp8_moe_down", 8, "d4w8+EARLY=1", QWEN3[0]),
-    ("fp8_moe_down", 9, "d4w8+L2_AHEAD=1", QWEN3[0]),
-    ("fp8_moe_down", 10, "d4w8+ACT_STAGE=1", QWEN3[0]),
+    ("fp8_moe_down", 9, "d8s+SLOT_SUM=1", QWEN3[0]),
+    ("fp8_moe_down", 10, "d8s+GRID_EXPERTS=8", QWEN3[0]),
+    ("fp8_moe_down", 11, "d4w8+L2_AHEAD=1", QWEN3[0]),
+    ("fp8_moe_down", 12, "d4w8+ACT_STAGE=1", QWEN3[0]),
 ]
 
 
@@ -216,7 +220,7 @@ def test_a_contract_no_tactic_is_admitted_for_is_one_line_naming_it_and_the_requ
     tmp_path: Path,
 ) -> None:
     root = _tree(tmp_path)
-    for name in ("d2", "d2a3", "d4w8", "d4w64", "d4w8q", "d4w64q"):  # the sm_90 down tactics for inter 2048
+    for name in ("d2", "d2a3", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh"):  # sm_90's down tactics at inter 2048
         _drop_tactic(root, "sm_90", name)
     with pytest.raises(ManifestError) as e:
         manifests.load(root)
@@ -225,7 +229,7 @@ def test_a_contract_no_tactic_is_admitted_for_is_one_line_naming_it_and_the_requ
     assert msg.startswith(f"contract {_key('fp8_moe_down', DEEPSEEK)} (used by DeepSeek-V3)"), msg
     assert "none of the sm_90 tactics for fp8_moe_down" in msg
     assert (
-        "'INTER % (NETRA_BLOCK / 32 / (1 + min(WGMMA, 1)) * 128) == 0'" in msg
+        "'INTER % ((NETRA_BLOCK / 32 - (NETRA_BLOCK / 32 - 1) * SLOT_TILE) / (1 + min(WGMMA, 1)) * 128) == 0'" in msg
         and "kernels/cuda/fp8_moe_down.toml" in msg
     )
     assert "add to manifests/sm_90/tactics.toml a tactic for fp8_moe_down" in msg
@@ -293,7 +297,7 @@ def test_netra_lock_lists_every_pair_not_admitted_and_why(tmp_path: Path, cat: m
     assert (root / "release/manifest.lock").read_bytes() == (REPO / "release/manifest.lock").read_bytes()
     want = [(n.target, n.key, n.tactic, n.requirement.holds, n.requirement.why) for n in cat.not_admitted]
     got = [(d["gpu_class"], d["contract"], d["tactic"], d["requires"], d["why"]) for d in doc["not_admitted"]]
-    assert got == want and len(got) == 33
+    assert got == want and len(got) == 34
     assert {d["template"] for d in doc["not_admitted"]} == {
         "kernels/cuda/fp8_moe_gate_up.toml",
         "kernels/cuda/fp8_moe_down.toml",
@@ -310,11 +314,11 @@ def test_the_table_and_netra_explain_say_why_a_tactic_is_no_candidate(cat: manif
 
     key = _key("fp8_moe_down", DEEPSEEK)
     entry = open_catalog("sm_90").table.entries[key]
-    assert [c.tactic for c in entry.candidates] == ["d2a3", "d2", "d4w8", "d4w64", "d4w8q", "d4w64q"]
+    assert [c.tactic for c in entry.candidates] == ["d2a3", "d2", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh"]
     want = [(n.tactic, n.requirement.holds, n.requirement.why) for n in cat.not_admitted
             if (n.target, n.key) == ("sm_90", key)]  # fmt: skip
     assert (
-        sorted((n.tactic, n.requires, n.why) for n in entry.not_admitted) == sorted(want) and len(want) == 16
+        sorted((n.tactic, n.requires, n.why) for n in entry.not_admitted) == sorted(want) and len(want) == 17
     )
     qwen = open_catalog("sm_90").table.entries[_key("fp8_moe_down", QWEN3[0])].not_admitted
     assert sorted(n.tactic for n in qwen) == ["d4w64q", "d4w8q"]
@@ -327,7 +331,7 @@ def test_the_table_and_netra_explain_say_why_a_tactic_is_no_candidate(cat: manif
     # each candidate says the accumulation it is judged by: the WGMMA ones 14 bits, the others fp32's 24
     bits = {c["tactic"]: c["accumulator_bits"] for c in doc["matches"][0]["candidates"]}
     assert bits == {
-        t: 14 if t.startswith("d4w") else 24 for t in ["d2a3", "d2", "d4w8", "d4w64", "d4w8q", "d4w64q"]
+        t: 14 if t.startswith("d4w") else 24 for t in ["d2a3", "d2", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh"]
     }
     assert [n["tactic"] for n in doc["matches"][0]["not_admitted"]] == [
         "d3",
@@ -346,6 +350,7 @@ def test_the_table_and_netra_explain_say_why_a_tactic_is_no_candidate(cat: manif
         "d3e",
         "d3oe",
         "d3yse",
+        "d8s",
     ]
     r = subprocess.run(
         [sys.executable, "-m", "netra", "explain", key, "--gpu-class", "sm_90"],

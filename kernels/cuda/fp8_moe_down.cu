@@ -67,14 +67,15 @@
 #endif
 #if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS) || \
     !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA) || !defined(L2_AHEAD) || !defined(ROUTE) ||   \
-    !defined(GRID_EXPERTS) || !defined(ACT_STAGE) || !defined(SLOT_SUM) || !defined(EARLY)
-#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, L2_AHEAD, ROUTE, GRID_EXPERTS, ACT_STAGE, SLOT_SUM and EARLY must be defined"
+    !defined(GRID_EXPERTS) || !defined(ACT_STAGE) || !defined(SLOT_SUM) || !defined(EARLY) || !defined(SLOT_TILE)
+#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, L2_AHEAD, ROUTE, GRID_EXPERTS, ACT_STAGE, SLOT_SUM, EARLY and SLOT_TILE must be defined"
 #endif
 
 namespace fp8_moe_down_sm90 {
 constexpr int kE = EXPERTS, kK = TOPK, kH = HIDDEN, kI = INTER;
 constexpr int kWarps = NETRA_BLOCK / 32;
-constexpr int kKW = kI / kWarps;            // bytes of k (INTER) per warp
+constexpr int kSplit = SLOT_TILE ? 1 : kWarps;  // warps that split a pair's k range (SLOT_TILE: a warp has all of it)
+constexpr int kKW = kI / kSplit;            // bytes of k (INTER) per warp
 constexpr int kKS = kKW < K_SLICE ? kKW : K_SLICE;  // bytes of k held in registers at once
 constexpr int kRC = RESIDENT_CHUNKS;             // chunks of 8 pairs per load of the weights
 constexpr int kMaxPairs = MAX_TOKENS * kK;
@@ -84,10 +85,11 @@ static_assert(kH % 128 == 0 && kI % 128 == 0 && kH <= 16384 && kI <= 16384,
               "fp8_moe_down: HIDDEN and INTER must be multiples of 128, at most 16384");
 static_assert(NETRA_BLOCK % 32 == 0 && NETRA_BLOCK >= 32 && NETRA_BLOCK <= 1024,
               "fp8_moe_down: NETRA_BLOCK must be a multiple of 32 in [32, 1024]");
-static_assert(kI % (kWarps / (WGMMA ? 2 : 1) * 128) == 0,
+static_assert(kI % (kSplit / (WGMMA ? 2 : 1) * 128) == 0,
               "fp8_moe_down: INTER must split into whole 128-byte blocks per warp (per warp pair with WGMMA)");
 static_assert(kKW % kKS == 0, "fp8_moe_down: a warp's k range must split into sub-slices of K_SLICE bytes");
-static_assert(K_SLICE == 128 || K_SLICE == 256 || K_SLICE == 512, "fp8_moe_down: K_SLICE must be 128, 256 or 512");
+static_assert(K_SLICE == 128 || K_SLICE == 256 || K_SLICE == 512 || K_SLICE == 768,
+              "fp8_moe_down: K_SLICE must be 128, 256, 512 or 768");
 static_assert(MAX_TOKENS >= 1 && MAX_TOKENS <= 256, "fp8_moe_down: MAX_TOKENS must be in [1, 256]");
 static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 8, "fp8_moe_down: MIN_BLOCKS must be in [1, 8]");
 static_assert(kRC == 1 || kRC == 2 || kRC == 4 || kRC == 8, "fp8_moe_down: RESIDENT_CHUNKS must be 1, 2, 4 or 8");
@@ -99,6 +101,9 @@ static_assert(ACT_STAGE == 0 || (ACT_STAGE == 1 && PREFETCH + STAGES + WGMMA == 
 static_assert(SLOT_SUM == 0 || SLOT_SUM == 1, "fp8_moe_down: SLOT_SUM must be 0 or 1");
 static_assert(EARLY == 0 || (EARLY == 1 && STAGES + WGMMA == 0),
               "fp8_moe_down: EARLY must be 0, or 1 on the register path (STAGES and WGMMA 0)");
+static_assert(SLOT_TILE == 0 || (SLOT_TILE == 1 && PREFETCH + STAGES + WGMMA + L2_AHEAD + ACT_STAGE + SLOT_SUM == 0),
+              "fp8_moe_down: SLOT_TILE must be 0, or 1 with PREFETCH, STAGES, WGMMA, L2_AHEAD, ACT_STAGE and SLOT_SUM 0");
+static_assert(SLOT_TILE == 0 || GRID_EXPERTS == 1, "fp8_moe_down: SLOT_TILE needs one grid row (GRID_EXPERTS 1)");
 #if SLOT_SUM  // (the other tactics compile exactly the source they were certified with)
 constexpr int kSumAtOnce = 2;  // tokens a warp sums at once, every load of them issued before the fmas
 #endif
@@ -138,6 +143,101 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
                  const float* __restrict__ w2s, float* __restrict__ y32, uint32_t* __restrict__ counts,
                  uint32_t tokens NETRA_TRACE_PARAM) {
   using namespace fp8_moe_down_sm90;
+#if SLOT_TILE  // (the other tactics compile exactly the source they were certified with)
+  // SLOT_TILE: this CTA computes output columns n0 .. n0 + 15 for every pair of the call and sums each
+  // token's slots itself. Warp w takes the hit experts w, w + warps, ... (ascending id); for each it lists
+  // the expert's pairs and multiplies the expert's 16 rows, its whole INTER in sub-slices of K_SLICE
+  // bytes, into each pair's row of ys (shared). The first sub-slice of a warp's first expert is loaded
+  // before the wait for gate/up (EARLY's predicated wait: the loads cannot be sunk below it). No y32,
+  // counter, fence or atomic: after one barrier each (token, column) is summed in slot order from ys.
+  __shared__ uint32_t mask[(kE + 31) / 32];
+  __shared__ uint16_t plist[kWarps][kMaxPairs];  // each warp's current expert's pairs
+  __shared__ float ys[kMaxPairs][16];        // each pair's 16 output columns
+  __shared__ float rw[kMaxPairs];            // each pair's router weight
+  __shared__ uint8_t named[kMaxPairs];       // whether the pair's id names an expert (else skipped)
+  NETRA_TRACE_MARK(0);
+  if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit)
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int n0 = blockIdx.x * 16, pairs = (int)tokens * kK;
+  netra_moe::hit_mask<kE, ROUTE != 0>(ids, pairs, mask);  // ends with a barrier
+  for (int p = threadIdx.x; p < pairs; p += NETRA_BLOCK) {  // inputs of the call: read before the wait
+    const bool v = valid(ids[p]);
+    named[p] = v;
+    rw[p] = v ? weights[p] : 0.f;
+  }
+  int hits = 0;
+#pragma unroll
+  for (int w = 0; w < (kE + 31) / 32; ++w) hits += __popc(mask[w]);
+  NETRA_TRACE_MARK(1);
+  bool waited = false;
+  for (int r = warp; r < hits; r += kWarps) {
+    const int e = netra_moe::nth_hit<kE>(mask, r);
+    int n = 0;  // the pairs naming e, ascending
+    for (int base = 0; base < pairs; base += 32) {
+      const int p = base + lane;
+      const bool hit = p < pairs && ids[p] == e;
+      const uint32_t b = __ballot_sync(0xffffffffu, hit);
+      const int at = n + __popc(b & ((1u << lane) - 1u));
+      if (hit) plist[warp][at] = (uint16_t)p;
+      n += __popc(b);
+    }
+    __syncwarp();
+    const uint8_t* rows = w2 + ((size_t)e * kH + n0) * kI;
+    const float* srow = w2s + ((size_t)e * (kH / 128) + n0 / 128) * (kI / 128);
+    const int chunks = (n + 7) / 8;
+    for (int c0 = 0; c0 < chunks; c0 += kRC) {
+      float acc[kRC][4] = {};
+#pragma unroll 1
+      for (int sub = 0; sub < kI / kKS; ++sub) {
+        const int k0 = sub * kKS;
+        uint4 w[kKS / 128][2][2];
+        float sw[kKS / 128];
+        netra_moe::load_rows<kKS, kI>(w, rows, k0);
+#pragma unroll
+        for (int kb = 0; kb < kKS / 128; ++kb) sw[kb] = srow[(k0 >> 7) + kb];
+        if (!waited) {  // the first sub-slice streams while gate/up runs
+          netra_moe::wait_previous_after(tokens | netra_moe::or_words<sizeof(w) / sizeof(uint4)>(&w[0][0][0]));
+          waited = true;
+          NETRA_TRACE_MARK(2);
+        }
+#pragma unroll
+        for (int rc = 0; rc < kRC; ++rc) {
+          const int ch = kRC > 1 ? netra_moe::opaque(c0 + rc) : c0 + rc;  // see netra_moe::opaque
+          if (ch < chunks)  // the same for every lane of the warp
+            netra_moe::warp_tile1<kKS, kI>(w, hq, hs, &plist[warp][0], n, ch, k0, sw, acc[rc]);
+        }
+      }
+#pragma unroll
+      for (int rc = 0; rc < kRC; ++rc) {
+        const int i0 = (c0 + rc) * 8 + 2 * c, i1 = i0 + 1;
+        if (i0 < n) {
+          ys[plist[warp][i0]][g] = acc[rc][0];
+          ys[plist[warp][i0]][g + 8] = acc[rc][2];
+        }
+        if (i1 < n) {
+          ys[plist[warp][i1]][g] = acc[rc][1];
+          ys[plist[warp][i1]][g + 8] = acc[rc][3];
+        }
+      }
+    }
+    __syncwarp();  // this expert's list has been read
+  }
+  if (!waited) netra_moe::wait_previous();  // a warp with no expert (fewer hits than warps)
+  __syncthreads();
+  NETRA_TRACE_MARK(3);
+  NETRA_TRACE_MARK(4);  // (no counter phase)
+  for (int i = threadIdx.x; i < (int)tokens * 16; i += NETRA_BLOCK) {
+    const int t = i >> 4, j = i & 15;
+    float acc = 0.f;
+#pragma unroll
+    for (int s = 0; s < kK; ++s) {
+      if (named[t * kK + s]) acc = __fmaf_rn(rw[t * kK + s], ys[t * kK + s][j], acc);
+    }
+    out[(size_t)t * kH + n0 + j] = __float2bfloat16_rn(acc);
+  }
+  NETRA_TRACE_SYNC();
+  NETRA_TRACE_MARK(5);
+#else
   __shared__ int list[kMaxPairs];
 #if STAGES
   // Each warp's STAGES slots (a ring); once a round's sub-slices are multiplied, the warps' partial sums.
@@ -464,4 +564,5 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
 #if GRID_EXPERTS < EXPERTS
   }
 #endif
+#endif  // SLOT_TILE
 }

@@ -244,6 +244,60 @@ __device__ __forceinline__ void warp_tile(const uint4 (&wa)[KS / 128][2][2], con
   }
 }
 
+// One 16-row weight tile (w: this lane's 32 bytes of rows g and g + 8 of each 128-byte block, load_rows)
+// against the 8 pairs of chunk `ch` of the list, as warp_tile does for two: acc[0], acc[1] row g and
+// acc[2], acc[3] row g + 8, pairs 2c and 2c + 1 (the down stage's SLOT_TILE tactics).
+template <int KS, int KD>
+__device__ __forceinline__ void warp_tile1(const uint4 (&w)[KS / 128][2][2], const uint8_t* __restrict__ act,
+                                           const float* __restrict__ act_s, const uint16_t* list, int n, int ch, int k0,
+                                           const float* sw, float* acc) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int tok_b = ch * 8 + g;
+  const int pb = tok_b < n ? list[tok_b] : -1;
+  const int t0 = ch * 8 + 2 * c, t1 = t0 + 1;
+  const int p0 = t0 < n ? list[t0] : -1, p1 = t1 < n ? list[t1] : -1;
+#pragma unroll
+  for (int kb = 0; kb < KS / 128; ++kb) {
+    const int kbyte = k0 + kb * 128 + 32 * c;
+    uint4 xb[2];
+    if (pb >= 0) {
+      xb[0] = ld_act16(act + (size_t)pb * KD + kbyte);
+      xb[1] = ld_act16(act + (size_t)pb * KD + kbyte + 16);
+    } else {
+      xb[0] = make_uint4(0u, 0u, 0u, 0u);
+      xb[1] = xb[0];
+    }
+    float pa[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+      mma_e4m3(pa, word(w[kb][0], 2 * s), word(w[kb][1], 2 * s), word(w[kb][0], 2 * s + 1),
+               word(w[kb][1], 2 * s + 1), word(xb, 2 * s), word(xb, 2 * s + 1));
+    const int kblk = (k0 >> 7) + kb;
+    const float s0 = p0 >= 0 ? act_s[(size_t)p0 * (KD / 128) + kblk] : 0.f;
+    const float s1 = p1 >= 0 ? act_s[(size_t)p1 * (KD / 128) + kblk] : 0.f;
+    acc[0] = __fmaf_rn(pa[0], __fmul_rn(sw[kb], s0), acc[0]);
+    acc[1] = __fmaf_rn(pa[1], __fmul_rn(sw[kb], s1), acc[1]);
+    acc[2] = __fmaf_rn(pa[2], __fmul_rn(sw[kb], s0), acc[2]);
+    acc[3] = __fmaf_rn(pa[3], __fmul_rn(sw[kb], s1), acc[3]);
+  }
+}
+
+// The r-th hit expert of `mask` (ascending id), read by every thread from shared memory.
+template <int E>
+__device__ __forceinline__ int nth_hit(const uint32_t* mask, int r) {
+#pragma unroll 1
+  for (int w = 0; w < (E + 31) / 32; ++w) {
+    const int c = __popc(mask[w]);
+    if (r < c) {
+      uint32_t m = mask[w];
+      for (int i = 0; i < r; ++i) m &= m - 1;
+      return w * 32 + __ffs(m) - 1;
+    }
+    r -= c;
+  }
+  return -1;
+}
+
 // ---- Staging in shared memory (tactics with STAGES > 0) -------------------------------------------
 // cp.async copies global memory to shared memory without holding a register per byte in flight, so a warp
 // can have several sub-slices of weights requested while it multiplies an earlier one. Each lane copies

@@ -15,7 +15,8 @@ from netra.core.launch import LaunchModel, Step, Value, Workspace
 
 # A CTA computes 32 output columns of one hit expert for every token routed to it; the last slot to
 # finish a (token, 32-column tile) sums the slots in order and writes bf16 (no atomics on the output).
-# Rows of CTAs as fp8_moe_gate_up's (at most grid_experts, each taking its hit experts in turn).
+# Rows of CTAs as fp8_moe_gate_up's (at most grid_experts, each taking its hit experts in turn). A
+# slot_tile tactic: 16 columns a CTA, one row, every pair, the slots summed in the CTA (no counters).
 ARGS = ("out", "hq", "hs", "ids", "weights", "w2", "w2s", "y32", "counts", "tokens")
 RECORD = OpFamily(
     name="fp8_moe_down",
@@ -35,7 +36,11 @@ RECORD = OpFamily(
     launch=LaunchModel(
         values=(Value("tokens", "u32", "tokens of the call (rows of ids and out)"),),
         steps=(
-            Step("fp8_moe_down", ARGS, ("hidden / 32", "min(experts, tokens * topk, grid_experts)", "1")),
+            Step(
+                "fp8_moe_down",
+                ARGS,
+                ("hidden / (32 - 16 * slot_tile)", "min(experts, tokens * topk, grid_experts)", "1"),
+            ),
         ),
         workspaces=(
             Workspace("y32", "tokens * topk * hidden * 4", dtype="f32"),

@@ -1,0 +1,78 @@
+"""The routed MoE's down stage in machine code, built by the lock's nvcc and read by nvdisasm: what the
+source means to happen before `griddepcontrol.wait` (SASS ACQBULK) is what ptxas schedules there.
+
+fp8_moe_down.cu loads a CTA's first weight sub-slice before the wait, so that under programmatic
+dependent launch the down stage's weights stream while gate/up runs. ptxas sinks those `ld.global.nc`
+loads below the wait in every register-path tactic (2026-12-06); EARLY 1 predicates the wait on the
+loaded words, which keeps every one of them above it (docs/ops/fp8_moe.md, "Early weights")."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from netra import targets
+from netra.release import manifests
+
+QWEN3_30B = "e128_k8_h2048_i768"
+QWEN3_235B = "e128_k8_h4096_i1536"
+
+
+def nvdisasm() -> str:
+    """The test extra's nvidia-cuda-nvdisasm (requirements/test.in), else one on PATH."""
+    import nvidia  # the namespace of NVIDIA's wheels
+
+    for root in nvidia.__path__:
+        for cand in sorted(Path(root).glob("cu*/bin/nvdisasm"), reverse=True):
+            return str(cand)
+    found = shutil.which("nvdisasm")
+    if found is None:
+        pytest.fail("nvdisasm is not installed: pip install -r requirements/test.in (nvidia-cuda-nvdisasm)")
+    return found
+
+
+def sass(name: str, tmp_path: Path) -> list[str]:
+    """The SASS instructions of the locked artifact `name`, compiled from this tree."""
+    cat = manifests.load(REPO)
+    spec = next(a for a in cat.artifacts if a.name == name)
+    tgt = targets.get(spec.target)
+    work = tmp_path / name
+    work.mkdir()
+    cubin = tgt.compile(spec, tgt.discover(), REPO, work, work / "out")
+    r = subprocess.run([nvdisasm(), "-c", str(cubin)], capture_output=True, text=True, check=True)
+    return [m.group(1) for m in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+(.+?)\s*;", r.stdout)]
+
+
+def weight_loads_before_the_wait(code: list[str]) -> int:
+    """The weights' loads (ld.global.nc.L1::no_allocate: LDG...NA) issued before the one ACQBULK."""
+    waits = [i for i, ins in enumerate(code) if ins.startswith("ACQBULK")]
+    assert len(waits) == 1, waits
+    return sum(1 for ins in code[: waits[0]] if re.match(r"(@!?U?P\d+\s+)?LDG\.E\.NA\.", ins))
+
+
+@pytest.mark.parametrize(
+    ("tactic", "contract", "loads"),
+    [
+        # a warp's first sub-slice: 2 tiles x 2 row halves x 2 x 16 bytes a lane per 128-byte block
+        ("d3e", QWEN3_30B, 16),  # K_SLICE 256: the whole k range of a warp
+        ("d3oe", QWEN3_30B, 8),  # K_SLICE 128: the first of two sub-slices
+        ("d3yse", QWEN3_30B, 16),
+        ("d3e", QWEN3_235B, 16),  # the first of two 256-byte sub-slices
+    ],
+)
+def test_an_early_tactic_issues_its_first_weights_before_the_wait(
+    tactic: str, contract: str, loads: int, tmp_path: Path
+) -> None:
+    code = sass(f"netra_fp8_moe_down_{contract}_{tactic}", tmp_path)
+    assert weight_loads_before_the_wait(code) == loads
+
+
+@pytest.mark.parametrize("tactic", ["d3", "d3o", "d3ys"])
+def test_without_early_ptxas_sinks_every_weight_load_below_the_wait(tactic: str, tmp_path: Path) -> None:
+    """Why EARLY exists, on the lock's toolchain: the source loads the same words before the wait."""
+    assert weight_loads_before_the_wait(sass(f"netra_fp8_moe_down_{QWEN3_30B}_{tactic}", tmp_path)) == 0
