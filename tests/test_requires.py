@@ -220,7 +220,15 @@ def test_a_contract_no_tactic_is_admitted_for_is_one_line_naming_it_and_the_requ
     tmp_path: Path,
 ) -> None:
     root = _tree(tmp_path)
-    for name in ("d2", "d2a3", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh"):  # sm_90's down tactics at inter 2048
+    for name in (
+        "d2",
+        "d2a3",
+        "d4w8",
+        "d4w64",
+        "d4w8q",
+        "d4w64q",
+        "d8sh",
+    ):  # sm_90's down tactics at inter 2048
         _drop_tactic(root, "sm_90", name)
     with pytest.raises(ManifestError) as e:
         manifests.load(root)
@@ -229,7 +237,8 @@ def test_a_contract_no_tactic_is_admitted_for_is_one_line_naming_it_and_the_requ
     assert msg.startswith(f"contract {_key('fp8_moe_down', DEEPSEEK)} (used by DeepSeek-V3)"), msg
     assert "none of the sm_90 tactics for fp8_moe_down" in msg
     assert (
-        "'INTER % ((NETRA_BLOCK / 32 - (NETRA_BLOCK / 32 - 1) * SLOT_TILE) / (1 + min(WGMMA, 1)) * 128) == 0'" in msg
+        "'INTER % ((NETRA_BLOCK / 32 - (NETRA_BLOCK / 32 - 1) * SLOT_TILE) / (1 + min(WGMMA, 1)) * 128) == 0'"
+        in msg
         and "kernels/cuda/fp8_moe_down.toml" in msg
     )
     assert "add to manifests/sm_90/tactics.toml a tactic for fp8_moe_down" in msg
@@ -331,7 +340,8 @@ def test_the_table_and_netra_explain_say_why_a_tactic_is_no_candidate(cat: manif
     # each candidate says the accumulation it is judged by: the WGMMA ones 14 bits, the others fp32's 24
     bits = {c["tactic"]: c["accumulator_bits"] for c in doc["matches"][0]["candidates"]}
     assert bits == {
-        t: 14 if t.startswith("d4w") else 24 for t in ["d2a3", "d2", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh"]
+        t: 14 if t.startswith("d4w") else 24
+        for t in ["d2a3", "d2", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh"]
     }
     assert [n["tactic"] for n in doc["matches"][0]["not_admitted"]] == [
         "d3",

@@ -27,8 +27,13 @@
 // CTA row y takes hit experts y, y + gridDim.y, ... in turn, the mask built once; ACT_STAGE as
 // fp8_moe_gate_up.cu's, after the wait: the round's hq rows and scales of a sub-slice staged, one wait;
 // SLOT_SUM 1: the tokens whose sums the CTA writes gathered in shared memory, and each warp sums two at a
-// time with all their router weights and y32 values requested before the fmas). Grid:
-// (HIDDEN/32, min(EXPERTS, tokens*TOPK, GRID_EXPERTS)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split INTER).
+// time with all their router weights and y32 values requested before the fmas); EARLY 1: the wait
+// predicated on every word of the weights loaded before it (include/netra_moe_sm90.cuh,
+// wait_previous_after), since ptxas otherwise sinks those loads below it; SLOT_TILE 1 (below). Grid:
+// (HIDDEN/32, min(EXPERTS, tokens*TOPK, GRID_EXPERTS)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split INTER);
+// with SLOT_TILE (HIDDEN/16, 1): CTA x computes output columns 16x .. 16x + 15 of every pair, warp w the
+// hit experts w, w + warps, ... each with a pair's whole INTER, into shared memory, then each token's
+// slots summed there in slot order (no y32, counter or atomic; y32 and counts are not touched).
 //
 // Mapping: CTA (x, y) computes output columns 32x .. 32x+31 of the y-th hit expert (and, with
 // GRID_EXPERTS, of the (y + gridDim.y)-th and so on, one after another) for all its n
