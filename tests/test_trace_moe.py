@@ -61,6 +61,20 @@ def test_the_trace_build_differs_and_the_release_build_keeps_the_locks_text(tmp_
     assert [a["kernarg_bytes"] for a in doc["artifacts"]] == [88, 88], doc
 
 
+def test_a_slot_tile_down_stage_launches_one_row_of_sixteen_column_ctas(tmp_path: Path) -> None:
+    """The family record's grid at a SLOT_TILE tactic (d8s): HIDDEN / 16 CTAs of one row, whatever the
+    tokens, where every other tactic launches HIDDEN / 32 columns by the experts hit."""
+    for tokens, gate_rows in (("1", 8), ("64", 128)):
+        out = tmp_path / f"t{tokens}.json"
+        r = trace(REPO, tmp_path, "--cpu-smoke", "--contract", "Qwen3-30B-A3B", "--chain", "g4o+d8s",
+                  "--tokens", tokens, "--json", str(out))  # fmt: skip
+        assert r.returncode == 0 and "Traceback" not in r.stderr, log(r)
+        doc = json.loads(out.read_text())
+        assert [a["grid"] for a in doc["artifacts"]] == [[768 // 16, gate_rows, 1], [2048 // 16, 1, 1]], doc
+        assert [a["block"] for a in doc["artifacts"]] == [128, 256], doc
+        assert all(a["release_is_locked"] for a in doc["artifacts"]), doc
+
+
 def test_a_tactic_at_its_register_budget_is_traced_with_the_marks_recomputed(tmp_path: Path) -> None:
     """d3ys uses 168 of its 168 registers: with the CTA's slot held across the kernel its trace build
     spills (the build refuses local memory), so the script rebuilds it with NETRA_TRACE_RECOMPUTE; its
