@@ -246,8 +246,12 @@ def smoke() -> None:
     longer compiles fails here, on a machine without a GPU."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from netra import targets
+    from netra.errors import NetraError
 
-    tools = targets.get("sm_90").discover()
+    try:
+        tools = targets.get("sm_90").discover()
+    except NetraError as e:  # no nvcc, or not the one named: its own one-line message and hint
+        sys.exit(f"probe_moe_reads: {e}")
     with tempfile.TemporaryDirectory(prefix="netra-probe-") as tmp:
         src = Path(tmp) / "probe.cu"
         src.write_text(SOURCE)

@@ -96,6 +96,11 @@ def test_the_read_probe_builds_its_kernels_with_the_locks_nvcc(tmp_path: Path) -
                        capture_output=True, text=True, timeout=TIMEOUT, check=False)  # fmt: skip
     assert r.returncode == 0 and "Traceback" not in r.stderr, log(r)
     assert r.stdout.count("15 kernels built for sm_90a") == 2, log(r)
+    r = subprocess.run([sys.executable, script, "--cpu-smoke"], cwd=tmp_path,
+                       env=clean_env(NETRA_NVCC=str(tmp_path / "no-nvcc")),
+                       capture_output=True, text=True, timeout=TIMEOUT, check=False)  # fmt: skip
+    assert r.returncode == 1 and "Traceback" not in r.stderr, log(r)
+    assert r.stderr.startswith("probe_moe_reads: NETRA_NVCC=") and r.stderr.count("\n") == 1, log(r)
     import importlib.util
 
     if importlib.util.find_spec("cupy") is None:  # the device image has it; the suite's venv does not
