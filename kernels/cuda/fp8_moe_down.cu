@@ -104,8 +104,8 @@ static_assert(GRID_EXPERTS >= 1 && GRID_EXPERTS <= 1024, "fp8_moe_down: GRID_EXP
 static_assert(ACT_STAGE == 0 || (ACT_STAGE == 1 && PREFETCH + STAGES + WGMMA == 0),
               "fp8_moe_down: ACT_STAGE must be 0, or 1 with PREFETCH, STAGES and WGMMA 0");
 static_assert(SLOT_SUM == 0 || SLOT_SUM == 1, "fp8_moe_down: SLOT_SUM must be 0 or 1");
-static_assert(EARLY == 0 || (EARLY == 1 && STAGES + WGMMA == 0),
-              "fp8_moe_down: EARLY must be 0, or 1 on the register path (STAGES and WGMMA 0)");
+static_assert(EARLY == 0 || (EARLY == 1 && PREFETCH + STAGES + WGMMA == 0),
+              "fp8_moe_down: EARLY must be 0, or 1 on the plain register path (PREFETCH, STAGES and WGMMA 0)");
 static_assert(SLOT_TILE == 0 || (SLOT_TILE == 1 && PREFETCH + STAGES + WGMMA + L2_AHEAD + ACT_STAGE + SLOT_SUM == 0),
               "fp8_moe_down: SLOT_TILE must be 0, or 1 with PREFETCH, STAGES, WGMMA, L2_AHEAD, ACT_STAGE and SLOT_SUM 0");
 static_assert(SLOT_TILE == 0 || GRID_EXPERTS == 1, "fp8_moe_down: SLOT_TILE needs one grid row (GRID_EXPERTS 1)");
@@ -377,11 +377,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   // tactics), its bytes stream during that stage without a register or shared byte held for them.
   if (threadIdx.x == 0) netra_moe::prefetch_l2(we + (size_t)n0 * kI, 32u * kI);
 #endif
-#if EARLY && PREFETCH  // (the other tactics compile exactly the source they were certified with)
-  constexpr int kWords = sizeof(pa[0]) / sizeof(uint4);  // a sub-slice's 16-byte words of one tile
-  netra_moe::wait_previous_after(tokens | netra_moe::or_words<kWords>(&pa[0][0][0][0]) |
-                                 netra_moe::or_words<kWords>(&pb[0][0][0][0]));
-#elif EARLY
+#if EARLY  // (the other tactics compile exactly the source they were certified with)
   constexpr int kWords = sizeof(wa) / sizeof(uint4);
   netra_moe::wait_previous_after(tokens | netra_moe::or_words<kWords>(&wa[0][0][0]) |
                                  netra_moe::or_words<kWords>(&wb[0][0][0]));
