@@ -76,3 +76,21 @@ def test_an_early_tactic_issues_its_first_weights_before_the_wait(
 def test_without_early_ptxas_sinks_every_weight_load_below_the_wait(tactic: str, tmp_path: Path) -> None:
     """Why EARLY exists, on the lock's toolchain: the source loads the same words before the wait."""
     assert weight_loads_before_the_wait(sass(f"netra_fp8_moe_down_{QWEN3_30B}_{tactic}", tmp_path)) == 0
+
+
+def test_a_cluster_gate_up_hands_each_group_over_inside_its_cluster(tmp_path: Path) -> None:
+    """gate/up's CLUSTER (docs/ops/fp8_moe.md, "Groups in a cluster"): g4c has g4r8's source but for the
+    hand-off, and in its machine code the global counter (ATOMG), the fence before it and the h32 reload
+    (ld.global.cg: LDG...STRONG) are gone; two cluster barriers and the folds into the CTAs' shared words
+    replace them."""
+    counter = sass(f"netra_fp8_moe_gate_up_{QWEN3_30B}_g4r8", tmp_path)
+    cluster = sass(f"netra_fp8_moe_gate_up_{QWEN3_30B}_g4c", tmp_path)
+
+    def count(code: list[str], prefix: str) -> int:
+        return sum(1 for ins in code if re.sub(r"^@!?U?P\d+\s+", "", ins).startswith(prefix))
+
+    assert count(counter, "ATOMG.E.ADD") == 1 and count(counter, "LDG.E.128.STRONG") > 0
+    assert count(counter, "UCGABAR") == 0
+    assert count(cluster, "ATOMG") == 0 and count(cluster, "LDG.E.128.STRONG") == 0
+    assert count(cluster, "UCGABAR_ARV") == 2 and count(cluster, "UCGABAR_WAIT") == 2
+    assert count(cluster, "ATOM.E.MAX") > 0
