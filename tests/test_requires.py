@@ -116,7 +116,7 @@ def test_every_contract_keeps_every_tactic_of_its_class_but_deepseek_s_routed_ex
             "g4c",
             "g4oc",
         },
-        ("sm_90", "fp8_moe_down"): {"d2", "d2a3", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh"},
+        ("sm_90", "fp8_moe_down"): {"d2", "d2a3", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh", "d8shl"},
         ("sm_100", "fp8_moe_gate_up"): {"bg8s", "bg8sr4", "bg4r8", "bg4a2", "bg2a4"},
         ("sm_100", "fp8_moe_down"): {"bd2", "bd2a3"},
     }
