@@ -29,7 +29,9 @@
 // their scales requested into shared memory by cp.async before the weights, and the warp waits once,
 // not once per chunk; include/netra_moe_sm90.cuh's stage_acts and staged_acts_tile) and CLUSTER (1,
 // not with WGMMA, with a CTA row per expert: the 8 CTAs of a 128-column group are one thread-block
-// cluster, below). Grid:
+// cluster, below) and L2_AHEAD (1, not with WGMMA, with a CTA row per expert: the CTA's whole tile
+// of weights requested into L2 by bulk prefetches once it is routed, so that all of its bytes are in
+// flight at once while the warps load their sub-slices into registers one after another). Grid:
 // (INTER/16, min(EXPERTS, tokens*TOPK, GRID_EXPERTS)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split
 // HIDDEN).
 //
@@ -110,8 +112,8 @@
 #endif
 #if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS) || \
     !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA) || !defined(ROUTE) || !defined(GRID_EXPERTS) ||   \
-    !defined(ACT_STAGE) || !defined(CLUSTER)
-#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, ROUTE, GRID_EXPERTS, ACT_STAGE and CLUSTER must be defined"
+    !defined(ACT_STAGE) || !defined(CLUSTER) || !defined(L2_AHEAD)
+#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, ROUTE, GRID_EXPERTS, ACT_STAGE, CLUSTER and L2_AHEAD must be defined"
 #endif
 #if GRID_EXPERTS < EXPERTS  // (the other tactics compile exactly the source they were certified with)
 #define NEXT_EXPERT continue  // a CTA row takes hit experts y, y + gridDim.y, ...
@@ -144,6 +146,8 @@ static_assert(ACT_STAGE == 0 || (ACT_STAGE == 1 && PREFETCH + STAGES + WGMMA == 
               "fp8_moe_gate_up: ACT_STAGE must be 0, or 1 with PREFETCH, STAGES and WGMMA 0");
 static_assert(CLUSTER == 0 || (CLUSTER == 1 && WGMMA == 0 && GRID_EXPERTS >= EXPERTS),
               "fp8_moe_gate_up: CLUSTER must be 0, or 1 with WGMMA 0 and a CTA row per expert (GRID_EXPERTS >= EXPERTS)");
+static_assert(L2_AHEAD == 0 || (L2_AHEAD == 1 && WGMMA == 0 && GRID_EXPERTS >= EXPERTS && kH % 512 == 0),
+              "fp8_moe_gate_up: L2_AHEAD must be 0, or 1 with WGMMA 0, a CTA row per expert (GRID_EXPERTS >= EXPERTS) and HIDDEN a multiple of 512");
 #if CLUSTER  // (the other tactics compile exactly the source they were certified with)
 #define NETRA_GATE_UP_CLUSTER __cluster_dims__(128 / 16, 1, 1)  // a 128-column group's 8 CTAs
 #else
@@ -237,6 +241,16 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_GATE
   const int n0 = blockIdx.x * 16;  // h columns n0 .. n0 + 15
   const uint8_t* we = w13 + (size_t)r.expert * 2 * kI * kH;
   const float* se = w13s + (size_t)r.expert * (2 * kI / 128) * (kH / 128);
+#if L2_AHEAD
+  // The CTA's whole tile, its 16 gate rows and 16 up rows (each 16 x HIDDEN bytes, contiguous), requested
+  // into L2 at once by warp 0, 8 KB an instruction: every sub-slice's bytes are in flight from the start,
+  // and each warp's later sub-slices, loaded one at a time into registers, wait on L2, not on DRAM.
+  if (warp == 0) {
+    constexpr int kPieces = 16 * kH / 8192;  // per tile
+    for (int i = lane; i < 2 * kPieces; i += 32)
+      netra_moe::prefetch_l2(we + (size_t)((i / kPieces) * kI + n0) * kH + (size_t)(i % kPieces) * 8192, 8192);
+  }
+#endif
   const int chunks = (r.n + 7) / 8;
   uint4 wg[kKS / 128][2][2], wu[kKS / 128][2][2];
   float sg[kKS / 128], su[kKS / 128];
