@@ -23,9 +23,7 @@ which the traces before then measured instead of where the hardware lets the dow
 
 Marks, in ns from the call's first gate/up entry:
   gate/up: 0 entry, 1 routed, 2 multiplied (its h32 stored), 3 fenced, 4 counter read, 5 exit
-           (the last CTA of a 128-column group: after quantizing it; flag 6 says which CTAs were last);
-           with CLUSTER (g4c, g4oc, g4ocl) 3 is its maxima folded into the cluster, 4 past the cluster
-           barrier, 5 exit after quantizing its own 16 columns
+           (the last CTA of a 128-column group: after quantizing it; flag 6 says which CTAs were last)
   down:    0 entry, 1 routed, 2 past griddepcontrol.wait, 3 multiplied (its y32 stored), 4 counter
            read, 5 exit (after the slot sums it wrote)
 Each is printed as the median over --runs calls of its earliest, median and latest CTA (of those that

@@ -76,36 +76,3 @@ def test_an_early_tactic_issues_its_first_weights_before_the_wait(
 def test_without_early_ptxas_sinks_every_weight_load_below_the_wait(tactic: str, tmp_path: Path) -> None:
     """Why EARLY exists, on the lock's toolchain: the source loads the same words before the wait."""
     assert weight_loads_before_the_wait(sass(f"netra_fp8_moe_down_{QWEN3_30B}_{tactic}", tmp_path)) == 0
-
-
-def test_a_cluster_gate_up_hands_each_group_over_inside_its_cluster(tmp_path: Path) -> None:
-    """gate/up's CLUSTER (docs/ops/fp8_moe.md, "Groups in a cluster"): g4c has g4r8's source but for the
-    hand-off, and in its machine code the global counter (ATOMG), the fence before it and the h32 reload
-    (ld.global.cg: LDG...STRONG) are gone; two cluster barriers and the folds into the CTAs' shared words
-    replace them."""
-    counter = sass(f"netra_fp8_moe_gate_up_{QWEN3_30B}_g4r8", tmp_path)
-    cluster = sass(f"netra_fp8_moe_gate_up_{QWEN3_30B}_g4c", tmp_path)
-
-    def count(code: list[str], prefix: str) -> int:
-        return sum(1 for ins in code if re.sub(r"^@!?U?P\d+\s+", "", ins).startswith(prefix))
-
-    assert count(counter, "ATOMG.E.ADD") == 1 and count(counter, "LDG.E.128.STRONG") > 0
-    assert count(counter, "UCGABAR") == 0
-    assert count(cluster, "ATOMG") == 0 and count(cluster, "LDG.E.128.STRONG") == 0
-    assert count(cluster, "UCGABAR_ARV") == 2 and count(cluster, "UCGABAR_WAIT") == 2
-    assert count(cluster, "ATOM.E.MAX") > 0
-
-
-@pytest.mark.parametrize(("tactic", "prefetches"), [("d8shl", 1), ("d8sh", 0)])
-def test_a_slot_tile_with_l2_ahead_requests_its_tile_into_l2_before_the_wait(
-    tactic: str, prefetches: int, tmp_path: Path
-) -> None:
-    """d8shl is d8sh but for one bulk L2 prefetch (UBLKPF) of a warp's first expert's rows, which must be
-    issued before griddepcontrol.wait (ACQBULK: the predicated one after the first sub-slice's loads,
-    and one for a warp with no expert) to stream while gate/up runs; both load their first sub-slice
-    into registers before the wait."""
-    code = sass(f"netra_fp8_moe_down_{QWEN3_30B}_{tactic}", tmp_path)
-    wait = next(i for i, ins in enumerate(code) if ins.startswith("ACQBULK"))
-    assert sum(1 for ins in code[:wait] if "UBLKPF.L2" in ins) == prefetches
-    assert sum(1 for ins in code if "UBLKPF" in ins) == prefetches
-    assert sum(1 for ins in code[:wait] if re.match(r"(@!?U?P\d+\s+)?LDG\.E\.NA\.", ins)) == 8

@@ -33,8 +33,7 @@
 // (HIDDEN/32, min(EXPERTS, tokens*TOPK, GRID_EXPERTS)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split INTER);
 // with SLOT_TILE (HIDDEN/16, 1): CTA x computes output columns 16x .. 16x + 15 of every pair, warp w the
 // hit experts w, w + warps, ... each with a pair's whole INTER, into shared memory, then each token's
-// slots summed there in slot order (no y32, counter or atomic; y32 and counts are not touched); with
-// L2_AHEAD as well, each warp's first expert's 16 rows requested into L2 before the wait.
+// slots summed there in slot order (no y32, counter or atomic; y32 and counts are not touched).
 //
 // Mapping: CTA (x, y) computes output columns 32x .. 32x+31 of the y-th hit expert (and, with
 // GRID_EXPERTS, of the (y + gridDim.y)-th and so on, one after another) for all its n
@@ -107,8 +106,8 @@ static_assert(ACT_STAGE == 0 || (ACT_STAGE == 1 && PREFETCH + STAGES + WGMMA == 
 static_assert(SLOT_SUM == 0 || SLOT_SUM == 1, "fp8_moe_down: SLOT_SUM must be 0 or 1");
 static_assert(EARLY == 0 || (EARLY == 1 && PREFETCH + STAGES + WGMMA == 0),
               "fp8_moe_down: EARLY must be 0, or 1 on the plain register path (PREFETCH, STAGES and WGMMA 0)");
-static_assert(SLOT_TILE == 0 || (SLOT_TILE == 1 && PREFETCH + STAGES + WGMMA + ACT_STAGE + SLOT_SUM == 0),
-              "fp8_moe_down: SLOT_TILE must be 0, or 1 with PREFETCH, STAGES, WGMMA, ACT_STAGE and SLOT_SUM 0");
+static_assert(SLOT_TILE == 0 || (SLOT_TILE == 1 && PREFETCH + STAGES + WGMMA + L2_AHEAD + ACT_STAGE + SLOT_SUM == 0),
+              "fp8_moe_down: SLOT_TILE must be 0, or 1 with PREFETCH, STAGES, WGMMA, L2_AHEAD, ACT_STAGE and SLOT_SUM 0");
 static_assert(SLOT_TILE == 0 || GRID_EXPERTS == 1, "fp8_moe_down: SLOT_TILE needs one grid row (GRID_EXPERTS 1)");
 #if SLOT_SUM  // (the other tactics compile exactly the source they were certified with)
 constexpr int kSumAtOnce = 2;  // tokens a warp sums at once, every load of them issued before the fmas
@@ -190,13 +189,6 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
     __syncwarp();
     const uint8_t* rows = w2 + ((size_t)e * kH + n0) * kI;
     const float* srow = w2s + ((size_t)e * (kH / 128) + n0 / 128) * (kI / 128);
-#if L2_AHEAD
-    // The warp's first expert's 16 rows (16 x INTER bytes, contiguous) requested into L2 before the wait,
-    // beside the first sub-slice's loads into registers: at one token every warp's only expert, so the
-    // down weights stream while gate/up runs and what follows the wait reads L2. Only the first: a call
-    // hitting many experts would otherwise request more than L2 holds.
-    if (r == warp && lane == 0) netra_moe::prefetch_l2(rows, 16 * kI);
-#endif
     const int chunks = (n + 7) / 8;
     for (int c0 = 0; c0 < chunks; c0 += kRC) {
       float acc[kRC][4] = {};

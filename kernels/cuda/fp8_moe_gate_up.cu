@@ -27,11 +27,7 @@
 // built once, instead of one row per expert that every CTA past the hit experts also routes) and
 // ACT_STAGE (1, on the register path: per sub-slice every chunk of the round has its activations and
 // their scales requested into shared memory by cp.async before the weights, and the warp waits once,
-// not once per chunk; include/netra_moe_sm90.cuh's stage_acts and staged_acts_tile) and CLUSTER (1,
-// not with WGMMA, with a CTA row per expert: the 8 CTAs of a 128-column group are one thread-block
-// cluster, below) and L2_AHEAD (1, not with WGMMA, with a CTA row per expert: the CTA's whole tile
-// of weights requested into L2 by bulk prefetches once it is routed, so that all of its bytes are in
-// flight at once while the warps load their sub-slices into registers one after another). Grid:
+// not once per chunk; include/netra_moe_sm90.cuh's stage_acts and staged_acts_tile). Grid:
 // (INTER/16, min(EXPERTS, tokens*TOPK, GRID_EXPERTS)), NETRA_BLOCK threads (NETRA_BLOCK/32 warps split
 // HIDDEN).
 //
@@ -67,13 +63,7 @@
 // every chunk; longer parts stream them through two register buffers as PREFETCH. A round's chunks then each meet
 // in shared memory as before: warp partial sums added in warp order (deterministic), one chunk at a time. The last of the 8 CTAs of a
 // 128-column group (a counter per expert and group; that CTA resets it) quantizes the group for every
-// pair of the expert from h32. With CLUSTER the group's 8 CTAs are a cluster (__cluster_dims__(8, 1, 1))
-// and no CTA waits on another through global memory: each keeps its 16 columns of h in shared memory,
-// folds each pair's max |h| over them into every CTA's shared word for the pair (remote red.max, after a
-// cluster barrier half that orders it behind the words' zeroing at entry), and after one cluster barrier
-// quantizes its own 16 columns with the group's max: no h32 store or reload, fence, counter or atomic on
-// global memory (h32 and counts are not touched), and the same scale and codes (a max is exact in any
-// order; a NaN h is dropped from the max in both, as fmaxf drops it).
+// pair of the expert from h32.
 //
 // Numerics (u = 2^-24): each product of two E4M3FN values is exact in fp32; the tensor core sums the
 // 32 products of an instruction and the accumulator (its internal order and rounding are not
@@ -112,8 +102,8 @@
 #endif
 #if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS) || \
     !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA) || !defined(ROUTE) || !defined(GRID_EXPERTS) ||   \
-    !defined(ACT_STAGE) || !defined(CLUSTER) || !defined(L2_AHEAD)
-#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, ROUTE, GRID_EXPERTS, ACT_STAGE, CLUSTER and L2_AHEAD must be defined"
+    !defined(ACT_STAGE)
+#error "fp8_moe_gate_up: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, ROUTE, GRID_EXPERTS and ACT_STAGE must be defined"
 #endif
 #if GRID_EXPERTS < EXPERTS  // (the other tactics compile exactly the source they were certified with)
 #define NEXT_EXPERT continue  // a CTA row takes hit experts y, y + gridDim.y, ...
@@ -144,15 +134,6 @@ static_assert(ROUTE == 0 || ROUTE == 1, "fp8_moe_gate_up: ROUTE must be 0 or 1")
 static_assert(GRID_EXPERTS >= 1 && GRID_EXPERTS <= 1024, "fp8_moe_gate_up: GRID_EXPERTS must be in [1, 1024]");
 static_assert(ACT_STAGE == 0 || (ACT_STAGE == 1 && PREFETCH + STAGES + WGMMA == 0),
               "fp8_moe_gate_up: ACT_STAGE must be 0, or 1 with PREFETCH, STAGES and WGMMA 0");
-static_assert(CLUSTER == 0 || (CLUSTER == 1 && WGMMA == 0 && GRID_EXPERTS >= EXPERTS),
-              "fp8_moe_gate_up: CLUSTER must be 0, or 1 with WGMMA 0 and a CTA row per expert (GRID_EXPERTS >= EXPERTS)");
-static_assert(L2_AHEAD == 0 || (L2_AHEAD == 1 && WGMMA == 0 && GRID_EXPERTS >= EXPERTS && kH % 512 == 0),
-              "fp8_moe_gate_up: L2_AHEAD must be 0, or 1 with WGMMA 0, a CTA row per expert (GRID_EXPERTS >= EXPERTS) and HIDDEN a multiple of 512");
-#if CLUSTER  // (the other tactics compile exactly the source they were certified with)
-#define NETRA_GATE_UP_CLUSTER __cluster_dims__(128 / 16, 1, 1)  // a 128-column group's 8 CTAs
-#else
-#define NETRA_GATE_UP_CLUSTER
-#endif
 #if ACT_STAGE  // (the other tactics compile exactly the source they were certified with)
 using ActSlot = netra_moe::Slot<kKS, kRC, false>;  // a warp's round of activations for one sub-slice
 #endif
@@ -188,7 +169,7 @@ __device__ __forceinline__ float silu_mul(float g, float u) {
 }
 }  // namespace fp8_moe_gate_up_sm90
 
-extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_GATE_UP_CLUSTER
+extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
     NETRA_SYMBOL(uint8_t* __restrict__ hq, float* __restrict__ hs, const uint8_t* __restrict__ xq,
                  const float* __restrict__ xs, const int* __restrict__ ids, const uint8_t* __restrict__ w13,
                  const float* __restrict__ w13s, float* __restrict__ h32, uint32_t* __restrict__ counts,
@@ -209,12 +190,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_GATE
 #if ACT_STAGE
   __shared__ __align__(16) uint8_t acts[kWarps][ActSlot::kBytes];
 #endif
-#if CLUSTER
-  __shared__ float hsm[kMaxPairs][16];  // each pair's 16 columns of h (the expert's list order)
-  __shared__ uint32_t amax[kMaxPairs];  // each pair's max |h| over the group, folded in by the cluster
-#else
   __shared__ bool last;
-#endif
   NETRA_TRACE_MARK(0);  // phase marks: include/netra_trace.cuh (nothing in a release build)
   netra_moe::launch_dependents();  // the down stage may start routing and loading its weights now
   if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit); no write past list
@@ -231,26 +207,10 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_GATE
     NETRA_TRACE_MARK(5);
     return;
   }
-#if CLUSTER
-  // Zeroed before any CTA of the cluster folds into them: each CTA arrives here and waits before its
-  // first fold (after the multiply, so the wait is free).
-  for (int i = threadIdx.x; i < r.n; i += NETRA_BLOCK) amax[i] = 0u;
-  netra_moe::cluster_arrive();
-#endif
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int n0 = blockIdx.x * 16;  // h columns n0 .. n0 + 15
   const uint8_t* we = w13 + (size_t)r.expert * 2 * kI * kH;
   const float* se = w13s + (size_t)r.expert * (2 * kI / 128) * (kH / 128);
-#if L2_AHEAD
-  // The CTA's whole tile, its 16 gate rows and 16 up rows (each 16 x HIDDEN bytes, contiguous), requested
-  // into L2 at once by warp 0, 8 KB an instruction: every sub-slice's bytes are in flight from the start,
-  // and each warp's later sub-slices, loaded one at a time into registers, wait on L2, not on DRAM.
-  if (warp == 0) {
-    constexpr int kPieces = 16 * kH / 8192;  // per tile
-    for (int i = lane; i < 2 * kPieces; i += 32)
-      netra_moe::prefetch_l2(we + (size_t)((i / kPieces) * kI + n0) * kH + (size_t)(i % kPieces) * 8192, 8192);
-  }
-#endif
   const int chunks = (r.n + 7) / 8;
   uint4 wg[kKS / 128][2][2], wu[kKS / 128][2][2];
   float sg[kKS / 128], su[kKS / 128];
@@ -406,46 +366,13 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_GATE
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int row = g + 8 * (j >> 1), i = ch * 8 + 2 * c + (j & 1);
-#if CLUSTER
-          if (i < r.n) hsm[i][row] = silu_mul(t[j], t[4 + j]);
-#else
           if (i < r.n) h32[(size_t)list[i] * kI + n0 + row] = silu_mul(t[j], t[4 + j]);
-#endif
         }
       }
       __syncthreads();
     }
   }
 #endif
-#if CLUSTER
-  // The group's max |h| per pair from the cluster's 8 CTAs, then this CTA's 16 columns quantized.
-  NETRA_TRACE_MARK(2);
-  __syncthreads();              // hsm holds every pair's 16 columns
-  netra_moe::cluster_wait();    // every CTA of the cluster has zeroed its words
-  for (int i = threadIdx.x; i < r.n; i += NETRA_BLOCK) {
-    float a = 0.f;              // fmaxf drops a NaN, as the counter path's shuffles do
-#pragma unroll
-    for (int j = 0; j < 16; ++j) a = fmaxf(a, fabsf(hsm[i][j]));
-    netra_moe::cluster_max_all<128 / 16>(&amax[i], __float_as_uint(a));
-  }
-  NETRA_TRACE_MARK(3);
-  netra_moe::cluster_arrive();  // every fold into every CTA's words is complete past this barrier
-  netra_moe::cluster_wait();
-  NETRA_TRACE_MARK(4);
-  const int grp = n0 / 128;
-  for (int e = threadIdx.x; e < r.n * 4; e += NETRA_BLOCK) {  // 4 threads a pair, 4 columns each
-    const int i = e >> 2, q4 = e & 3;
-    const size_t p = list[i];
-    const float s = netra::fp8_scale(__uint_as_float(amax[i])), rs = netra::rcp_newton(s);
-    float q[4] = {hsm[i][4 * q4], hsm[i][4 * q4 + 1], hsm[i][4 * q4 + 2], hsm[i][4 * q4 + 3]};
-    netra::fp8_scale_clamp<4>(q, s, rs);
-    reinterpret_cast<uint32_t*>(hq + p * kI + n0)[q4] =
-        netra::pack_e4m3x2_rn(q[0], q[1]) | (netra::pack_e4m3x2_rn(q[2], q[3]) << 16);
-    if (q4 == 0 && n0 % 128 == 0) hs[p * (kI / 128) + grp] = s;  // the group's first CTA
-  }
-  NETRA_TRACE_SYNC();
-  NETRA_TRACE_MARK(5);
-#else
   // The last of the 8 CTAs of this 128-column group quantizes it for every pair of the expert.
   NETRA_TRACE_MARK(2);
   __threadfence();
@@ -480,7 +407,6 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_GATE
   }
   NETRA_TRACE_SYNC();
   NETRA_TRACE_MARK(5);
-#endif
 #if GRID_EXPERTS < EXPERTS
   }
 #endif

@@ -527,24 +527,6 @@ __device__ __forceinline__ void wait_previous_after(uint32_t arrived) {
       "}" ::"r"(arrived)
       : "memory");
 }
-// Thread-block clusters (fp8_moe_gate_up.cu's CLUSTER): the CTAs of a cluster meet at a barrier in two
-// halves, arrive (release: this thread's earlier writes, shared or remote, are visible to every CTA that
-// then waits) and wait (acquire); between them a thread may do anything but touch what the others write.
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait;" ::: "memory"); }
-// v folded by max into the same shared word of each of the cluster's first N CTAs (ranks 0 .. N-1), this
-// one included: an unsigned max, exact and order-free, so over non-negative non-NaN floats' bits it is
-// the floats' max, whatever order the CTAs' values arrive in.
-template <int N>
-__device__ __forceinline__ void cluster_max_all(uint32_t* word, uint32_t v) {
-  const uint32_t local = smem_addr(word);
-#pragma unroll
-  for (int r = 0; r < N; ++r) {
-    uint32_t remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(r));
-    asm volatile("red.relaxed.cluster.shared::cluster.max.u32 [%0], %1;" ::"r"(remote), "r"(v) : "memory");
-  }
-}
 // The OR of every word of n 16-byte values (what wait_previous_after is given).
 template <int N>
 __device__ __forceinline__ uint32_t or_words(const uint4* w) {
