@@ -13,7 +13,7 @@ for run in "g4o+d8sh 100" "g4o+d8sh 0" "g4oc+d8sh 100" "g4oc+d8sh 0"; do
     --routing uniform --carveout $2 --json $o/trace-$1-c$2.json > $o/trace-$1-c$2.log 2>&1
   echo "trace $1 carveout $2 rc $?"; grep -E "^  (gate|down)" $o/trace-$1-c$2.log
 done
-P=$(pwd)/.gpu/prof3.py
+P=$(pwd)/docs/gpu-runs/session-2026-12-06/scripts/prof3.py  # nt.fp8_moe pinned to a chain, as it ran then
 cd /tmp
 for c in g4o+d8sh g4ol+d8sh g4oc+d8sh g4r8+d3; do
   n=uniform1-${c/+/-}
