@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +104,60 @@ def test_unchanged_contracts_are_carried_bit_for_bit_and_the_rest_certified_agai
     assert files[tables.evidence_path("sm_90")] == ev.read_text()
 
 
+def test_only_certifies_what_it_names_and_a_second_run_reusing_that_table_certifies_the_rest(
+    tmp_path: Path,
+) -> None:
+    """--only banks a part of a certification: of the contracts the reused table cannot carry, those it
+    names (an op family here) are certified and the others held as that table has them (some
+    candidates without evidence), so the table written is what `netra lock` writes from it; reused in
+    turn, it carries what the first run certified and leaves exactly the held contracts to certify."""
+    from netra.certify import run
+
+    cat = _catalog()
+    reused = reuse.read(TABLE, "sm_90")
+    rerun = reuse.carry(cat.table, reused, _device()).rerun
+    assert len({cat.table.entries[k].op for k in rerun}) > 1  # else nothing would be held
+    op = cat.table.entries[rerun[0]].op
+    asked = run.selected(cat.table, (op,))
+    assert asked == {k for k, e in cat.table.entries.items() if e.op == op}
+    carried = reuse.carry(cat.table, reused, _device(), asked)
+    assert set(carried.rerun) == set(rerun) & asked and set(carried.held) == set(rerun) - asked
+    committed = {e.key: e for e in reused.table.entries.values()}
+    here = {**certevidence.run_info(), "device": _device()}  # the runs of one device, as --reuse needs
+    t = certified.table(cat, here, _results([cat.table.entries[k] for k in carried.rerun]), carried=carried)
+    assert certified.held(t) == sorted(carried.held) and certified.carried(t) == sorted(carried.entries)
+    for k in carried.held:  # as committed: order, maturity, dispatch; the evidence's runs renumbered
+        assert [(c.artifact, c.maturity) for c in t.entries[k].candidates] == [
+            (c.artifact, c.maturity) for c in committed[k].candidates
+        ] and t.entries[k].dispatch == committed[k].dispatch, k
+        assert any(c.hardware is None for c in t.entries[k].candidates), k
+    for k in carried.rerun:
+        assert {c.hardware.run for c in t.entries[k].candidates if c.hardware} == {0}, k
+    out = tmp_path / "sm_90.json"
+    certified.write(t, out)
+    ev = certified.evidence_out(out)
+    assert tables.read_certified(out.read_bytes(), ev.read_bytes(), str(out), str(ev), "sm_90") == t
+    from netra.release import manifests, tablegen
+    from netra.runtime import lockfile
+
+    tree = {tables.table_path("sm_90"): out.read_bytes(), tables.evidence_path("sm_90"): ev.read_bytes()}
+    files = tablegen.tables_of(manifests.load(REPO), lockfile.read(REPO / lockfile.LOCK_PATH), tree).files
+    assert files[tables.table_path("sm_90")] == out.read_text()
+    assert files[tables.evidence_path("sm_90")] == ev.read_text()
+    # The second run, reusing the first's table, certifies exactly what the first held.
+    assert set(reuse.carry(cat.table, reuse.read(out, "sm_90"), _device()).rerun) == set(carried.held)
+    # A name of no contract, and a held contract the reused table lacks, are refused before any launch.
+    with pytest.raises(CertificationError, match="--only rmsnorm_v9: no contract or op family") as e:
+        run.selected(cat.table, (op, "rmsnorm_v9"))
+    assert "netra catalog --gpu-class sm_90" in str(e.value.hint)
+    key = sorted(carried.held)[0]
+    fewer = dataclasses.replace(
+        reused.table, entries={k: v for k, v in reused.table.entries.items() if k != key}
+    )
+    with pytest.raises(CertificationError, match=f"--only: {re.escape(key)} is not in"):
+        reuse.carry(cat.table, dataclasses.replace(reused, table=fewer), _device(), asked)
+
+
 def _replace(table: tables.Table, key: str, **changes: Any) -> tables.Table:
     return dataclasses.replace(
         table, entries={**table.entries, key: dataclasses.replace(table.entries[key], **changes)}
@@ -144,13 +199,14 @@ def test_another_device_is_refused() -> None:
     assert "without --reuse" in str(e.value.hint)
 
 
-def _certify(tmp_path: Path, reused: Path) -> subprocess.CompletedProcess[str]:
+def _certify(tmp_path: Path, reused: Path | None, *more: str) -> subprocess.CompletedProcess[str]:
     """This tree's `netra certify --reuse`, on a machine without a GPU or the vendor's tools: the reused
-    table is read before anything else."""
+    table (and --only's names) are read before anything else."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": str(Path(sys.executable).parent),
            "CUDA_HOME": str(tmp_path / "none"), "CUDA_PATH": str(tmp_path / "none")}  # fmt: skip
+    reusing = ["--reuse", str(reused)] if reused is not None else []
     return subprocess.run([sys.executable, "-m", "netra", "certify", "--gpu-class", "sm_90", "--out",
-                           str(tmp_path / "out.json"), "--reuse", str(reused)], cwd=tmp_path, env=env,
+                           str(tmp_path / "out.json"), *reusing, *more], cwd=tmp_path, env=env,
                           capture_output=True, text=True, check=False, timeout=120)  # fmt: skip
 
 
@@ -183,6 +239,21 @@ def test_a_bad_or_foreign_reused_table_is_one_line_and_nothing_is_written(tmp_pa
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 1 and len(lines) == 1, (why, r.stderr)
         assert lines[0].startswith("netra: error: --reuse ") and says in lines[0] and "hint: " in lines[0], (
+            why,
+            lines,
+        )
+        assert "Traceback" not in r.stderr and not (tmp_path / "out.json").exists(), why
+
+
+def test_only_without_reuse_or_naming_nothing_is_one_line_and_nothing_is_written(tmp_path: Path) -> None:
+    for why, (reused, more, says) in {
+        "no --reuse": (None, ("--only", "fp8_moe_down"), "--only needs --reuse"),
+        "no such contract": (TABLE, ("--only", "rmsnorm_v9"), "--only rmsnorm_v9: no contract or op family"),
+    }.items():
+        r = _certify(tmp_path, reused, *more)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 1 and len(lines) == 1, (why, r.stderr)
+        assert lines[0].startswith("netra: error: ") and says in lines[0] and "hint: " in lines[0], (
             why,
             lines,
         )

@@ -452,6 +452,7 @@ def test_certify_json_follows_its_schema(tmp_path: Path) -> None:
     assert doc["candidates"]["verified"] > 0 and doc["candidates"]["accepted"] == 0
     assert set(doc["memory_checks"]) == {"skipped"} and set(doc["profiles"]) <= {"skipped"}
     assert doc["reused"] is None and doc["carried"] == 0 and doc["certified"] == doc["contracts"]
+    assert doc["held"] == 0
 
 
 @pytest.mark.gpu
@@ -474,12 +475,12 @@ def test_certify_reuse_certifies_only_the_contracts_that_changed(tmp_path: Path)
         e["key"] for e in reused["entries"] if any(c["evidence"]["hardware"] is None for c in e["candidates"])
     }
 
-    def certify(table: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    def certify(table: dict[str, Any], *more: str) -> subprocess.CompletedProcess[str]:
         serving, evidence = tables.split(table)
         (tmp_path / "reused.json").write_text(tables.dumps(serving))
         (tmp_path / "reused.evidence.json").write_text(tables.dumps(evidence or {}))
         return subprocess.run([sys.executable, "-m", "netra", "certify", "--gpu-class", "sm_90", "--out", str(tmp_path / "t.json"),
-                               "--reuse", str(tmp_path / "reused.json"), "--quick", "--json", "-q"],
+                               "--reuse", str(tmp_path / "reused.json"), "--quick", "--json", "-q", *more],
                               capture_output=True, text=True, timeout=3600, cwd="/", check=False)  # fmt: skip
 
     elsewhere = json.loads(json.dumps(reused))
@@ -487,10 +488,17 @@ def test_certify_reuse_certifies_only_the_contracts_that_changed(tmp_path: Path)
     r = certify(elsewhere)
     assert r.returncode == 1 and not (tmp_path / "t.json").exists(), log(r)
     assert len(r.stderr.strip().splitlines()) == 1 and "certified on another GPU" in r.stderr, log(r)
+    # --only the changed contract: it alone is measured; the others the table cannot carry are held
+    r = certify(reused, "--only", changed)
+    assert r.returncode == 0, log(r)
+    doc = valid("certify", r.stdout)
+    assert (doc["certified"], doc["held"]) == (1, len(rerun) - 1), doc
+    (tmp_path / "t.json").unlink()
     r = certify(reused)
     assert r.returncode == 0, log(r)
     doc = valid("certify", r.stdout)
     assert doc["certified"] == len(rerun) and doc["carried"] == len(committed["entries"]) - len(rerun)
+    assert doc["held"] == 0
     out, ev = tmp_path / "t.json", tmp_path / "t.evidence.json"
     made = tables.join(out.read_bytes(), ev.read_bytes(), str(out), str(ev), "sm_90")
     assert made["certification"]["runs"][1:] == committed["certification"]["runs"]

@@ -12,8 +12,8 @@ reference: the float64 reference of every op family. numpy (the certify extra) i
 functions that need it.
 """
 
-from netra.certify.certified import carried, evidence_out, write
+from netra.certify.certified import carried, evidence_out, held, write
 from netra.certify.ranking import Result, rank, rerank
 from netra.certify.run import Options, certify
 
-__all__ = ["Options", "Result", "carried", "certify", "evidence_out", "rank", "rerank", "write"]
+__all__ = ["Options", "Result", "carried", "certify", "evidence_out", "held", "rank", "rerank", "write"]

@@ -79,13 +79,15 @@ def table(
 ) -> tables.Table:
     """The installed table with this run's evidence, order, maturity and dispatch (each entry's `results`
     by its key) and, for the contracts `carried` takes from a reused table, that table's entries (their
-    runs after this one), as the runtime reads it back; when that check fails, the unchecked table is
-    kept in `logs` beside the tools' logs."""
+    runs after this one) and those it holds (not named by --only: as that table has them), as the
+    runtime reads it back; when that check fails, the unchecked table is kept in `logs` beside the
+    tools' logs."""
     installed = cat.table
+    taken = {**carried.entries, **carried.held} if carried is not None else {}
     entries = {}
     for key, e in installed.entries.items():
-        if carried is not None and key in carried.entries:
-            entries[key] = carried.entries[key]
+        if key in taken:
+            entries[key] = taken[key]
             continue
         ranked, dispatch = rank(results[key])
         entries[key] = dataclasses.replace(
@@ -116,12 +118,23 @@ def table(
     return checked
 
 
+def held(table: tables.Table) -> list[str]:
+    """The contracts of a table certify made that it neither measured nor carried whole: held as the
+    reused table had them (not named by --only), some or all of their candidates without evidence."""
+    return sorted(
+        k for k, e in table.entries.items()
+        if not any(c.hardware is not None and c.hardware.run == 0 for c in e.candidates)
+        and not all(c.hardware is not None for c in e.candidates)
+    )  # fmt: skip
+
+
 def carried(table: tables.Table) -> list[str]:
     """The contracts of a table certify made that it carried from a reused table: those none of whose
     evidence is this run's (run 0)."""
     return sorted(
-        k for k, e in table.entries.items() if all(c.hardware and c.hardware.run for c in e.candidates)
-    )
+        k for k, e in table.entries.items()
+        if e.candidates and all(c.hardware is not None and c.hardware.run for c in e.candidates)
+    )  # fmt: skip
 
 
 def evidence_out(out: Path) -> Path:

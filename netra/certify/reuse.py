@@ -39,13 +39,15 @@ class Reused:
 @dataclass(frozen=True)
 class Carried:
     """What a run takes from a reused table: the carried entries (their evidence's `run` already points
-    past this run's, at `runs`), the reused runs they refer to in the reused table's order, and the
-    contracts this run certifies."""
+    past this run's, at `runs`), the reused runs they refer to in the reused table's order, the
+    contracts this run certifies, and those it holds (`held`: not named by --only, taken as the reused
+    table has them, some candidates without evidence)."""
 
     source: str
     entries: dict[str, tables.Entry]
     runs: tuple[dict[str, Any], ...]
     rerun: tuple[str, ...]
+    held: dict[str, tables.Entry] = dataclasses.field(default_factory=dict)
 
 
 def evidence_of(path: Path) -> Path:
@@ -98,10 +100,21 @@ def _same(now: tables.Entry, then: tables.Entry) -> bool:
     )
 
 
-def carry(installed: tables.Table, reused: Reused, device: str) -> Carried:
+def _alike(now: tables.Entry, then: tables.Entry) -> bool:
+    """Whether `then` has exactly the candidates `now` has, each it certified as it is now."""
+    was = {c.artifact: c for c in then.candidates}
+    return len(was) == len(now.candidates) and all(
+        c.artifact in was and (was[c.artifact].hardware is None or _launched(was[c.artifact]) == _launched(c))
+        for c in now.candidates
+    )
+
+
+def carry(installed: tables.Table, reused: Reused, device: str, only: set[str] | None = None) -> Carried:
     """Which contracts of `installed` take their entry from the reused table (renumbered: this run is
-    run 0, the reused runs follow in their order) and which this run certifies. Refused when the reused
-    table was certified on another device name than `device` (this host's)."""
+    run 0, the reused runs follow in their order) and which this run certifies: with `only` (--only's
+    contracts), those of them the reused table does not carry; every other one it does not carry is
+    held as that table has it, and refused where that table does not have it as it is now. Refused
+    when the reused table was certified on another device name than `device` (this host's)."""
     other = sorted({r["device"] for r in reused.table.runs} - {device})
     if other:
         raise CertificationError(
@@ -111,13 +124,30 @@ def carry(installed: tables.Table, reused: Reused, device: str) -> Carried:
         )
     then = reused.table.entries
     keep = {k: then[k] for k, e in sorted(installed.entries.items()) if k in then and _same(e, then[k])}
-    used = sorted({c.hardware.run for e in keep.values() for c in e.candidates if c.hardware is not None})
+    hold = sorted(k for k in installed.entries if k not in keep and only is not None and k not in only)
+    for k in hold:
+        if k not in then or not _alike(installed.entries[k], then[k]):
+            raise CertificationError(
+                f"--only: {k} is not in {reused.path} as this install has it (new, or its candidates "
+                "changed): it cannot be left as that table has it",
+                "name it with --only too, or certify without --only",
+            )
+    everything = {**keep, **{k: then[k] for k in hold}}
+    used = sorted(
+        {c.hardware.run for e in everything.values() for c in e.candidates if c.hardware is not None}
+    )
     number = {r: 1 + i for i, r in enumerate(used)}
     entries = {}
-    for key, e in keep.items():
+    for key, e in everything.items():
         now = {c.artifact: c for c in installed.entries[key].candidates}
         cands = []
         for c in e.candidates:
+            if c.hardware is None:  # a held contract's candidate that no run measured
+                n = now[c.artifact]
+                cands.append(dataclasses.replace(
+                    n, maturity=c.maturity, hardware=None, evidence={**n.evidence, "hardware": None}
+                ))  # fmt: skip
+                continue
             record = {**c.evidence["hardware"], "run": number[c.evidence["hardware"]["run"]]}
             cands.append(dataclasses.replace(
                 now[c.artifact], maturity=c.maturity,
@@ -129,7 +159,8 @@ def carry(installed: tables.Table, reused: Reused, device: str) -> Carried:
         )
     return Carried(
         source=str(reused.path),
-        entries=entries,
+        entries={k: entries[k] for k in keep},
         runs=tuple(reused.table.runs[r] for r in used),
-        rerun=tuple(k for k in sorted(installed.entries) if k not in entries),
+        rerun=tuple(k for k in sorted(installed.entries) if k not in everything),
+        held={k: entries[k] for k in hold},
     )

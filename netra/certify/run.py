@@ -208,10 +208,14 @@ def certify(
     progress: Progress | None = None,
     options: Options | None = None,
     reuse: Path | None = None,
+    only: tuple[str, ...] = (),
 ) -> tables.Table:
     """The certified table of `gpu_class` for this install, measured on this host's GPU (write it with
     netra.certify.certified.write); `reuse`: a certified table whose contracts that certified this
-    install's candidates as they are now are carried instead of run again (netra.certify.reuse)."""
+    install's candidates as they are now are carried instead of run again (netra.certify.reuse);
+    `only` (with `reuse`): contract keys or op families: certify only those of them `reuse` does not
+    carry, and hold every other contract as `reuse` has it (a device session shorter than the whole
+    run banks its part; the next run reuses this one's table)."""
     from netra import runtime
     from netra.certify import reuse as reusing
 
@@ -227,6 +231,12 @@ def certify(
             "then certify from that wheel",
         )
     reused = reusing.read(reuse, gpu_class) if reuse is not None else None
+    if only and reuse is None:
+        raise CertificationError(
+            "--only needs --reuse: the contracts it does not name are held as the reused table has them",
+            f"add --reuse release/tables/{gpu_class}.json (the committed table), or certify without --only",
+        )
+    asked = selected(table, only) if only else None  # checked before anything needs the GPU
     vendor = targets.get(gpu_class).vendor
     tools = toolset.find(vendor, opts.sanitize, opts.profile)
     dev = vendor.open_loader()
@@ -236,7 +246,12 @@ def certify(
             f"this host's GPU is {have} ({dev.device_name()}); certifying {gpu_class} needs an {gpu_class} GPU",
             f"run `netra certify --gpu-class {gpu_class}` on a host with that GPU",
         )
-    carried = reusing.carry(table, reused, dev.device_name()) if reused is not None else None
+    carried = reusing.carry(table, reused, dev.device_name(), asked) if reused is not None else None
+    if carried is not None and not carried.rerun and asked is not None:
+        raise CertificationError(
+            f"--only {' '.join(only)}: every contract it names is carried from {carried.source}: nothing to certify",
+            "name a contract that --reuse does not carry (a run without --only lists them in its progress)",
+        )
     if carried is not None and not carried.rerun:
         raise CertificationError(
             f"--reuse {carried.source}: certifies every contract of this install's {gpu_class} table with "
@@ -256,7 +271,9 @@ def certify(
                                       else "skipped" if tools.skipped_profile else "unavailable"))  # fmt: skip
     if carried is not None:
         _say(progress, f"not carried from {carried.source} (changed, new, or without evidence there), "
-                       "certified here: " + ", ".join(carried.rerun))  # fmt: skip
+                       "certified here: " + ", ".join(sorted(keys)))  # fmt: skip
+    if carried is not None and carried.held:
+        _say(progress, f"held as {carried.source} has them (not named by --only): " + ", ".join(carried.held))
     logs_given = opts.logs is not None
     logs = opts.logs if opts.logs is not None else Path(tempfile.mkdtemp(prefix="netra-certify-logs-"))
     logs.mkdir(parents=True, exist_ok=True)
@@ -275,6 +292,7 @@ def certify(
         ok = True
         _say(progress, f"certified {len(keys)} contracts"
                        + (f", carried {len(carried.entries)}" if carried is not None else "")
+                       + (f", held {len(carried.held)}" if carried is not None and carried.held else "")
                        + f" in {time.monotonic() - t_start:.1f} s")  # fmt: skip
         return made
     finally:
@@ -283,6 +301,21 @@ def certify(
             shutil.rmtree(logs, ignore_errors=True)
         elif not ok:
             _say(progress, f"the tools' logs are kept in {logs}")
+
+
+def selected(table: tables.Table, only: tuple[str, ...]) -> set[str]:
+    """The contracts of `table` that `only` names (each a contract key or an op family); each name must
+    name one at least."""
+    keys: set[str] = set()
+    for name in only:
+        hit = {k for k, e in table.entries.items() if name in (k, e.op)}
+        if not hit:
+            raise CertificationError(
+                f"--only {name}: no contract or op family of this install's {table.gpu_class} table",
+                f"name a contract key or an op family that `netra catalog --gpu-class {table.gpu_class}` prints",
+            )
+        keys |= hit
+    return keys
 
 
 def _measure(

@@ -230,6 +230,14 @@ def parser() -> argparse.ArgumentParser:
         "certified with this install's machine code on this host's device, and certify only the others",
     ).complete = _FILE  # type: ignore[attr-defined]
     ce.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="CONTRACT|OP",
+        help="certify only this contract (its key) or op family (repeatable); every other contract is "
+        "carried by --reuse where it can be, else written uncertified: a short device session banks its part",
+    )
+    ce.add_argument(
         "--skip-sanitizer",
         action="store_true",
         help="do not run the vendor's memory checkers: recorded as skipped, so no candidate is accepted (at most verified)",

@@ -316,9 +316,15 @@ def cmd_certify(args: argparse.Namespace) -> int:
     )
     reuse = Path(args.reuse) if args.reuse else None
     table = certify.certify(
-        args.gpu_class, progress=_progress(args), seed=args.seed, options=opts, reuse=reuse
+        args.gpu_class,
+        progress=_progress(args),
+        seed=args.seed,
+        options=opts,
+        reuse=reuse,
+        only=tuple(args.only),
     )
     carried = certify.carried(table)
+    held = certify.held(table)
     certify.write(table, out)
     _PROGRESS.end()
     counts = dict.fromkeys(MATURITIES, 0)
@@ -326,7 +332,8 @@ def cmd_certify(args: argparse.Namespace) -> int:
     profiles: dict[str, int] = {}
     for c in table.candidates():
         counts[c.maturity] = counts.get(c.maturity, 0) + 1
-        assert c.hardware is not None  # certify gives every candidate hardware evidence
+        if c.hardware is None:  # a candidate of a contract held by --only, never measured
+            continue
         checks[c.hardware.sanitizer] = checks.get(c.hardware.sanitizer, 0) + 1
         profiles[c.hardware.profile] = profiles.get(c.hardware.profile, 0) + 1
     if args.json:
@@ -339,15 +346,20 @@ def cmd_certify(args: argparse.Namespace) -> int:
             "candidates": counts, "memory_checks": dict(sorted(checks.items())),
             "profiles": dict(sorted(profiles.items())), "run": table.runs[0],
             "reused": str(reuse) if reuse is not None else None, "carried": len(carried),
-            "certified": len(table.entries) - len(carried),
+            "certified": len(table.entries) - len(carried) - len(held), "held": len(held),
         })  # fmt: skip
         return 0
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v)
     print(f"wrote {out}: {len(table.entries)} contracts, candidates {summary}; its evidence: "
           f"{certify.evidence_out(out)}")  # fmt: skip
     if reuse is not None:
-        print(f"certified {len(table.entries) - len(carried)} contracts on this host; carried {len(carried)} "
-              f"from {reuse} as they were certified")  # fmt: skip
+        print(f"certified {len(table.entries) - len(carried) - len(held)} contracts on this host; carried "
+              f"{len(carried)} from {reuse} as they were certified")  # fmt: skip
+    if held:
+        print(
+            f"held {len(held)} contracts as {reuse} has them (not named by --only): certify them with "
+            f"--reuse {out}"
+        )
     print("memory checkers: " + ", ".join(f"{k} {v}" for k, v in sorted(checks.items()))
           + "; profile: " + ", ".join(f"{k} {v}" for k, v in sorted(profiles.items())))  # fmt: skip
     if counts.get("verified"):
