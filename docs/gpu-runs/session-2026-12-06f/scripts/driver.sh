@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The fourteenth session's device run on main's wheel (under setsid, from .gpu/call.sh). On an H200:
+# certify --reuse first (issues 28 and 30: the MoE contracts' candidates and DeepSeek-V3's router and
+# experts, the only contracts without hardware evidence), in three parts (--only: Qwen3-30B-A3B's MoE,
+# Qwen3-235B-A22B's, then the rest), each banked as it finishes; then the transformers integration over every
+# served model (issue 30), the MoE bench with vLLM on the H200 (issue 28), the operator path and decode
+# (issue 31), the MoE gpu test, the other gpu tests. On another card only the transformers integration
+# runs, unless .gpu/integ-done says it has (certify --reuse needs the reused table's device; the H100
+# measurements of the rest are in docs/).
+set -u
+R=/tmp/run; H="$R/house"
+cd "$R/tree"
+export PYTHONUNBUFFERED=1
+pack() { tar -czf "$R/$1.tar.gz.part" -C "$R" "$1" && mv "$R/$1.tar.gz.part" "$R/$1.tar.gz"; }
+step() { echo "$1 $2 $(date +%s)" >> "$R/progress"; }
+gs() {  # $1 name, $2 timeout, then tools/gpu-session's mode and arguments (WHEELHOUSE and OUT given here)
+  local n=$1 t=$2 mode=$3 hh=$H; shift 3
+  [ "$mode" = moe-bench ] && hh=$HB
+  mkdir -p "$R/$n"; step "$n" start
+  timeout "$t" tools/gpu-session "$mode" "$hh" "$R/$n" "$@" > "$R/$n/session.log" 2>&1
+  step "$n" "rc=$?"; pack "$n"; }
+if ! grep -q H200 "$R/which"; then  # another sm_90 card: the transformers integration once (issue 30)
+  [ -f "$R/tree/.gpu/integ-done" ] || gs integ 300 tests tests/test_gpu_integrations_transformers.py
+  echo done >> "$R/progress"; exit 0
+fi
+# certify in three parts (--only), each reusing the table of the one before: what finishes is banked
+Q30='(experts=128,topk=8,hidden=2048,inter=768)'; Q235='(experts=128,topk=8,hidden=4096,inter=1536)'
+gs certify30 700 certify --reuse "$R/tree/release/tables/sm_90.json" --tool-timeout 300 \
+  --only "fp8_moe_gate_up$Q30" --only "fp8_moe_down$Q30"
+[ -f "$R/certify30/sm_90.json" ] && gs certify235 700 certify --reuse "$R/certify30/sm_90.json" --tool-timeout 300 \
+  --only "fp8_moe_gate_up$Q235" --only "fp8_moe_down$Q235"
+[ -f "$R/certify235/sm_90.json" ] && gs certifyds 700 certify --reuse "$R/certify235/sm_90.json" --tool-timeout 300
+gs integ 420 tests tests/test_gpu_integrations_transformers.py
+V=""; HB="$H"
+if [ -f "$R/tree/.gpu/vllm/vs.tar.xz" ]; then
+  mkdir -p "$R/vllm" "$R/house-bench" && tar -xJf "$R/tree/.gpu/vllm/vs.tar.xz" -C "$R/vllm" \
+    && cp "$H"/*.whl "$R"/tree/.gpu/vllm/wheels/*.whl "$R/house-bench/" && V="--vllm-src $R/vllm/VS" HB="$R/house-bench"
+fi
+gs moe30 300 moe-bench $V --contracts Qwen3-30B-A3B --chains g4r8+d3 g4o+d8sh --tokens 1 4 16 64 --no-compile --rounds 3
+gs moe235 240 moe-bench $V --contracts Qwen3-235B-A22B --chains g4r8+d3 g4o+d8sh --tokens 1 16 64 --no-compile --rounds 3
+gs path 240 path-bench
+gs decode 240 torch-bench --rows 1 16
+gs moetest 600 tests tests/test_gpu_moe.py
+gs tests 1200 tests tests/test_gpu_grouped_router.py tests/test_gpu_torch_ops.py tests/test_gpu_torch_fused.py \
+  tests/test_gpu_sanitizer.py tests/test_cli.py tests/test_gpu_sm90.py
+echo done >> "$R/progress"
