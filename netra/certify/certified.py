@@ -132,9 +132,8 @@ def carried(table: tables.Table) -> list[str]:
     """The contracts of a table certify made that it carried from a reused table: those none of whose
     evidence is this run's (run 0)."""
     return sorted(
-        k for k, e in table.entries.items()
-        if e.candidates and all(c.hardware is not None and c.hardware.run for c in e.candidates)
-    )  # fmt: skip
+        k for k, e in table.entries.items() if all(c.hardware and c.hardware.run for c in e.candidates)
+    )
 
 
 def evidence_out(out: Path) -> Path:
