@@ -61,6 +61,21 @@ def _renumbered(entry: dict[str, Any], by: int) -> dict[str, Any]:
     return e
 
 
+def _written_reads_back_and_is_locked(t: tables.Table, out: Path) -> None:
+    """Written as its two files, the table reads back as itself through the runtime's reader and,
+    committed, is what `netra lock` writes from it (`netra lock --check` finds it up to date)."""
+    from netra.release import manifests, tablegen
+    from netra.runtime import lockfile
+
+    certified.write(t, out)
+    ev = certified.evidence_out(out)
+    assert tables.read_certified(out.read_bytes(), ev.read_bytes(), str(out), str(ev), "sm_90") == t
+    tree = {tables.table_path("sm_90"): out.read_bytes(), tables.evidence_path("sm_90"): ev.read_bytes()}
+    files = tablegen.tables_of(manifests.load(REPO), lockfile.read(REPO / lockfile.LOCK_PATH), tree).files
+    assert files[tables.table_path("sm_90")] == out.read_text()
+    assert files[tables.evidence_path("sm_90")] == ev.read_text()
+
+
 def test_unchanged_contracts_are_carried_bit_for_bit_and_the_rest_certified_again(tmp_path: Path) -> None:
     """The committed table reused by this tree's install: every contract whose candidates all carry
     hardware evidence for the install's machine code is carried as committed (its runs after this one);
@@ -89,19 +104,7 @@ def test_unchanged_contracts_are_carried_bit_for_bit_and_the_rest_certified_agai
             }
         else:
             assert e == _renumbered(was, 1), e["key"]  # evidence, maturity, order and dispatch as committed
-    # Written as its two files, it reads back as the same table through the runtime's reader ...
-    out = tmp_path / "sm_90.json"
-    certified.write(t, out)
-    ev = certified.evidence_out(out)
-    assert tables.read_certified(out.read_bytes(), ev.read_bytes(), str(out), str(ev), "sm_90") == t
-    # ... and, committed, is what `netra lock` writes from it: `netra lock --check` finds it up to date.
-    from netra.release import manifests, tablegen
-    from netra.runtime import lockfile
-
-    tree = {tables.table_path("sm_90"): out.read_bytes(), tables.evidence_path("sm_90"): ev.read_bytes()}
-    files = tablegen.tables_of(manifests.load(REPO), lockfile.read(REPO / lockfile.LOCK_PATH), tree).files
-    assert files[tables.table_path("sm_90")] == out.read_text()
-    assert files[tables.evidence_path("sm_90")] == ev.read_text()
+    _written_reads_back_and_is_locked(t, tmp_path / "sm_90.json")
 
 
 def test_only_certifies_what_it_names_and_a_second_run_reusing_that_table_certifies_the_rest(
@@ -134,16 +137,7 @@ def test_only_certifies_what_it_names_and_a_second_run_reusing_that_table_certif
     for k in carried.rerun:
         assert {c.hardware.run for c in t.entries[k].candidates if c.hardware} == {0}, k
     out = tmp_path / "sm_90.json"
-    certified.write(t, out)
-    ev = certified.evidence_out(out)
-    assert tables.read_certified(out.read_bytes(), ev.read_bytes(), str(out), str(ev), "sm_90") == t
-    from netra.release import manifests, tablegen
-    from netra.runtime import lockfile
-
-    tree = {tables.table_path("sm_90"): out.read_bytes(), tables.evidence_path("sm_90"): ev.read_bytes()}
-    files = tablegen.tables_of(manifests.load(REPO), lockfile.read(REPO / lockfile.LOCK_PATH), tree).files
-    assert files[tables.table_path("sm_90")] == out.read_text()
-    assert files[tables.evidence_path("sm_90")] == ev.read_text()
+    _written_reads_back_and_is_locked(t, out)
     # The second run, reusing the first's table, certifies exactly what the first held.
     assert set(reuse.carry(cat.table, reuse.read(out, "sm_90"), _device()).rerun) == set(carried.held)
     # A name of no contract, and a held contract the reused table lacks, are refused before any launch.
