@@ -234,8 +234,9 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="CONTRACT|OP",
-        help="certify only this contract (its key) or op family (repeatable); every other contract is "
-        "carried by --reuse where it can be, else written uncertified: a short device session banks its part",
+        help="with --reuse: of the contracts it does not carry, certify only this one (its key) or this op "
+        "family's (repeatable), and hold the others as the reused table has them: a short device session "
+        "banks its part",
     )
     ce.add_argument(
         "--skip-sanitizer",
