@@ -183,6 +183,38 @@ def test_routed_experts_strict_mode_refuses_vllms_path(results: dict[str, Any]) 
     }
 
 
+def test_routed_experts_max_tokens_leaves_larger_calls_to_vllm(results: dict[str, Any]) -> None:
+    """NETRA_VLLM_MOE_MAX_TOKENS=4 keeps a 5-token call on vLLM's path, named in strict mode; at 5 the
+    call goes on to the next check (CPU tokens); 0 keeps every call vLLM's."""
+    out = results["experts_max_tokens"]
+    for cap in ("4", "0"):
+        assert out[cap]["auto"] == VLLM_NO_KERNEL, cap
+        assert out[cap]["strict"] == {
+            "code": "vllm",
+            "reason": f"5 tokens; NETRA_VLLM_MOE_MAX_TOKENS={cap} leaves calls of more to vLLM",
+            "message": f"{EXPERTS}: vLLM's RoutedExperts runs its own forward: 5 tokens; "
+            f"NETRA_VLLM_MOE_MAX_TOKENS={cap} leaves calls of more to vLLM; hint: serve the call with at most "
+            f"{cap} bf16 CUDA tokens at a contract this GPU's table serves (netra catalog), raise "
+            "NETRA_VLLM_MOE_MAX_TOKENS, or leave strict mode",
+        }, cap
+    assert out["5"]["strict"]["reason"] == "the tokens are not a 2-D bf16 CUDA tensor"
+
+
+def test_bad_moe_max_tokens_is_one_line(vllm_python: str) -> None:
+    for value in ("65", "-1", "four"):
+        r = subprocess.run(
+            [vllm_python, "-c", "import netra.integrations.vllm as v; v.register()"],
+            capture_output=True, text=True, timeout=600, check=False, cwd="/",
+            env={**os.environ, **ENV, "NETRA_VLLM_MOE_MAX_TOKENS": value},
+        )  # fmt: skip
+        assert r.returncode != 0, value
+        assert (
+            f"IntegrationError: NETRA_VLLM_MOE_MAX_TOKENS={value!r} is not a token count from 0 to 64; hint: set "
+            "NETRA_VLLM_MOE_MAX_TOKENS to at most 64 (the certified chain's most tokens), or 0 to leave every "
+            "routed-experts call to vLLM" in r.stderr
+        ), (value, r.stderr[-2000:])
+
+
 def test_routed_experts_netra_route_is_netras_op_on_vllms_weights(results: dict[str, Any]) -> None:
     out = results["experts"]
     assert out["netra_stats"] == {

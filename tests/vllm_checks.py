@@ -494,6 +494,32 @@ def experts_variant() -> dict[str, Any]:
 
 
 @check
+def experts_max_tokens() -> dict[str, Any]:
+    """NETRA_VLLM_MOE_MAX_TOKENS in auto mode: a call of more tokens than it allows keeps vLLM's path
+    (strict mode names why), one within it goes on to the other checks (here: CPU tokens)."""
+    import os
+
+    import netra.integrations.vllm as plug
+
+    os.environ["NETRA_VLLM"] = "auto"
+    plug.register()
+    moe, layer, _ = _experts([128, 128])
+    x, weights, ids = _tokens(moe)  # T tokens
+    out: dict[str, Any] = {}
+    with torch.no_grad():
+        for cap in (T - 1, T, 0):
+            os.environ["NETRA_VLLM"], os.environ[plug.MOE_MAX_TOKENS] = "auto", str(cap)
+            plug.register()
+            out[str(cap)] = {
+                "auto": _vllms(lambda: layer.forward_modular(x, weights, ids)),
+                "strict": _strict(lambda: layer.forward_modular(x, weights, ids)),
+            }
+    del os.environ[plug.MOE_MAX_TOKENS]
+    plug.register()
+    return out
+
+
+@check
 def route() -> dict[str, Any]:
     """The per-contract route on a torch without CUDA: vLLM's forward, with netra.torch's reason."""
     import netra.integrations.vllm as plug

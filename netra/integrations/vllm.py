@@ -50,7 +50,8 @@ weights as loaded (TRITON, what vLLM picks for block FP8 on Hopper without exper
 VLLM_CUTLASS; NONE where vLLM has no kernel); a backend that converts them (DeepGEMM, FlashInfer,
 Marlin, AITER, ...) or routes inside its kernel (forward_monolithic) keeps vLLM's path. A tensor-parallel
 shard is served where netra has a contract for its shape (the runner all-reduces after). Per call, in
-auto mode, netra.torch runs it with bf16 CUDA tokens, at most the chain's 64 tokens, where this GPU's table
+auto mode, netra.torch runs it with bf16 CUDA tokens, at most the chain's 64 tokens (fewer where
+NETRA_VLLM_MOE_MAX_TOKENS says: 0 leaves every call to vLLM's kernel), where this GPU's table
 serves the tokens' quantization and both stages at the policy; every other call runs vLLM's path, with
 the reason in routes() and StrictModeError in strict mode, as for the norms (a layer netra has no op for:
 "vllm: variant: <what>").
@@ -77,6 +78,7 @@ from netra.torch.moe import CHAIN, quantized_route
 
 SWITCH = "NETRA_VLLM"
 MODES = ("auto", "netra", "vllm")
+MOE_MAX_TOKENS = "NETRA_VLLM_MOE_MAX_TOKENS"  # auto mode: calls of more tokens keep vLLM's routed experts
 _decisions: dict[tuple[str, int], tuple[bool, str]] = {}
 _variants: dict[tuple[str, str], str] = {}  # (contract, device) -> what a layer computes that netra does not
 
@@ -89,6 +91,22 @@ def mode() -> str:
             f"{SWITCH}={value!r} is not a routing mode", f"set {SWITCH} to one of {', '.join(MODES)}"
         )
     return value
+
+
+def moe_max_tokens() -> int:
+    """The most tokens of a routed-experts call auto mode sends to netra.torch: NETRA_VLLM_MOE_MAX_TOKENS,
+    from 0 to the certified chain's most (the default). Where vLLM's kernel is the faster one on a GPU (docs/
+    performance.md, "Where it stands": from 16 tokens on an H100), a serving engine keeps netra's norms and
+    vLLM's routed experts for the larger calls."""
+    most = CHAIN.max_dispatch
+    value = os.environ.get(MOE_MAX_TOKENS, "") or str(most)
+    if not (value.isdigit() and int(value) <= most):
+        raise IntegrationError(
+            f"{MOE_MAX_TOKENS}={value!r} is not a token count from 0 to {most}",
+            f"set {MOE_MAX_TOKENS} to at most {most} (the certified chain's most tokens), or 0 to leave "
+            "every routed-experts call to vLLM",
+        )
+    return int(value)
 
 
 def routes() -> dict[str, str]:
@@ -149,13 +167,14 @@ def _netra(
 
 
 _MODE = "auto"
+_MOE_MAX = CHAIN.max_dispatch
 _REGISTERED: dict[str, type] = {}
 
 
 def register() -> None:
     """vLLM's general-plugin hook: the out-of-tree classes above, once per process (vLLM may call it again)."""
-    global _MODE
-    _MODE = mode()
+    global _MODE, _MOE_MAX
+    _MODE, _MOE_MAX = mode(), moe_max_tokens()
     from vllm import envs
 
     if envs.VLLM_BATCH_INVARIANT:  # a token's bits must not depend on the batch: one tactic for every M
@@ -313,11 +332,15 @@ def _netra_experts(layer: Any, x: torch.Tensor, ids: torch.Tensor, variant: str)
     params = {"experts": experts, "topk": int(ids.shape[-1]), "hidden": hidden, "inter": two_inter // 2}
     key = contract_key("fp8_moe", params)
     index = x.device.index or 0
+    cap = _MOE_MAX
+    capped = cap < CHAIN.max_dispatch
     if variant:
         why = variant
         _variants.setdefault((key, str(x.device)), variant)
     elif _MODE != "auto":
         return _MODE == "netra"
+    elif capped and x.dim() == 2 and x.shape[0] > cap:
+        why = f"{x.shape[0]} tokens; {MOE_MAX_TOKENS}={cap} leaves calls of more to vLLM"
     elif not (x.is_cuda and x.dtype == torch.bfloat16 and x.dim() == 2 and ids.is_cuda):
         why = "the tokens are not a 2-D bf16 CUDA tensor"
     elif x.shape[0] > CHAIN.max_dispatch:
@@ -330,8 +353,9 @@ def _netra_experts(layer: Any, x: torch.Tensor, ids: torch.Tensor, variant: str)
         raise StrictModeError(
             f"{key}: vLLM's RoutedExperts runs its own forward: {why}",
             "serve the call with at most "
-            f"{CHAIN.max_dispatch} bf16 CUDA tokens at a contract this GPU's table serves (netra catalog), "
-            "or leave strict mode",
+            f"{cap} bf16 CUDA tokens at a contract this GPU's table serves (netra catalog), "
+            + (f"raise {MOE_MAX_TOKENS}, " if capped else "")
+            + "or leave strict mode",
             contract=key,
             code="vllm",
             reason=why,
