@@ -11,14 +11,17 @@ set -u
 R=/tmp/run; H="$R/house"
 cd "$R/tree"
 export PYTHONUNBUFFERED=1
-pack() { tar -czf "$R/$1.tar.gz.part" -C "$R" "$1" && mv "$R/$1.tar.gz.part" "$R/$1.tar.gz"; }
+# a step's archive, without certify's tool logs (they can pass the 16 MiB a returned file may have: a
+# certify that fails packs them apart, after its table's archive)
+pack() { tar -czf "$R/$1.tar.gz.part" --exclude=certify-logs.tar.gz -C "$R" "$1" && mv "$R/$1.tar.gz.part" "$R/$1.tar.gz"; }
 step() { echo "$1 $2 $(date +%s)" >> "$R/progress"; }
 gs() {  # $1 name, $2 timeout, then tools/gpu-session's mode and arguments (WHEELHOUSE and OUT given here)
   local n=$1 t=$2 mode=$3 hh=$H; shift 3
   [ "$mode" = moe-bench ] && hh=$HB
   mkdir -p "$R/$n"; step "$n" start
   timeout "$t" tools/gpu-session "$mode" "$hh" "$R/$n" "$@" > "$R/$n/session.log" 2>&1
-  step "$n" "rc=$?"; pack "$n"; }
+  local rc=$?; step "$n" "rc=$rc"; pack "$n"
+  if [ "$rc" != 0 ] && [ -f "$R/$n/certify-logs.tar.gz" ]; then cp "$R/$n/certify-logs.tar.gz" "$R/$n-logs.part" && mv "$R/$n-logs.part" "$R/$n-logs.tar.gz"; fi; }
 if ! grep -q H200 "$R/which"; then  # another sm_90 card: the transformers integration once (issue 30)
   [ -f "$R/tree/.gpu/integ-done" ] || gs integ 300 tests tests/test_gpu_integrations_transformers.py
   echo done >> "$R/progress"; exit 0
