@@ -211,8 +211,11 @@ def test_other_float_dtypes_run_the_composite_with_the_same_semantics() -> None:
 
 
 def test_outputs_are_contiguous_for_strided_inputs() -> None:
-    x = torch.randn(256, 6).bfloat16().t()  # [6, 256], not contiguous
-    w = torch.randn(256).bfloat16()
+    # seed 104: rows whose fp32 sum of squares torch reduces to other bits over a strided row than over a
+    # contiguous one (2 of the first 300 seeds): the composite must give the same bits whatever the strides
+    gen = torch.Generator().manual_seed(104)
+    x = torch.randn(256, 6, generator=gen).bfloat16().t()  # [6, 256], not contiguous
+    w = torch.randn(256, generator=gen).bfloat16()
     y = nt.rmsnorm(x, w, 1e-6)
     assert y.is_contiguous() and torch.equal(y, nt.rmsnorm(x.contiguous(), w, 1e-6))
     for out in (*nt.fp8_group_quant(x), *nt.silu_mul_fp8_quant(x), *nt.moe_topk_softmax(x, 8)):

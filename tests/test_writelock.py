@@ -26,17 +26,22 @@ from netra.errors import BusyError
 
 lock, state, wait, name = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
 
+def put(path, text):  # whole or not at all: the test reads a file as soon as it exists
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
 def note(message):
-    with open(state / f"{name}.notified", "a") as f:
-        f.write(message + "\n")
+    path = state / f"{name}.notified"
+    put(path, (path.read_text() if path.exists() else "") + message + "\n")
 
 try:
     with writelock.exclusive(lock, what="release/manifest.lock", wait=None if wait == "none" else float(wait), notify=note):
-        (state / f"{name}.acquired").write_text(lock.read_text())
+        put(state / f"{name}.acquired", lock.read_text())
         while not (state / f"{name}.release").exists():
             time.sleep(0.02)
 except BusyError as e:
-    (state / f"{name}.busy").write_text(str(e))
+    put(state / f"{name}.busy", str(e))
     sys.exit(3)
 """
 

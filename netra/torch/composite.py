@@ -44,7 +44,7 @@ def f32(value: float) -> float:
 
 
 def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float, weight_offset: int) -> torch.Tensor:
-    xf = x.float()
+    xf = x.float().contiguous()  # the row's sum in one order whatever x's strides: the same bits
     rs = torch.rsqrt((xf * xf).mean(dim=-1, keepdim=True) + eps)
     wf = w.float()
     if weight_offset:
