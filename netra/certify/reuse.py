@@ -90,16 +90,6 @@ def _launched(c: tables.Candidate) -> tuple[Any, ...]:
             c.workspace_bytes, c.kernarg)  # fmt: skip
 
 
-def _same(now: tables.Entry, then: tables.Entry) -> bool:
-    """Whether `then` certified on hardware exactly the candidates `now` has."""
-    was = {c.artifact: c for c in then.candidates}
-    return (
-        len(was) == len(now.candidates)
-        and all(c.artifact in was and _launched(was[c.artifact]) == _launched(c) for c in now.candidates)
-        and all(c.hardware is not None for c in then.candidates)
-    )
-
-
 def _alike(now: tables.Entry, then: tables.Entry) -> bool:
     """Whether `then` has exactly the candidates `now` has, each it certified as it is now."""
     was = {c.artifact: c for c in then.candidates}
@@ -107,6 +97,11 @@ def _alike(now: tables.Entry, then: tables.Entry) -> bool:
         c.artifact in was and (was[c.artifact].hardware is None or _launched(was[c.artifact]) == _launched(c))
         for c in now.candidates
     )
+
+
+def _same(now: tables.Entry, then: tables.Entry) -> bool:
+    """Whether `then` certified on hardware exactly the candidates `now` has."""
+    return _alike(now, then) and all(c.hardware is not None for c in then.candidates)
 
 
 def carry(installed: tables.Table, reused: Reused, device: str, only: set[str] | None = None) -> Carried:
