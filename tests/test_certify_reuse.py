@@ -225,18 +225,19 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     }
 
 
+def _refused(tmp_path: Path, r: subprocess.CompletedProcess[str], starts: str, says: str, why: str) -> None:
+    """certify stopped with exit 1 and one line (what, with a hint), no traceback, nothing written."""
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1, (why, r.stderr)
+    assert lines[0].startswith(starts) and says in lines[0] and "hint: " in lines[0], (why, lines)
+    assert "Traceback" not in r.stderr and not (tmp_path / "out.json").exists(), why
+
+
 def test_a_bad_or_foreign_reused_table_is_one_line_and_nothing_is_written(tmp_path: Path) -> None:
     for why, (path, says) in _bad_files(tmp_path).items():
         with pytest.raises(CertificationError, match="--reuse"):
             reuse.read(path, "sm_90")
-        r = _certify(tmp_path, path)
-        lines = r.stderr.strip().splitlines()
-        assert r.returncode == 1 and len(lines) == 1, (why, r.stderr)
-        assert lines[0].startswith("netra: error: --reuse ") and says in lines[0] and "hint: " in lines[0], (
-            why,
-            lines,
-        )
-        assert "Traceback" not in r.stderr and not (tmp_path / "out.json").exists(), why
+        _refused(tmp_path, _certify(tmp_path, path), "netra: error: --reuse ", says, why)
 
 
 def test_only_without_reuse_or_naming_nothing_is_one_line_and_nothing_is_written(tmp_path: Path) -> None:
@@ -244,14 +245,7 @@ def test_only_without_reuse_or_naming_nothing_is_one_line_and_nothing_is_written
         "no --reuse": (None, ("--only", "fp8_moe_down"), "--only needs --reuse"),
         "no such contract": (TABLE, ("--only", "rmsnorm_v9"), "--only rmsnorm_v9: no contract or op family"),
     }.items():
-        r = _certify(tmp_path, reused, *more)
-        lines = r.stderr.strip().splitlines()
-        assert r.returncode == 1 and len(lines) == 1, (why, r.stderr)
-        assert lines[0].startswith("netra: error: ") and says in lines[0] and "hint: " in lines[0], (
-            why,
-            lines,
-        )
-        assert "Traceback" not in r.stderr and not (tmp_path / "out.json").exists(), why
+        _refused(tmp_path, _certify(tmp_path, reused, *more), "netra: error: ", says, why)
 
 
 def test_netra_lock_keeps_the_order_of_the_runs_and_drops_those_no_evidence_refers_to() -> None:
