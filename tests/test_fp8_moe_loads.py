@@ -12,6 +12,7 @@ import re
 
 from conftest import REPO
 
+from netra.core.types import Tactic
 from netra.release import manifests
 
 PAGE = REPO / "docs" / "ops" / "fp8_moe.md"
@@ -29,6 +30,18 @@ def loads(sub_slices: int, resident: int, pairs: int, chunk: int = 0) -> int:
     if sub_slices == 1:
         return 1
     return math.ceil(pairs / chunk) if chunk else math.ceil(math.ceil(pairs / 8) / resident)
+
+
+def tc_row(t: Tactic, k_name: str, built: set[tuple[str, int, int]]) -> list[str]:
+    """A _tc template's row: no K_SLICE, R or P; S its ring's k blocks, W its chunk of pairs; its "sub-
+    slices" the k blocks of 128 bytes it streams; an expert's weights loaded once per chunk."""
+    chunk = t.constants["TILE_PAIRS"]
+    blocks = [(h if k_name == "hidden" else i) // 128 if (t.name, h, i) in built else None for h, i in CONTRACTS]
+    return [
+        str(t.block // 32), NOT_BUILT, NOT_BUILT, NOT_BUILT, str(t.constants["STAGES"]), str(chunk),
+        " / ".join(NOT_BUILT if b is None else str(b) for b in blocks),
+        *(NOT_BUILT if b is None else ", ".join(str(math.ceil(n / chunk)) for n in PAIRS) for b in blocks),
+    ]  # fmt: skip
 
 
 def rows_of_the_page() -> dict[tuple[str, str], list[str]]:
@@ -49,6 +62,9 @@ def derived_rows() -> dict[tuple[str, str], list[str]]:
     out = {}
     for t in {a.tactic.name: a.tactic for a in moe}.values():
         stage, k_name = STAGES[t.op]
+        if t.template.endswith("_tc"):  # the tensor-core path: k blocks through a ring, chunks of TILE_PAIRS
+            out[(stage, t.name)] = tc_row(t, k_name, built)
+            continue
         warps, k_slice, resident = t.block // 32, t.constants["K_SLICE"], t.constants["RESIDENT_CHUNKS"]
         prefetch, stages, chunk = t.constants["PREFETCH"], t.constants["STAGES"], t.constants["WGMMA"]
         subs: list[int | None] = []
@@ -78,8 +94,9 @@ def test_the_pages_load_table_is_every_sm90_moe_tactic_as_built() -> None:
     want = derived_rows()
     # g8s, g8, g16, g8sr4, g4r8, g4p, g4a2, g2a4, g8w8, g8w32, g8w64, g4o, g4r8q, g4oq, g4r8y / d3, d6, d3r4,
     # d3r8, d3p, d3a2, d2a3, d2, d4w8, d4w64, d4w8q, d4w64q, d3o, d3ao, d3ol, d3q, d3olq, d3y, d3ys, d3e,
-    # d3oe, d3yse, d8s, d8sh
-    assert len(want) == 39
+    # d3oe, d3yse, d8s, d8sh; the tensor-core paths g8x8, g8x16, g8x64, g4x8, g4x16, g4x64 / d8x8, d8x64,
+    # d4x8, d4x64
+    assert len(want) == 49
     assert rows_of_the_page() == want
 
 

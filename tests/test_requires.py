@@ -25,6 +25,7 @@ DEEPSEEK = {"experts": 256, "topk": 8, "hidden": 7168, "inter": 2048}
 QWEN3 = ({"experts": 128, "topk": 8, "hidden": 2048, "inter": 768},
          {"experts": 128, "topk": 8, "hidden": 4096, "inter": 1536})  # fmt: skip
 MOE = ("fp8_moe_gate_up", "fp8_moe_down")
+TEMPLATES = (*MOE, "fp8_moe_gate_up_tc", "fp8_moe_down_tc")  # the MoE stages' build paths
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,8 @@ def test_every_contract_keeps_every_tactic_of_its_class_but_deepseek_s_routed_ex
     """Only DeepSeek-V3's routed experts lose tactics (the ones that do not divide hidden 7168 or inter
     2048), and every class that builds the op still builds it: d2 divides all three INTER. The WGMMA
     tactics are the other refusals: g8w64's 64 pairs of Qwen3-235B-A22B's activations (256 KB) do not fit
-    shared memory, and each down tactic's K_SLICE fits one Qwen3 INTER (768: 512, 1536: 128), not both."""
+    shared memory, and each down tactic's K_SLICE fits one Qwen3 INTER (768: 512, 1536: 128), not both.
+    The tensor-core templates (fp8_moe_gate_up_tc, fp8_moe_down_tc) take every contract, DeepSeek-V3's too."""
     deepseek = {_key(op, DEEPSEEK) for op in MOE}
     by_class_op: dict[tuple[str, str], set[str]] = {}
     for t in cat.tactics:
@@ -113,8 +115,14 @@ def test_every_contract_keeps_every_tactic_of_its_class_but_deepseek_s_routed_ex
             "g4r8q",
             "g4oq",
             "g4r8y",
+            "g8x8",
+            "g8x16",
+            "g8x64",
+            "g4x8",
+            "g4x16",
+            "g4x64",
         },
-        ("sm_90", "fp8_moe_down"): {"d2", "d2a3", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh"},
+        ("sm_90", "fp8_moe_down"): {"d2", "d2a3", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh", "d8x8", "d8x64", "d4x8", "d4x64"},
         ("sm_100", "fp8_moe_gate_up"): {"bg8s", "bg8sr4", "bg4r8", "bg4a2", "bg2a4"},
         ("sm_100", "fp8_moe_down"): {"bd2", "bd2a3"},
     }
@@ -159,11 +167,22 @@ FAILING = [
     ("fp8_moe_down", 10, "d8s+GRID_EXPERTS=8", QWEN3[0]),
     ("fp8_moe_down", 11, "d4w8+L2_AHEAD=1", QWEN3[0]),
     ("fp8_moe_down", 12, "d4w8+ACT_STAGE=1", QWEN3[0]),
+    ("fp8_moe_down", 13, "d3+COLUMNS=16", QWEN3[0]),
+    ("fp8_moe_gate_up_tc", 0, "g8x8", {"experts": 4, "topk": 8, "hidden": 2048, "inter": 768}),
+    ("fp8_moe_gate_up_tc", 1, "g8x8+GRID_EXPERTS=8", QWEN3[0]),
+    ("fp8_moe_gate_up_tc", 2, "g8x64+STAGES=8", QWEN3[0]),
+    ("fp8_moe_gate_up_tc", 3, "g8x8+MAX_TOKENS=256", QWEN3[0]),
+    ("fp8_moe_gate_up_tc", 4, "g8x8+COLUMNS=64", QWEN3[0]),
+    ("fp8_moe_down_tc", 0, "d8x8", {"experts": 4, "topk": 8, "hidden": 2048, "inter": 768}),
+    ("fp8_moe_down_tc", 1, "d8x8+GRID_EXPERTS=8", QWEN3[0]),
+    ("fp8_moe_down_tc", 2, "d8x64+STAGES=8", {"experts": 128, "topk": 8, "hidden": 2048, "inter": 16384}),
+    ("fp8_moe_down_tc", 3, "d8x8+MAX_TOKENS=128", QWEN3[0]),
+    ("fp8_moe_down_tc", 4, "d8x8+COLUMNS=64", QWEN3[0]),
 ]
 
 
 def test_every_requirement_has_a_failing_pair_below(cat: manifests.Manifests) -> None:
-    for op in MOE:
+    for op in TEMPLATES:
         tpl = cat.templates[("sm_90", op)]
         assert sorted(i for o, i, _, _ in FAILING if o == op) == list(range(len(tpl.requires)))
 
@@ -172,13 +191,13 @@ def test_every_requirement_has_a_failing_pair_below(cat: manifests.Manifests) ->
 def test_a_requirement_mirrors_the_static_assert_nvcc_enforces(
     cat: manifests.Manifests, tmp_path: Path, op: str, index: int, tactic: str, contract: dict[str, int]
 ) -> None:
-    tpl = cat.templates[("sm_90", op)]
+    tpl = cat.templates[("sm_90", op)]  # op: the template's name
     tac = _tactic(cat, tactic)
     tactic = tac.name
     definitions = manifests.instance_definitions(tac, contract)
     requirement = tpl.requires[index]
     assert tpl.refusal(definitions) == requirement
-    name = artifact_name(op, contract, tactic)
+    name = artifact_name(tpl.op, contract, tactic)
     spec = ArtifactSpec(
         name=name, target="sm_90", template=tpl, tactic=tac, contract=contract,
         definitions=dict(sorted(definitions.items())), rows_per_block=0,
@@ -228,6 +247,10 @@ def test_a_contract_no_tactic_is_admitted_for_is_one_line_naming_it_and_the_requ
         "d4w8q",
         "d4w64q",
         "d8sh",
+        "d8x8",
+        "d8x64",
+        "d4x8",
+        "d4x64",
     ):  # sm_90's down tactics at inter 2048
         _drop_tactic(root, "sm_90", name)
     with pytest.raises(ManifestError) as e:
@@ -323,7 +346,8 @@ def test_the_table_and_netra_explain_say_why_a_tactic_is_no_candidate(cat: manif
 
     key = _key("fp8_moe_down", DEEPSEEK)
     entry = open_catalog("sm_90").table.entries[key]
-    assert [c.tactic for c in entry.candidates] == ["d2a3", "d2", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh"]
+    down = ["d2a3", "d2", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh", "d8x8", "d8x64", "d4x8", "d4x64"]
+    assert [c.tactic for c in entry.candidates] == down
     want = [(n.tactic, n.requirement.holds, n.requirement.why) for n in cat.not_admitted
             if (n.target, n.key) == ("sm_90", key)]  # fmt: skip
     assert (
@@ -339,10 +363,7 @@ def test_the_table_and_netra_explain_say_why_a_tactic_is_no_candidate(cat: manif
     doc = valid("explain", r.stdout)
     # each candidate says the accumulation it is judged by: the WGMMA ones 14 bits, the others fp32's 24
     bits = {c["tactic"]: c["accumulator_bits"] for c in doc["matches"][0]["candidates"]}
-    assert bits == {
-        t: 14 if t.startswith("d4w") else 24
-        for t in ["d2a3", "d2", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh"]
-    }
+    assert bits == {t: 14 if t.startswith(("d4w", "d8x", "d4x")) else 24 for t in down}
     assert [n["tactic"] for n in doc["matches"][0]["not_admitted"]] == [
         "d3",
         "d6",
@@ -371,4 +392,4 @@ def test_the_table_and_netra_explain_say_why_a_tactic_is_no_candidate(cat: manif
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "  not admitted: tactic d3: INTER must split into whole 128-byte blocks per warp (" in r.stdout
     assert "grid (224, min(256, rows * 8), 1)" in r.stdout
-    assert r.stdout.count("accumulation: tensor-core partials of 14 significant bits") == 4
+    assert r.stdout.count("accumulation: tensor-core partials of 14 significant bits") == 8  # d4w8, d4w64, d4w8q, d4w64q, d8x8, d8x64, d4x8, d4x64

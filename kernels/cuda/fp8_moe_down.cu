@@ -72,8 +72,9 @@
 #endif
 #if !defined(MIN_BLOCKS) || !defined(MAX_TOKENS) || !defined(K_SLICE) || !defined(RESIDENT_CHUNKS) || \
     !defined(PREFETCH) || !defined(STAGES) || !defined(WGMMA) || !defined(L2_AHEAD) || !defined(ROUTE) ||   \
-    !defined(GRID_EXPERTS) || !defined(ACT_STAGE) || !defined(SLOT_SUM) || !defined(EARLY) || !defined(SLOT_TILE)
-#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, L2_AHEAD, ROUTE, GRID_EXPERTS, ACT_STAGE, SLOT_SUM, EARLY and SLOT_TILE must be defined"
+    !defined(GRID_EXPERTS) || !defined(ACT_STAGE) || !defined(SLOT_SUM) || !defined(EARLY) || !defined(SLOT_TILE) || \
+    !defined(COLUMNS)
+#error "fp8_moe_down: tactic constants MIN_BLOCKS, MAX_TOKENS, K_SLICE, RESIDENT_CHUNKS, PREFETCH, STAGES, WGMMA, L2_AHEAD, ROUTE, GRID_EXPERTS, ACT_STAGE, SLOT_SUM, EARLY, SLOT_TILE and COLUMNS must be defined"
 #endif
 
 namespace fp8_moe_down_sm90 {
@@ -97,6 +98,7 @@ static_assert(K_SLICE == 128 || K_SLICE == 256 || K_SLICE == 512 || K_SLICE == 7
               "fp8_moe_down: K_SLICE must be 128, 256, 512 or 768");
 static_assert(MAX_TOKENS >= 1 && MAX_TOKENS <= 256, "fp8_moe_down: MAX_TOKENS must be in [1, 256]");
 static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 8, "fp8_moe_down: MIN_BLOCKS must be in [1, 8]");
+static_assert(COLUMNS == 32 - 16 * SLOT_TILE, "fp8_moe_down: COLUMNS must be 32, or 16 with SLOT_TILE");
 static_assert(kRC == 1 || kRC == 2 || kRC == 4 || kRC == 8, "fp8_moe_down: RESIDENT_CHUNKS must be 1, 2, 4 or 8");
 static_assert(L2_AHEAD == 0 || (L2_AHEAD == 1 && WGMMA == 0), "fp8_moe_down: L2_AHEAD must be 0, or 1 with WGMMA 0");
 static_assert(ROUTE == 0 || ROUTE == 1, "fp8_moe_down: ROUTE must be 0 or 1");

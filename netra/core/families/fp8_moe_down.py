@@ -13,8 +13,9 @@ from __future__ import annotations
 from netra.core.family import Operand, OpFamily
 from netra.core.launch import LaunchModel, Step, Value, Workspace
 
-# A CTA computes 32 output columns of one hit expert for every token routed to it; the last slot to
-# finish a (token, 32-column tile) sums the slots in order and writes bf16 (no atomics on the output).
+# A CTA computes `columns` output columns (the template's COLUMNS) of one hit expert for every token
+# routed to it: 32 in fp8_moe_down, 128 in fp8_moe_down_tc; the last slot to finish a (token, column
+# tile) sums the slots in order and writes bf16 (no atomics on the output).
 # Rows of CTAs as fp8_moe_gate_up's (at most grid_experts, each taking its hit experts in turn). A
 # slot_tile tactic: 16 columns a CTA, one row, every pair, the slots summed in the CTA (no counters).
 ARGS = ("out", "hq", "hs", "ids", "weights", "w2", "w2s", "y32", "counts", "tokens")
@@ -39,7 +40,7 @@ RECORD = OpFamily(
             Step(
                 "fp8_moe_down",
                 ARGS,
-                ("hidden / (32 - 16 * slot_tile)", "min(experts, tokens * topk, grid_experts)", "1"),
+                ("hidden / columns", "min(experts, tokens * topk, grid_experts)", "1"),
             ),
         ),
         workspaces=(

@@ -13,8 +13,9 @@ from __future__ import annotations
 from netra.core.family import Operand, OpFamily
 from netra.core.launch import LaunchModel, Step, Value, Workspace
 
-# A CTA computes 16 gate rows and the 16 matching up rows of one hit expert for every token routed to
-# it (the tensor cores' m16 tile); the last of a 128-column group's 8 CTAs quantizes the group.
+# A CTA computes `columns` gate rows and the matching up rows of one hit expert for every token routed
+# to it (the template's COLUMNS): 16 in fp8_moe_gate_up (the last of a 128-column group's 8 CTAs
+# quantizes the group), 128 in fp8_moe_gate_up_tc (a CTA quantizes its own group).
 # A row of CTAs per hit expert, or at most grid_experts rows (the template's GRID_EXPERTS), each
 # taking its hit experts in turn.
 ARGS = ("hq", "hs", "xq", "xs", "ids", "w13", "w13s", "h32", "counts", "tokens")
@@ -38,7 +39,7 @@ RECORD = OpFamily(
     launch=LaunchModel(
         values=(Value("tokens", "u32", "tokens of the call (rows of xq and ids)"),),
         steps=(
-            Step("fp8_moe_gate_up", ARGS, ("inter / 16", "min(experts, tokens * topk, grid_experts)", "1")),
+            Step("fp8_moe_gate_up", ARGS, ("inter / columns", "min(experts, tokens * topk, grid_experts)", "1")),
         ),
         workspaces=(
             Workspace("h32", "tokens * topk * inter * 4", dtype="f32"),
