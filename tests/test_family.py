@@ -216,7 +216,8 @@ def test_a_grid_reading_a_constant_no_tactic_defines_is_refused_naming_it(tmp_pa
     record an expression the runtime cannot evaluate, so the manifests are refused first."""
     root = _tree(tmp_path)
     drop = re.compile(r"^GRID_EXPERTS = .*\n", flags=re.M)  # from the gate/up templates and their tactics
-    req = re.compile(r'^\[\[requires\]\]\nholds = "GRID_EXPERTS >= EXPERTS"\n.*\n', flags=re.M)  # (the _tc one's)
+    # and the _tc template's requirement that reads it
+    req = re.compile(r'^\[\[requires\]\]\nholds = "GRID_EXPERTS >= EXPERTS"\n.*\n', flags=re.M)
     for rel in ("kernels/cuda/fp8_moe_gate_up.toml", "kernels/cuda/fp8_moe_gate_up_tc.toml"):
         (root / rel).write_text(drop.sub("", req.sub("", (root / rel).read_text())))
     for rel in ("manifests/sm_90/tactics.toml", "manifests/sm_100/tactics.toml"):

@@ -36,7 +36,9 @@ def tc_row(t: Tactic, k_name: str, built: set[tuple[str, int, int]]) -> list[str
     """A _tc template's row: no K_SLICE, R or P; S its ring's k blocks, W its chunk of pairs; its "sub-
     slices" the k blocks of 128 bytes it streams; an expert's weights loaded once per chunk."""
     chunk = t.constants["TILE_PAIRS"]
-    blocks = [(h if k_name == "hidden" else i) // 128 if (t.name, h, i) in built else None for h, i in CONTRACTS]
+    blocks = [
+        (h if k_name == "hidden" else i) // 128 if (t.name, h, i) in built else None for h, i in CONTRACTS
+    ]
     return [
         str(t.block // 32), NOT_BUILT, NOT_BUILT, NOT_BUILT, str(t.constants["STAGES"]), str(chunk),
         " / ".join(NOT_BUILT if b is None else str(b) for b in blocks),

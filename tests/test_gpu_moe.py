@@ -48,10 +48,11 @@ def _chosen(candidates: Any) -> list[Any]:
 
 def _templates() -> dict[str, str]:
     """Each sm_90 tactic's template (its build path: what decides how a dot product's terms meet)."""
-    import tomllib
     from pathlib import Path
 
-    raw = tomllib.loads((Path(__file__).parents[1] / "manifests/sm_90/tactics.toml").read_text())
+    from netra.core import toml
+
+    raw = toml.loads((Path(__file__).parents[1] / "manifests/sm_90/tactics.toml").read_text())
     return {t["name"]: t["template"] for t in raw["tactics"]}
 
 
@@ -307,7 +308,9 @@ def _tactics(cat: Any, params: dict[str, int]) -> list[tuple[str, Any]]:
     from netra.core.ops import contract_key
 
     keys = [contract_key(stage, params) for stage in STAGES]
-    return [(k, c) for k in keys for c in _chosen(cat.table.entries[k].candidates) if c.maturity != "rejected"]
+    return [
+        (k, c) for k in keys for c in _chosen(cat.table.entries[k].candidates) if c.maturity != "rejected"
+    ]
 
 
 @contextlib.contextmanager

@@ -122,7 +122,19 @@ def test_every_contract_keeps_every_tactic_of_its_class_but_deepseek_s_routed_ex
             "g4x16",
             "g4x64",
         },
-        ("sm_90", "fp8_moe_down"): {"d2", "d2a3", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh", "d8x8", "d8x64", "d4x8", "d4x64"},
+        ("sm_90", "fp8_moe_down"): {
+            "d2",
+            "d2a3",
+            "d4w8",
+            "d4w64",
+            "d4w8q",
+            "d4w64q",
+            "d8sh",
+            "d8x8",
+            "d8x64",
+            "d4x8",
+            "d4x64",
+        },
         ("sm_100", "fp8_moe_gate_up"): {"bg8s", "bg8sr4", "bg4r8", "bg4a2", "bg2a4"},
         ("sm_100", "fp8_moe_down"): {"bd2", "bd2a3"},
     }
@@ -392,4 +404,5 @@ def test_the_table_and_netra_explain_say_why_a_tactic_is_no_candidate(cat: manif
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "  not admitted: tactic d3: INTER must split into whole 128-byte blocks per warp (" in r.stdout
     assert "grid (224, min(256, rows * 8), 1)" in r.stdout
-    assert r.stdout.count("accumulation: tensor-core partials of 14 significant bits") == 8  # d4w8, d4w64, d4w8q, d4w64q, d8x8, d8x64, d4x8, d4x64
+    # d4w8, d4w64, d4w8q, d4w64q, d8x8, d8x64, d4x8, d4x64
+    assert r.stdout.count("accumulation: tensor-core partials of 14 significant bits") == 8

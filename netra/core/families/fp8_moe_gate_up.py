@@ -39,7 +39,9 @@ RECORD = OpFamily(
     launch=LaunchModel(
         values=(Value("tokens", "u32", "tokens of the call (rows of xq and ids)"),),
         steps=(
-            Step("fp8_moe_gate_up", ARGS, ("inter / columns", "min(experts, tokens * topk, grid_experts)", "1")),
+            Step(
+                "fp8_moe_gate_up", ARGS, ("inter / columns", "min(experts, tokens * topk, grid_experts)", "1")
+            ),
         ),
         workspaces=(
             Workspace("h32", "tokens * topk * inter * 4", dtype="f32"),
