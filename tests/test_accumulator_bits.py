@@ -23,11 +23,14 @@ def _table(cls: str) -> dict:
 
 
 def test_every_candidate_records_the_accumulation_its_kernel_uses() -> None:
-    """14 exactly where the instantiation multiplies by wgmma (WGMMA > 0, read from the manifests'
-    constants, not from the table), absent elsewhere; the runtime's candidates read 24 where absent."""
+    """14 exactly where the instantiation multiplies by wgmma (WGMMA > 0, or a _tc template: TILE_PAIRS,
+    read from the manifests' constants, not from the table), absent elsewhere; the runtime's candidates
+    read 24 where absent."""
     cat = manifests.load(REPO)
-    wgmma = {a.name for a in cat.artifacts if a.definitions.get("WGMMA", 0) > 0}
-    assert len(wgmma) == 13 and all(a.startswith("netra_fp8_moe_") for a in wgmma)
+    wgmma = {
+        a.name for a in cat.artifacts if a.definitions.get("WGMMA", 0) > 0 or "TILE_PAIRS" in a.definitions
+    }
+    assert len(wgmma) == 13 + 30 and all(a.startswith("netra_fp8_moe_") for a in wgmma)
     for cls in ("sm_90", "sm_100", "gfx950"):
         table = _table(cls)
         recorded = {c["artifact"]: c["accumulator_bits"] for e in table["entries"] for c in e["candidates"]

@@ -33,9 +33,14 @@ def _slots(a: ArtifactSpec) -> int:
     2 WGMMA columns x k / kParts bytes, then its f32 scales), worked out here from the instantiation's
     constants, independently of the manifest's expression."""
     d = a.definitions
-    if not d.get("WGMMA"):
+    if "TILE_PAIRS" not in d and not d.get("WGMMA"):
         return 0
     k = d["HIDDEN"] if a.op == "fp8_moe_gate_up" else d["INTER"]
+    if "TILE_PAIRS" in d:  # the _tc templates: a ring of k blocks (each tile's rows x 128 bytes, then the
+        # chunk's activations from a 1 KB boundary), the chunk's scales, and 1 KB to align the ring
+        rows = d["COLUMNS"] * (2 if a.op == "fp8_moe_gate_up" else 1)  # gate and up rows, or down's
+        acts = -(-d["TILE_PAIRS"] * 128 // 1024) * 1024
+        return d["STAGES"] * (rows * 128 + acts) + d["TILE_PAIRS"] * (k // 128) * 4 + 1024
     return d["WGMMA"] * k + d["WGMMA"] * (k // 128) * 4
 
 
@@ -49,7 +54,8 @@ def test_every_candidate_gives_the_shared_memory_its_kernel_indexes(cat: manifes
     for a in specs:
         assert a.dynamic_shared == _slots(a) == given[a.name], a.name
     dynamic = {a.tactic.name: a.dynamic_shared for a in specs if a.dynamic_shared}
-    assert set(dynamic) == {"g8w8", "g8w32", "g8w64", "d4w8", "d4w64", "d4w8q", "d4w64q"}
+    tc = {"g8x8", "g8x16", "g8x64", "g4x8", "g4x16", "g4x64", "d8x8", "d8x64", "d4x8", "d4x64"}
+    assert set(dynamic) == {"g8w8", "g8w32", "g8w64", "d4w8", "d4w64", "d4w8q", "d4w64q"} | tc
     # Qwen3-30B-A3B's gate/up with 64 pairs a chunk: 132 KB, above what a launch gets by default
     g8w64 = next(a for a in specs if a.tactic.name == "g8w64" and a.contract["hidden"] == 2048)
     assert g8w64.dynamic_shared == 64 * 2048 + 64 * 16 * 4
