@@ -12,8 +12,7 @@
 // Kernel arguments: fp8_moe_gate_up.cu's (hq, hs, xq, xs, ids, w13, w13s, h32, counts, tokens; h32 and
 // counts are not touched). Contract constants: EXPERTS, TOPK, HIDDEN, INTER (multiples of 128). Tactic
 // constants: COLUMNS (the h columns of a CTA: 128, one quantization group, or 64, the group's two CTAs a
-// thread-block cluster), TILE_PAIRS (8, 16, 32 or
-// 64: the pairs of a chunk, the N of every wgmma), STAGES (2 to 8: k blocks in flight), MAX_TOKENS,
+// thread-block cluster), TILE_PAIRS (8, 16, 32 or 64: the pairs of a chunk, the N of every wgmma), STAGES (2 to 8: k blocks in flight), MAX_TOKENS,
 // MIN_BLOCKS (1), GRID_EXPERTS (at least EXPERTS: a row of CTAs per hit expert). Grid: (INTER / COLUMNS,
 // min(EXPERTS, tokens * TOPK)), 2 x COLUMNS threads (a warpgroup per 64 columns), dynamic shared memory
 // STAGES x (COLUMNS x 256 + TILE_PAIRS x 128) + the chunk's activation scales + 1 KB.
@@ -28,8 +27,8 @@
 // at their swizzled places: chunk c of row r at 16 (c ^ (r % 8))) into a ring of STAGES slots, STAGES - 1
 // ahead of the block being multiplied; a slot is refilled only after every warpgroup has waited on the
 // wgmma that read it (the barrier at the top of each step). So the bytes a CTA has in flight are up to
-// STAGES - 1 blocks of 32 KB of weights, held by no register. After the last block h = silu(gate) * up
-// is formed in the registers that hold both sums, written to shared memory as [pair][128 columns], and
+// STAGES - 1 blocks of COLUMNS x 256 bytes of weights, held by no register. After the last block h =
+// silu(gate) * up is formed in the registers that hold both sums, written to shared memory as [pair][COLUMNS], and
 // each warp quantizes whole rows of it (fp8_moe_gate_up.cu's sequence) into hq and hs: with COLUMNS 128
 // the CTA holds the whole 128-column group, so there is no h32 store, fence, counter or last CTA; with 64
 // the group's two CTAs are a cluster (__cluster_dims__(2, 1, 1)) and exchange each pair's max |h| over
