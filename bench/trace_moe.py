@@ -60,6 +60,24 @@ SLOTS = 8
 GATE_MARKS = ("entry", "routed", "multiplied", "fenced", "counter", "exit")
 DOWN_MARKS = ("entry", "routed", "waited", "multiplied", "counter", "exit")
 LAST_FLAG = 6  # gate/up: 1 where the CTA quantized its group
+# The tensor-core templates' marks, by slot (their sources): slot 7 is the first k block landing in the
+# ring (after the routing and the ring's first requests); gate/up's 3 and 4 are h stored in shared
+# memory and the group's max exchanged (the cluster barrier of a 64-column CTA; at once at 128)
+TC_MARKS = {
+    "fp8_moe_gate_up_tc": {0: "entry", 1: "routed", 7: "first block", 2: "multiplied", 3: "h stored",
+                           4: "group max", 5: "exit"},
+    "fp8_moe_down_tc": {0: "entry", 1: "routed", 2: "waited", 7: "first block", 3: "multiplied", 4: "counter",
+                        5: "exit"},
+}  # fmt: skip
+
+
+def marks_of(spec: Any) -> dict[int, str]:
+    """The slots the trace build of `spec` writes, in the order they are reached, and their names."""
+    if spec.template.name in TC_MARKS:
+        return TC_MARKS[spec.template.name]
+    return dict(enumerate(GATE_MARKS if spec.op == "fp8_moe_gate_up" else DOWN_MARKS))
+
+
 L2_FLUSH_BYTES = 256 * 2**20  # read before every call: past the H100's and H200's 50 MB of L2
 SPIN_CYCLES = 100_000  # the spin before each call: about 50 us at the H100's and H200's 1.98 GHz
 
@@ -228,7 +246,9 @@ def inputs(torch: Any, p: dict[str, int], tokens: int, routing: str, seed: int, 
     }  # fmt: skip
 
 
-def summarize(kernel: str, t: Any, marks: tuple[str, ...], t0: int) -> dict[str, list[float]]:
+def summarize(
+    kernel: str, t: Any, marks: tuple[str, ...] | dict[int, str], t0: int
+) -> dict[str, list[float]]:
     """Per mark: the earliest, median and latest CTA, in ns from t0, over the CTAs that multiplied (a CTA
     whose row of the grid names no hit expert returns after routing and is left out). Every one of them
     must have written every mark: one that did not is a mark missing from its path in the kernel."""
@@ -236,7 +256,7 @@ def summarize(kernel: str, t: Any, marks: tuple[str, ...], t0: int) -> dict[str,
     if not len(busy):
         raise TraceError(f"no {kernel} CTA reached its third mark: the trace build wrote no marks")
     out = {}
-    for s, name in enumerate(marks):
+    for s, name in (marks if isinstance(marks, dict) else dict(enumerate(marks))).items():
         v = sorted(x - t0 for x in busy[:, s].tolist() if x)
         if len(v) != len(busy):
             raise TraceError(f"{len(busy) - len(v)} of {len(busy)} {kernel} CTAs never wrote mark {s} ({name}): "
@@ -248,8 +268,8 @@ def summarize(kernel: str, t: Any, marks: tuple[str, ...], t0: int) -> dict[str,
 def overlap(tg: Any, td: Any) -> dict[str, int]:
     """How many down CTAs entered before the last gate/up CTA exited (of all that entered): those whose
     weight requests before griddepcontrol.wait can overlap the gate/up stage."""
-    gate_end = int(tg[:, GATE_MARKS.index("exit")].max())
-    entered = td[:, DOWN_MARKS.index("entry")]
+    gate_end = int(tg[:, 5].max())  # every template's exit mark (and 0 its entry)
+    entered = td[:, 0]
     entered = entered[entered > 0]
     return {"down_ctas": len(entered), "down_early": int((entered < gate_end).sum())}
 
@@ -269,6 +289,7 @@ def timed(args: argparse.Namespace, gate: Any, down: Any, built: dict[str, bytes
     traces: dict[str, Any] = {}
     extras: dict[str, Any] = {}
     steps = []  # (name, grid, launch: cuLaunchKernel's signature, its arguments after the grid)
+    marks = {"gate": marks_of(gate), "down": marks_of(down)}
     for name, spec in (("gate", gate), ("down", down)):
         _, fn = cu.load_function(built[name], spec.symbol, spec.name + " (trace build)")
         dyn, block, g = spec.dynamic_shared, spec.definitions["NETRA_BLOCK"], grid(spec, args.tokens)
@@ -304,7 +325,7 @@ def timed(args: argparse.Namespace, gate: Any, down: Any, built: dict[str, bytes
             continue
         tg, td = traces["gate"].view(-1, SLOTS).cpu(), traces["down"].view(-1, SLOTS).cpu()
         t0 = int(tg[:, 0][tg[:, 0] > 0].min())
-        runs.append({"gate": summarize("gate/up", tg, GATE_MARKS, t0), "down": summarize("down", td, DOWN_MARKS, t0),
+        runs.append({"gate": summarize("gate/up", tg, marks["gate"], t0), "down": summarize("down", td, marks["down"], t0),
                      "last_ctas": int((tg[:, LAST_FLAG] == 1).sum()), **overlap(tg, td)})  # fmt: skip
     if not torch.isfinite(x["out"].float()).all() or not x["out"].float().abs().sum() > 0:
         raise TraceError(
@@ -313,9 +334,9 @@ def timed(args: argparse.Namespace, gate: Any, down: Any, built: dict[str, bytes
     if int(x["counts_gate"].abs().sum()) or int(x["counts_down"].abs().sum()):
         raise TraceError("a counter is not back at zero after the calls: the launch is not the chain's")
     med = {}
-    for kern, marks in (("gate", GATE_MARKS), ("down", DOWN_MARKS)):
+    for kern, ms in marks.items():
         med[kern] = {m: [statistics.median(r[kern][m][j] for r in runs) for j in range(3)]
-                     for m in marks}  # fmt: skip
+                     for m in ms.values()}  # fmt: skip
     return {"device": torch.cuda.get_device_name(0), "grids": {n: g for n, g, _, _ in steps}, "runs": len(runs),
             "last_ctas": runs[-1]["last_ctas"], "median_ns": med, "carveout": args.carveout,
             "down_ctas": runs[-1]["down_ctas"],

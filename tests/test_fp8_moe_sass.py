@@ -76,3 +76,65 @@ def test_an_early_tactic_issues_its_first_weights_before_the_wait(
 def test_without_early_ptxas_sinks_every_weight_load_below_the_wait(tactic: str, tmp_path: Path) -> None:
     """Why EARLY exists, on the lock's toolchain: the source loads the same words before the wait."""
     assert weight_loads_before_the_wait(sass(f"netra_fp8_moe_down_{QWEN3_30B}_{tactic}", tmp_path)) == 0
+
+
+def wgmma_waits(code: list[str]) -> tuple[int, dict[int, int]]:
+    """The wgmma instructions (QGMMA: e4m3) and the WARPGROUP.DEPBAR.LE waits by how many groups they
+    leave in flight."""
+    waits: dict[int, int] = {}
+    for ins in code:
+        m = re.match(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x([0-9a-f]+)", ins)
+        if m:
+            waits[int(m.group(1), 16)] = waits.get(int(m.group(1), 16), 0) + 1
+    return sum(1 for ins in code if ins.startswith("QGMMA")), waits
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        f"netra_fp8_moe_gate_up_{QWEN3_30B}_g8x8p",
+        f"netra_fp8_moe_gate_up_{QWEN3_235B}_g8x64p",
+        f"netra_fp8_moe_down_{QWEN3_30B}_d8x8p",
+        f"netra_fp8_moe_down_{QWEN3_235B}_d8x64p",
+    ],
+)
+def test_an_overlap_tactic_keeps_one_wgmma_group_in_flight_while_it_promotes(
+    name: str, tmp_path: Path
+) -> None:
+    """OVERLAP 1 (fp8_moe_gate_up_tc.cu, fp8_moe_down_tc.cu): block k + 1's wgmma runs while block k's
+    partial is promoted. In machine code, one wait that leaves a group in flight (0x1) and one per pair of
+    blocks that retires both (and one for an odd last block), each block's four (down) or eight (gate/up)
+    wgmma issued back to back: ptxas did not fall back to waiting on every wgmma (C7514, which the build
+    refuses)."""
+    mmas, waits = wgmma_waits(sass(name, tmp_path))
+    per_block = 8 if "gate_up" in name else 4
+    assert waits.get(1, 0) >= 1, waits
+    # a pair's blocks, issued back to back: at most one wait per block's wgmma, plus the odd block's
+    assert mmas >= 2 * per_block and sum(waits.values()) <= mmas // per_block + 1, (mmas, waits)
+
+
+def test_a_serialized_wgmma_is_refused_by_the_build_naming_the_artifact(tmp_path: Path) -> None:
+    """A promotion moved above the wait that retires its block's wgmma still compiles, and works, but
+    ptxas then waits on every wgmma in turn (its advisory C7514, not an error under -Werror): the build
+    refuses the cubin in one line naming the artifact, and leaves no cubin behind."""
+    from netra.errors import AssemblyError
+
+    root = tmp_path / "tree"
+    for d in ("kernels", "manifests"):
+        shutil.copytree(REPO / d, root / d, symlinks=True)
+    src = root / "kernels" / "cuda" / "fp8_moe_gate_up_tc.cu"
+    good = "        tc::wg_wait_upto1();  // block kb's wgmma has completed (kb + 1's may still run)\n        promote(kb, dg0, du0);\n"
+    assert good in src.read_text()
+    src.write_text(
+        src.read_text().replace(good, "        promote(kb, dg0, du0);\n        tc::wg_wait_upto1();\n")
+    )
+    name = f"netra_fp8_moe_gate_up_{QWEN3_30B}_g8x8p"
+    spec = next(a for a in manifests.load(root).artifacts if a.name == name)
+    tgt = targets.get(spec.target)
+    out, work = tmp_path / "out", tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(
+        AssemblyError, match=rf"^{name} \(.*\): ptxas serialized its wgmma instructions \(C7514"
+    ):
+        tgt.compile(spec, tgt.discover(), root, work, out)
+    assert not [p for p in out.rglob("*") if p.is_file()], "a refused cubin was left behind"

@@ -41,6 +41,7 @@
 #include "include/netra_moe_sm90.cuh"
 #include "include/netra_sm90.cuh"
 #include "include/netra_tc_sm90.cuh"
+#include "include/netra_trace.cuh"
 
 #if !defined(NETRA_SYMBOL) || !defined(NETRA_BLOCK)
 #error "fp8_moe_down_tc: the instantiation must define NETRA_SYMBOL and NETRA_BLOCK"
@@ -48,9 +49,9 @@
 #if !defined(EXPERTS) || !defined(TOPK) || !defined(HIDDEN) || !defined(INTER)
 #error "fp8_moe_down_tc: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
 #endif
-#if !defined(COLUMNS) || !defined(TILE_PAIRS) || !defined(STAGES) || !defined(MAX_TOKENS) || !defined(MIN_BLOCKS) || \
-    !defined(GRID_EXPERTS)
-#error "fp8_moe_down_tc: tactic constants COLUMNS, TILE_PAIRS, STAGES, MAX_TOKENS, MIN_BLOCKS and GRID_EXPERTS must be defined"
+#if !defined(COLUMNS) || !defined(TILE_PAIRS) || !defined(STAGES) || !defined(OVERLAP) || !defined(MAX_TOKENS) || \
+    !defined(MIN_BLOCKS) || !defined(GRID_EXPERTS)
+#error "fp8_moe_down_tc: tactic constants COLUMNS, TILE_PAIRS, STAGES, OVERLAP, MAX_TOKENS, MIN_BLOCKS and GRID_EXPERTS must be defined"
 #endif
 
 namespace fp8_moe_down_tc_sm90 {
@@ -72,7 +73,9 @@ static_assert(NETRA_BLOCK == 2 * COLUMNS, "fp8_moe_down_tc: NETRA_BLOCK must be 
 static_assert(kNT == 8 || kNT == 16 || kNT == 32 || kNT == 64, "fp8_moe_down_tc: TILE_PAIRS must be 8, 16, 32 or 64");
 static_assert(kS >= 2 && kS <= 8, "fp8_moe_down_tc: STAGES must be in [2, 8]");
 static_assert(MAX_TOKENS >= 1 && MAX_TOKENS <= 256, "fp8_moe_down_tc: MAX_TOKENS must be in [1, 256]");
-static_assert(MIN_BLOCKS == 1, "fp8_moe_down_tc: MIN_BLOCKS must be 1");
+static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 4, "fp8_moe_down_tc: MIN_BLOCKS must be in [1, 4]");
+static_assert(OVERLAP == 0 || OVERLAP == 1, "fp8_moe_down_tc: OVERLAP must be 0 or 1");
+static_assert(kS >= 2 + OVERLAP, "fp8_moe_down_tc: STAGES must be at least 2 + OVERLAP (with OVERLAP the ring runs STAGES - 2 blocks ahead)");
 static_assert(GRID_EXPERTS >= kE, "fp8_moe_down_tc: GRID_EXPERTS must be at least EXPERTS (a row of CTAs per hit expert)");
 static_assert(kS * kStage + kNT * kKB * 4 + 1024 <= 228352,
               "fp8_moe_down_tc: the ring and the chunk's scales must fit the 223 KB of dynamic shared memory");
@@ -86,16 +89,21 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
     NETRA_SYMBOL(__nv_bfloat16* __restrict__ out, const uint8_t* __restrict__ hq, const float* __restrict__ hs,
                  const int* __restrict__ ids, const float* __restrict__ weights, const uint8_t* __restrict__ w2,
                  const float* __restrict__ w2s, float* __restrict__ y32, uint32_t* __restrict__ counts,
-                 uint32_t tokens) {
+                 uint32_t tokens NETRA_TRACE_PARAM) {
   using namespace fp8_moe_down_tc_sm90;
   namespace tc = netra_tc;
   __shared__ int list[kMaxPairs];
   __shared__ bool last[kMaxPairs];
   __shared__ float wscale[kKB];  // the CTA's 128 rows' weight scale of each k block
   extern __shared__ uint8_t netra_dyn[];
+  NETRA_TRACE_MARK(0);  // phase marks: include/netra_trace.cuh (nothing in a release build)
   if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit)
   const netra_moe::Route r = netra_moe::route<kE, kMaxPairs, true>(ids, (int)tokens * kK, list);
-  if (r.expert < 0) return;
+  NETRA_TRACE_MARK(1);
+  if (r.expert < 0) {
+    NETRA_TRACE_MARK(5);
+    return;
+  }
 
   const uint32_t dyn = netra_moe::smem_addr(netra_dyn);
   const uint32_t ring = (dyn + 1023u) & ~1023u;
@@ -129,12 +137,84 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
           tc::cp_zero16(dst, hq);
       }
     };
+#if OVERLAP
+    // Blocks go in pairs, as fp8_moe_gate_up_tc.cu's: block kb + 1's wgmma runs while block kb's partial
+    // is promoted (wait_group 1), so the ring runs STAGES - 2 blocks ahead. Two groups ahead of the loop:
+    // the first STAGES - 2 blocks' weights (before the wait for gate/up on the first chunk), then their hq rows.
+#pragma unroll 1
+    for (int s = 0; s < kS - 2 && s < kKB; ++s) request_w(s);
+    netra_moe::cp_commit();
+    if (ch == 0) {
+      netra_moe::wait_previous();  // hq and hs are the gate/up stage's
+      NETRA_TRACE_MARK(2);
+    }
+    for (int t = tid; t < kNT * kKB; t += NETRA_BLOCK) {
+      const int i = ch * kNT + t / kKB;
+      hscale[t] = i < r.n ? hs[(size_t)list[i] * kKB + t % kKB] : 0.f;
+    }
+#pragma unroll 1
+    for (int s = 0; s < kS - 2 && s < kKB; ++s) request_a(s);
+    netra_moe::cp_commit();
+    float acc[kNT / 2] = {};
+    const auto promote = [&](int kb, float (&d)[kNT / 2]) {
+#pragma unroll
+      for (int j = 0; j < kNT / 2; ++j) asm volatile("" : "+f"(d[j])::"memory");  // after the wait
+      const float ws = wscale[kb];
+#pragma unroll
+      for (int i = 0; i < kNT / 8; ++i) {
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+          const float x = hscale[(8 * i + 2 * c + (v & 1)) * kKB + kb];
+          acc[4 * i + v] = __fmaf_rn(d[4 * i + v], __fmul_rn(ws, x), acc[4 * i + v]);
+        }
+      }
+    };
+    const auto step = [&](int kb, float (&d)[kNT / 2]) {
+      // Block kb's group: the two ahead of the loop for kb < STAGES - 2, else the one step kb - STAGES +
+      // 2 committed; at most min(kb, STAGES - 3) of this thread's later groups may still be in flight.
+      tc::cp_wait_upto(kb < kS - 3 ? kb : kS - 3);
+      netra_moe::fence_proxy_shared();
+      __syncthreads();  // every thread's copies; every wgmma before block kb's pair has completed
+#ifdef NETRA_TRACE
+      if (kb == 0 && ch == 0) NETRA_TRACE_MARK(7);  // the first block landed
+#endif
+      if (kb + kS - 2 < kKB) {
+        request_w(kb + kS - 2);
+        request_a(kb + kS - 2);
+      }
+      netra_moe::cp_commit();
+      const uint32_t slot = ring + (uint32_t)((kb % kS) * kStage);
+      const uint32_t a = slot + (uint32_t)(wg * kTile), b = slot + (uint32_t)kW;
+      netra_moe::wg_fence();
+#pragma unroll
+      for (int s = 0; s < 4; ++s) tc::mma_ss<kNT>(d, tc::sw128_desc(a + 32 * s), tc::sw128_desc(b + 32 * s), s);
+      netra_moe::wg_commit();
+    };
+    float d0[kNT / 2], d1[kNT / 2];
+#pragma unroll 1
+    for (int kb = 0; kb < kKB; kb += 2) {
+      step(kb, d0);
+      if (kb + 1 < kKB) {
+        step(kb + 1, d1);
+        tc::wg_wait_upto1();  // block kb's wgmma has completed (kb + 1's may still run)
+        promote(kb, d0);
+        netra_moe::wg_wait_all();
+        promote(kb + 1, d1);
+      } else {
+        netra_moe::wg_wait_all();
+        promote(kb, d0);
+      }
+    }
+#else
     // Two groups ahead of the loop: the first STAGES - 1 blocks' weights (before the wait for gate/up on
     // the first chunk), then their hq rows.
 #pragma unroll 1
     for (int s = 0; s < kS - 1 && s < kKB; ++s) request_w(s);
     netra_moe::cp_commit();
-    if (ch == 0) netra_moe::wait_previous();  // hq and hs are the gate/up stage's
+    if (ch == 0) {
+      netra_moe::wait_previous();  // hq and hs are the gate/up stage's
+      NETRA_TRACE_MARK(2);
+    }
     for (int t = tid; t < kNT * kKB; t += NETRA_BLOCK) {
       const int i = ch * kNT + t / kKB;
       hscale[t] = i < r.n ? hs[(size_t)list[i] * kKB + t % kKB] : 0.f;
@@ -150,6 +230,9 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
       tc::cp_wait_upto(kb < kS - 2 ? kb : kS - 2);
       netra_moe::fence_proxy_shared();
       __syncthreads();  // every thread's copies; every wgmma of block kb - 1 has completed
+#ifdef NETRA_TRACE
+      if (kb == 0 && ch == 0) NETRA_TRACE_MARK(7);  // the first block landed
+#endif
       if (kb + kS - 1 < kKB) {
         request_w(kb + kS - 1);
         request_a(kb + kS - 1);
@@ -175,6 +258,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
         }
       }
     }
+#endif
     {  // each pair's column of this chunk to y32
       const int g = lane >> 2, row0 = n0 + 64 * wg + 16 * (warp & 3) + g;
 #pragma unroll
@@ -189,6 +273,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
     netra_moe::cp_wait<0>();
     __syncthreads();  // the next chunk's copies overwrite what this one read
   }
+  NETRA_TRACE_MARK(3);
   // One counter per (token, COLUMNS-column group): the pair that arrives last sums the token's slots.
   __threadfence();
   __syncthreads();
@@ -202,6 +287,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
     if (last[i]) *cnt = 0u;  // ready for the next call
   }
   __syncthreads();
+  NETRA_TRACE_MARK(4);
   __threadfence();
   for (int i = warp; i < r.n; i += NETRA_BLOCK / 32) {
     if (!last[i]) continue;
@@ -218,4 +304,6 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
       out[(size_t)t * kH + n] = __float2bfloat16_rn(acc);
     }
   }
+  NETRA_TRACE_SYNC();
+  NETRA_TRACE_MARK(5);
 }

@@ -53,6 +53,7 @@
 #include "include/netra_moe_sm90.cuh"
 #include "include/netra_sm90.cuh"
 #include "include/netra_tc_sm90.cuh"
+#include "include/netra_trace.cuh"
 
 #if !defined(NETRA_SYMBOL) || !defined(NETRA_BLOCK)
 #error "fp8_moe_gate_up_tc: the instantiation must define NETRA_SYMBOL and NETRA_BLOCK"
@@ -60,9 +61,9 @@
 #if !defined(EXPERTS) || !defined(TOPK) || !defined(HIDDEN) || !defined(INTER)
 #error "fp8_moe_gate_up_tc: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
 #endif
-#if !defined(COLUMNS) || !defined(TILE_PAIRS) || !defined(STAGES) || !defined(MAX_TOKENS) || !defined(MIN_BLOCKS) || \
-    !defined(GRID_EXPERTS)
-#error "fp8_moe_gate_up_tc: tactic constants COLUMNS, TILE_PAIRS, STAGES, MAX_TOKENS, MIN_BLOCKS and GRID_EXPERTS must be defined"
+#if !defined(COLUMNS) || !defined(TILE_PAIRS) || !defined(STAGES) || !defined(OVERLAP) || !defined(MAX_TOKENS) || \
+    !defined(MIN_BLOCKS) || !defined(GRID_EXPERTS)
+#error "fp8_moe_gate_up_tc: tactic constants COLUMNS, TILE_PAIRS, STAGES, OVERLAP, MAX_TOKENS, MIN_BLOCKS and GRID_EXPERTS must be defined"
 #endif
 
 namespace fp8_moe_gate_up_tc_sm90 {
@@ -85,7 +86,9 @@ static_assert(NETRA_BLOCK == 2 * COLUMNS, "fp8_moe_gate_up_tc: NETRA_BLOCK must 
 static_assert(kNT == 8 || kNT == 16 || kNT == 32 || kNT == 64, "fp8_moe_gate_up_tc: TILE_PAIRS must be 8, 16, 32 or 64");
 static_assert(kS >= 2 && kS <= 8, "fp8_moe_gate_up_tc: STAGES must be in [2, 8]");
 static_assert(MAX_TOKENS >= 1 && MAX_TOKENS <= 256, "fp8_moe_gate_up_tc: MAX_TOKENS must be in [1, 256]");
-static_assert(MIN_BLOCKS == 1, "fp8_moe_gate_up_tc: MIN_BLOCKS must be 1");
+static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 4, "fp8_moe_gate_up_tc: MIN_BLOCKS must be in [1, 4]");
+static_assert(OVERLAP == 0 || OVERLAP == 1, "fp8_moe_gate_up_tc: OVERLAP must be 0 or 1");
+static_assert(kS >= 2 + OVERLAP, "fp8_moe_gate_up_tc: STAGES must be at least 2 + OVERLAP (with OVERLAP the ring runs STAGES - 2 blocks ahead)");
 static_assert(GRID_EXPERTS >= kE, "fp8_moe_gate_up_tc: GRID_EXPERTS must be at least EXPERTS (a row of CTAs per hit expert)");
 static_assert(kS * kStage + kNT * kKB * 4 + 1024 <= 228352,
               "fp8_moe_gate_up_tc: the ring and the chunk's scales must fit the 223 KB of dynamic shared memory");
@@ -110,7 +113,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
     NETRA_SYMBOL(uint8_t* __restrict__ hq, float* __restrict__ hs, const uint8_t* __restrict__ xq,
                  const float* __restrict__ xs, const int* __restrict__ ids, const uint8_t* __restrict__ w13,
                  const float* __restrict__ w13s, float* __restrict__ h32, uint32_t* __restrict__ counts,
-                 uint32_t tokens) {
+                 uint32_t tokens NETRA_TRACE_PARAM) {
   using namespace fp8_moe_gate_up_tc_sm90;
   namespace tc = netra_tc;
   (void)h32;
@@ -121,10 +124,15 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
   __shared__ float gmax[kNT];  // each pair's max |h| over this CTA's 64 columns (read by the other CTA)
 #endif
   extern __shared__ uint8_t netra_dyn[];
+  NETRA_TRACE_MARK(0);  // phase marks: include/netra_trace.cuh (nothing in a release build)
   netra_moe::launch_dependents();  // the down stage may start routing and loading its weights now
   if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit); no write past list
   const netra_moe::Route r = netra_moe::route<kE, kMaxPairs, true>(ids, (int)tokens * kK, list);
-  if (r.expert < 0) return;
+  NETRA_TRACE_MARK(1);
+  if (r.expert < 0) {
+    NETRA_TRACE_MARK(5);
+    return;
+  }
 
   // The ring (1 KB aligned: the swizzle's base), then the chunk's activation scales [pair][k block].
   const uint32_t dyn = netra_moe::smem_addr(netra_dyn);
@@ -164,6 +172,66 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
           tc::cp_zero16(dst, xq);
       }
     };
+#if OVERLAP
+    // Blocks go in pairs: block kb + 1's wgmma runs while block kb's partial is promoted (wait_group 1),
+    // and both have completed before the next pair (no wgmma group in flight across the loop, which ptxas
+    // would otherwise serialize). So the slot refilled at step kb is block kb - 2's: the ring runs
+    // STAGES - 2 blocks ahead.
+#pragma unroll 1
+    for (int s = 0; s < kS - 2; ++s) {
+      if (s < kKB) request(s);
+      netra_moe::cp_commit();
+    }
+    float accg[kNT / 2] = {}, accu[kNT / 2] = {};
+    const auto promote = [&](int kb, float (&dg)[kNT / 2], float (&du)[kNT / 2]) {
+#pragma unroll
+      for (int j = 0; j < kNT / 2; ++j) asm volatile("" : "+f"(dg[j]), "+f"(du[j])::"memory");  // after the wait
+      const float wsg = wscale[0][kb], wsu = wscale[1][kb];
+#pragma unroll
+      for (int i = 0; i < kNT / 8; ++i) {
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+          const float x = xscale[(8 * i + 2 * c + (v & 1)) * kKB + kb];
+          accg[4 * i + v] = __fmaf_rn(dg[4 * i + v], __fmul_rn(wsg, x), accg[4 * i + v]);
+          accu[4 * i + v] = __fmaf_rn(du[4 * i + v], __fmul_rn(wsu, x), accu[4 * i + v]);
+        }
+      }
+    };
+    const auto step = [&](int kb, float (&dg)[kNT / 2], float (&du)[kNT / 2]) {
+      netra_moe::cp_wait<kS - 3>();     // this thread's copies of block kb have landed
+      netra_moe::fence_proxy_shared();  // ... and are visible to the tensor cores' (async) proxy
+      __syncthreads();                  // every thread's; and every wgmma before block kb's pair has completed
+#ifdef NETRA_TRACE
+      if (kb == 0 && ch == 0) NETRA_TRACE_MARK(7);  // the first block landed
+#endif
+      if (kb + kS - 2 < kKB) request(kb + kS - 2);  // into the slot block kb - 2 used
+      netra_moe::cp_commit();
+      const uint32_t slot = ring + (uint32_t)((kb % kS) * kStage);
+      const uint32_t ag = slot + (uint32_t)((2 * wg) * kTile), au = ag + kTile, b = slot + (uint32_t)kW;
+      netra_moe::wg_fence();
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        tc::mma_ss<kNT>(dg, tc::sw128_desc(ag + 32 * s), tc::sw128_desc(b + 32 * s), s);
+        tc::mma_ss<kNT>(du, tc::sw128_desc(au + 32 * s), tc::sw128_desc(b + 32 * s), s);
+      }
+      netra_moe::wg_commit();
+    };
+    float dg0[kNT / 2], du0[kNT / 2], dg1[kNT / 2], du1[kNT / 2];
+#pragma unroll 1
+    for (int kb = 0; kb < kKB; kb += 2) {
+      step(kb, dg0, du0);
+      if (kb + 1 < kKB) {
+        step(kb + 1, dg1, du1);
+        tc::wg_wait_upto1();  // block kb's wgmma has completed (kb + 1's may still run)
+        promote(kb, dg0, du0);
+        netra_moe::wg_wait_all();
+        promote(kb + 1, dg1, du1);
+      } else {
+        netra_moe::wg_wait_all();
+        promote(kb, dg0, du0);
+      }
+    }
+#else
 #pragma unroll 1
     for (int s = 0; s < kS - 1; ++s) {
       if (s < kKB) request(s);
@@ -175,6 +243,9 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
       netra_moe::cp_wait<kS - 2>();  // this thread's copies of block kb have landed
       netra_moe::fence_proxy_shared();  // ... and are visible to the tensor cores' (async) proxy
       __syncthreads();                  // every thread's; and every wgmma of block kb - 1 has completed
+#ifdef NETRA_TRACE
+      if (kb == 0 && ch == 0) NETRA_TRACE_MARK(7);  // the first block landed
+#endif
       if (kb + kS - 1 < kKB) request(kb + kS - 1);  // into the slot block kb - 1 used
       netra_moe::cp_commit();
       const uint32_t slot = ring + (uint32_t)((kb % kS) * kStage);
@@ -201,6 +272,8 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
         }
       }
     }
+#endif
+    NETRA_TRACE_MARK(2);
     // h of the chunk into the ring as [pair][128 columns] (every wgmma has completed and every copy
     // landed: the last step waited on both), then each warp quantizes whole pairs.
     netra_moe::cp_wait<0>();
@@ -216,7 +289,9 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
       }
     }
     __syncthreads();
+    NETRA_TRACE_MARK(3);
 #if COLUMNS == 128
+    NETRA_TRACE_MARK(4);  // (no exchange: the CTA holds the group)
     for (int col = warp; col < kNT; col += NETRA_BLOCK / 32) {
       const int i = ch * kNT + col;
       if (i >= r.n) break;  // the same for every lane
@@ -244,6 +319,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
       if (lane == 0) gmax[col] = a;
     }
     tc::cluster_sync();  // both CTAs' gmax written
+    NETRA_TRACE_MARK(4);
     const uint32_t other = tc::cluster_rank() ^ 1u;
     for (int col = warp; col < kNT; col += NETRA_BLOCK / 32) {
       const int i = ch * kNT + col;
@@ -261,4 +337,6 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
 #endif
     __syncthreads();  // the next chunk's scales and copies overwrite what this one read
   }
+  NETRA_TRACE_FLAG(6, 1);  // every CTA quantizes its own columns
+  NETRA_TRACE_MARK(5);
 }

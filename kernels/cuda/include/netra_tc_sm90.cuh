@@ -75,6 +75,9 @@ __device__ __forceinline__ void mma_ss<64>(float (&d)[32], uint64_t a, uint64_t 
       : "memory");
 }
 
+// Wait until at most one of this warpgroup's committed wgmma groups is still running (the newest).
+__device__ __forceinline__ void wg_wait_upto1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
+
 // Wait until at most n (0 .. 7) of this thread's most recent cp.async groups are still in flight.
 __device__ __forceinline__ void cp_wait_upto(int n) {
   switch (n) {

@@ -43,6 +43,12 @@ def instantiation(spec: ArtifactSpec) -> str:
     return "\n".join(lines)
 
 
+# ptxas's advisory that it waited on every wgmma in turn (not an error under -Werror): the kernel still
+# works, at a fraction of its speed, so the build refuses it (2026-12-07: a promotion overlapped with the
+# next block's wgmma across a loop's back edge was serialized so)
+SERIALIZED = "C7514"
+
+
 def _fail(spec: ArtifactSpec, r: subprocess.CompletedProcess[str], work: Path) -> AssemblyError:
     text = (r.stderr or r.stdout).replace(str(work) + "/", "")
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
@@ -76,6 +82,14 @@ def compile_cubin(
     )  # fmt: skip
     if r.returncode != 0:
         raise _fail(spec, r, work)
+    if SERIALIZED in (r.stderr or "") + (r.stdout or ""):
+        dest.unlink(missing_ok=True)  # nothing half-written: the cubin is refused
+        raise AssemblyError(
+            f"{spec.name} ({spec.template.source}, {spec.key}): ptxas serialized its wgmma instructions "
+            f"({SERIALIZED}: an instruction touches a wgmma's accumulators before the wait that retires it)",
+            "leave each wgmma group's accumulators untouched until its wgmma.wait_group, and keep no group in "
+            "flight across a loop's back edge; `netra build --keep` keeps the instantiation file",
+        )
     return dest
 
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The next device run on main's wheel (prepared in the fifteenth session; under setsid, from .gpu/call.sh). On an H200:
-# certify --reuse first (issues 28 and 30: the MoE contracts' candidates and DeepSeek-V3's router and
-# experts, the only contracts without hardware evidence), in three parts (--only: Qwen3-30B-A3B's MoE,
-# Qwen3-235B-A22B's, then the rest), each banked as it finishes; then the transformers integration over every
-# served model (issue 30), the MoE bench with vLLM on the H200 (issue 28), the operator path and decode
-# (issue 31), the MoE gpu test, the other gpu tests. On another card only the transformers integration
-# runs, unless .gpu/integ-done says it has (certify --reuse needs the reused table's device; the H100
-# measurements of the rest are in docs/).
+# The next device run on main's wheel (under setsid, from .gpu/call.sh). First, on any sm_90 card, the
+# 64-column tensor-core tactics' conformance at Qwen3-30B-A3B (they have never run; one that hangs keeps
+# certify from starting). On an H200 then: bench_moe at both Qwen3 contracts beside vLLM and the read limit
+# (issue 28's benchmark, about two minutes); certify --reuse in three parts (--only: Qwen3-30B-A3B's MoE,
+# Qwen3-235B-A22B's, then the rest, DeepSeek-V3's router and experts), each banked as it finishes (issues 28
+# and 30); the transformers integration (issue 30); the operator path and decode (issue 31); the gpu tests.
+# On another card: the bench and the 235B conformance of every MoE tactic (certify --reuse needs the reused
+# table's device).
 set -u
 R=/tmp/run; H="$R/house"
 cd "$R/tree"
@@ -22,10 +22,46 @@ gs() {  # $1 name, $2 timeout, then tools/gpu-session's mode and arguments (WHEE
   timeout "$t" tools/gpu-session "$mode" "$hh" "$R/$n" "$@" > "$R/$n/session.log" 2>&1
   local rc=$?; step "$n" "rc=$rc"; pack "$n"
   if [ "$rc" != 0 ] && [ -f "$R/$n/certify-logs.tar.gz" ]; then cp "$R/$n/certify-logs.tar.gz" "$R/$n-logs.part" && mv "$R/$n-logs.part" "$R/$n-logs.tar.gz"; fi; }
-if ! grep -q H200 "$R/which"; then  # another sm_90 card: the transformers integration once (issue 30)
-  [ -f "$R/tree/.gpu/integ-done" ] || gs integ 300 tests tests/test_gpu_integrations_transformers.py
+V=""; HB="$H"
+if [ -f "$R/tree/.gpu/vllm/vs.tar.xz" ]; then
+  mkdir -p "$R/vllm" "$R/house-bench" && tar -xJf "$R/tree/.gpu/vllm/vs.tar.xz" -C "$R/vllm" \
+    && cp "$H"/*.whl "$R"/tree/.gpu/vllm/wheels/*.whl "$R/house-bench/" && V="--vllm-src $R/vllm/VS" HB="$R/house-bench"
+fi
+trace() {  # bench/trace_moe.py from the tree (its nvcc builds the trace cubins): where one call's time goes
+  mkdir -p "$R/trace"; step trace start
+  [ -x /tmp/vt/bin/python ] || { python3 -m venv /tmp/vt && python3 -c 'import site; print("\n".join(site.getsitepackages()))' \
+    > "$(/tmp/vt/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/img.pth" \
+    && /tmp/vt/bin/python -m pip install -q --no-index --no-deps "$H"/*.whl > "$R/trace/install.log" 2>&1; }
+  for t in "$@"; do
+    set -- $t
+    timeout 120 env PYTHONPATH="$R/tree" /tmp/vt/bin/python bench/trace_moe.py --contract "$1" --chain "$2" --tokens "$3" \
+      --routing "$4" --json "$R/trace/$1-$2-$3-$4.json" >> "$R/trace/session.log" 2>&1
+    echo "rc $? for $t" >> "$R/trace/session.log"
+  done
+  step trace done; pack trace; }
+TR=("Qwen3-30B-A3B g8x64+d8x64 64 same" "Qwen3-30B-A3B g8x64p+d8x64p 64 same" "Qwen3-30B-A3B g8x8+d8x8 64 uniform"
+    "Qwen3-30B-A3B g8x8s3+d8x8s3 64 uniform" "Qwen3-30B-A3B g8x8+d8x8 1 uniform" "Qwen3-30B-A3B g4x64+d4x64 64 same"
+    "Qwen3-235B-A22B g8x64+d8x64 64 same" "Qwen3-235B-A22B g8x8+d8x8 16 uniform")
+# the 64-column tensor-core tactics have never run: their conformance first (a hang stops here, not in certify)
+export NETRA_TEST_MOE_TACTICS=g4x8,g4x16,g4x64,d4x8,d4x64,g8x8p,g8x64p,g8x8s3,g8x16s3,d8x8p,d8x64p,d8x8s3,d8x64s3
+NETRA_TEST_MOE_CONTRACTS=30b gs u30 240 tests tests/test_gpu_moe.py
+hung=$(grep -c '^u30 rc=124' "$R/progress")
+unset NETRA_TEST_MOE_TACTICS
+C="g4r8+d3 g4o+d8sh g8x8+d8x8 g8x16+d8x8 g8x64+d8x64 g4x8+d4x8 g4x64+d4x64 g8x8p+d8x8p g8x64p+d8x64p g8x8s3+d8x8s3
+   g8x16s3+d8x8s3 g8x64p+d8x64s3"
+[ "$hung" = 0 ] || C="g4r8+d3 g4o+d8sh g8x8+d8x8 g8x16+d8x8 g8x64+d8x64"
+if ! grep -q H200 "$R/which"; then  # another sm_90 card: the bench beside vLLM and the 235B conformance, no certify
+  gs moe30 200 moe-bench $V --contracts Qwen3-30B-A3B --chains $C --tokens 1 4 16 64 --no-compile --rounds 3
+  gs moe235 200 moe-bench $V --contracts Qwen3-235B-A22B --chains $C --tokens 1 16 64 --no-compile --rounds 3
+  [ "$hung" = 0 ] && trace "${TR[@]}"
+  NETRA_TEST_MOE_CONTRACTS=235b gs u235 150 tests tests/test_gpu_moe.py -k "every_tactic_passes"
   echo done >> "$R/progress"; exit 0
 fi
+# on the H200: issue 28's benchmark (short), then certify
+gs moe30 300 moe-bench $V --contracts Qwen3-30B-A3B --chains $C --tokens 1 2 4 8 16 32 64 --no-compile --rounds 3
+gs moe235 300 moe-bench $V --contracts Qwen3-235B-A22B --chains $C --tokens 1 4 16 64 --no-compile --rounds 3
+[ "$hung" = 0 ] || { echo done >> "$R/progress"; exit 0; }
+trace "${TR[@]}"
 # certify in three parts (--only), each reusing the table of the one before: what finishes is banked
 Q30='(experts=128,topk=8,hidden=2048,inter=768)'; Q235='(experts=128,topk=8,hidden=4096,inter=1536)'
 gs certify30 1200 certify --reuse "$R/tree/release/tables/sm_90.json" --tool-timeout 300 \
@@ -34,14 +70,6 @@ gs certify30 1200 certify --reuse "$R/tree/release/tables/sm_90.json" --tool-tim
   --only "fp8_moe_gate_up$Q235" --only "fp8_moe_down$Q235"
 [ -f "$R/certify235/sm_90.json" ] && gs certifyds 700 certify --reuse "$R/certify235/sm_90.json" --tool-timeout 300
 gs integ 420 tests tests/test_gpu_integrations_transformers.py
-V=""; HB="$H"
-if [ -f "$R/tree/.gpu/vllm/vs.tar.xz" ]; then
-  mkdir -p "$R/vllm" "$R/house-bench" && tar -xJf "$R/tree/.gpu/vllm/vs.tar.xz" -C "$R/vllm" \
-    && cp "$H"/*.whl "$R"/tree/.gpu/vllm/wheels/*.whl "$R/house-bench/" && V="--vllm-src $R/vllm/VS" HB="$R/house-bench"
-fi
-C="g4r8+d3 g4o+d8sh g8x8+d8x8 g8x16+d8x8 g8x64+d8x64 g4x8+d4x8 g4x16+d4x8 g4x64+d4x64"
-gs moe30 300 moe-bench $V --contracts Qwen3-30B-A3B --chains $C --tokens 1 2 4 8 16 32 64 --no-compile --rounds 3
-gs moe235 300 moe-bench $V --contracts Qwen3-235B-A22B --chains $C --tokens 1 4 16 64 --no-compile --rounds 3
 gs path 240 path-bench
 gs decode 240 torch-bench --rows 1 16
 gs moetest 600 tests tests/test_gpu_moe.py
