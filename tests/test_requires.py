@@ -125,6 +125,8 @@ def test_every_contract_keeps_every_tactic_of_its_class_but_deepseek_s_routed_ex
             "g8x64p",
             "g8x8s3",
             "g8x16s3",
+            "g8x8c",
+            "g8x16c",
         },
         ("sm_90", "fp8_moe_down"): {
             "d2",
@@ -142,6 +144,8 @@ def test_every_contract_keeps_every_tactic_of_its_class_but_deepseek_s_routed_ex
             "d8x64p",
             "d8x8s3",
             "d8x64s3",
+            "d8x16c",
+            "d8x32c",
         },
         ("sm_100", "fp8_moe_gate_up"): {"bg8s", "bg8sr4", "bg4r8", "bg4a2", "bg2a4"},
         ("sm_100", "fp8_moe_down"): {"bd2", "bd2a3"},
@@ -277,6 +281,8 @@ def test_a_contract_no_tactic_is_admitted_for_is_one_line_naming_it_and_the_requ
         "d8x64p",
         "d8x8s3",
         "d8x64s3",
+        "d8x16c",
+        "d8x32c",
     ):  # sm_90's down tactics at inter 2048
         _drop_tactic(root, "sm_90", name)
     with pytest.raises(ManifestError) as e:
@@ -373,7 +379,7 @@ def test_the_table_and_netra_explain_say_why_a_tactic_is_no_candidate(cat: manif
     key = _key("fp8_moe_down", DEEPSEEK)
     entry = open_catalog("sm_90").table.entries[key]
     down = ["d2a3", "d2", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh", "d8x8", "d8x64", "d4x8", "d4x64", "d8x8p",
-            "d8x64p", "d8x8s3", "d8x64s3"]  # fmt: skip
+            "d8x64p", "d8x8s3", "d8x64s3", "d8x16c", "d8x32c"]  # fmt: skip
     assert [c.tactic for c in entry.candidates] == down
     want = [(n.tactic, n.requirement.holds, n.requirement.why) for n in cat.not_admitted
             if (n.target, n.key) == ("sm_90", key)]  # fmt: skip
@@ -419,5 +425,5 @@ def test_the_table_and_netra_explain_say_why_a_tactic_is_no_candidate(cat: manif
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "  not admitted: tactic d3: INTER must split into whole 128-byte blocks per warp (" in r.stdout
     assert "grid (224, min(256, rows * 8), 1)" in r.stdout
-    # d4w8, d4w64, d4w8q, d4w64q, d8x8, d8x64, d4x8, d4x64, d8x8p, d8x64p, d8x8s3, d8x64s3
-    assert r.stdout.count("accumulation: tensor-core partials of 14 significant bits") == 12
+    # d4w8, d4w64, d4w8q, d4w64q, d8x8, d8x64, d4x8, d4x64, d8x8p, d8x64p, d8x8s3, d8x64s3, d8x16c, d8x32c
+    assert r.stdout.count("accumulation: tensor-core partials of 14 significant bits") == 14

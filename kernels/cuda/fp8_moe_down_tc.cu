@@ -16,6 +16,11 @@
 // COLUMNS threads, dynamic shared memory STAGES x (COLUMNS x 128 + TILE_PAIRS x 128) + the chunk's h
 // scales + 1 KB.
 //
+// OVERLAP 1 takes the k blocks in pairs, block kb + 1's wgmma running while block kb's partial is promoted
+// (one group in flight, retired before the next pair: ptxas serializes a group carried across the loop's
+// back edge); SPREAD 1 makes the rows chunk-parallel (netra_moe::route_chunk: row y takes the items (hit
+// expert, chunk) y, y + gridDim.y, ..., each one chunk). Neither changes a pair's arithmetic.
+//
 // Mapping: CTA (x, y) takes the y-th hit expert (include/netra_moe_sm90.cuh: route) and output columns
 // n0 = COLUMNS x .. + COLUMNS - 1 (rows of w2[e]), for all n of its pairs in chunks of TILE_PAIRS (one chunk
 // while TILE_PAIRS >= tokens). Warpgroup j owns columns n0 + 64j .. + 63: per 128-byte k block of INTER
@@ -49,9 +54,9 @@
 #if !defined(EXPERTS) || !defined(TOPK) || !defined(HIDDEN) || !defined(INTER)
 #error "fp8_moe_down_tc: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
 #endif
-#if !defined(COLUMNS) || !defined(TILE_PAIRS) || !defined(STAGES) || !defined(OVERLAP) || !defined(MAX_TOKENS) || \
-    !defined(MIN_BLOCKS) || !defined(GRID_EXPERTS)
-#error "fp8_moe_down_tc: tactic constants COLUMNS, TILE_PAIRS, STAGES, OVERLAP, MAX_TOKENS, MIN_BLOCKS and GRID_EXPERTS must be defined"
+#if !defined(COLUMNS) || !defined(TILE_PAIRS) || !defined(STAGES) || !defined(OVERLAP) || !defined(SPREAD) || \
+    !defined(MAX_TOKENS) || !defined(MIN_BLOCKS) || !defined(GRID_EXPERTS)
+#error "fp8_moe_down_tc: tactic constants COLUMNS, TILE_PAIRS, STAGES, OVERLAP, SPREAD, MAX_TOKENS, MIN_BLOCKS and GRID_EXPERTS must be defined"
 #endif
 
 namespace fp8_moe_down_tc_sm90 {
@@ -75,12 +80,13 @@ static_assert(kS >= 2 && kS <= 8, "fp8_moe_down_tc: STAGES must be in [2, 8]");
 static_assert(MAX_TOKENS >= 1 && MAX_TOKENS <= 256, "fp8_moe_down_tc: MAX_TOKENS must be in [1, 256]");
 static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 4, "fp8_moe_down_tc: MIN_BLOCKS must be in [1, 4]");
 static_assert(OVERLAP == 0 || OVERLAP == 1, "fp8_moe_down_tc: OVERLAP must be 0 or 1");
+static_assert(SPREAD == 0 || SPREAD == 1, "fp8_moe_down_tc: SPREAD must be 0 or 1");
 static_assert(kS >= 2 + OVERLAP, "fp8_moe_down_tc: STAGES must be at least 2 + OVERLAP (with OVERLAP the ring runs STAGES - 2 blocks ahead)");
 static_assert(GRID_EXPERTS >= kE, "fp8_moe_down_tc: GRID_EXPERTS must be at least EXPERTS (a row of CTAs per hit expert)");
 static_assert(kS * kStage + kNT * kKB * 4 + 1024 <= 228352,
               "fp8_moe_down_tc: the ring and the chunk's scales must fit the 223 KB of dynamic shared memory");
-static_assert(kMaxPairs * 5 + kKB * 4 + (kE + 31) / 32 * 4 <= 4096,
-              "fp8_moe_down_tc: the pair list, the weight scales and the hit mask must fit 4 KB of static shared memory");
+static_assert(kMaxPairs * 5 + kKB * 4 + (SPREAD * kE + (1 - SPREAD) * ((kE + 31) / 32)) * 4 <= 4096,
+              "fp8_moe_down_tc: the pair list, the weight scales and the hit mask (the expert counts with SPREAD) must fit 4 KB of static shared memory");
 
 __device__ __forceinline__ bool valid(int e) { return e >= 0 && e < kE; }
 }  // namespace fp8_moe_down_tc_sm90
@@ -98,12 +104,26 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   extern __shared__ uint8_t netra_dyn[];
   NETRA_TRACE_MARK(0);  // phase marks: include/netra_trace.cuh (nothing in a release build)
   if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit)
+#ifdef NETRA_TRACE
+  bool traced_first = false;  // mark 7 at the CTA's first block
+#endif
+#if SPREAD
+  bool waited = false;  // griddepcontrol.wait before the CTA's first hq and hs
+#define NETRA_TC_FIRST_CHUNK (!waited && (waited = true))
+  for (int item = blockIdx.y;; item += gridDim.y) {  // the row's items (netra_moe::route_chunk)
+  const netra_moe::ChunkRoute r =
+      netra_moe::route_chunk<kE, kMaxPairs, kNT>(ids, (int)tokens * kK, list, item, item == (int)blockIdx.y);
+  NETRA_TRACE_MARK(1);
+  if (r.expert < 0) break;  // the same for every thread
+#else
+#define NETRA_TC_FIRST_CHUNK (ch == 0)
   const netra_moe::Route r = netra_moe::route<kE, kMaxPairs, true>(ids, (int)tokens * kK, list);
   NETRA_TRACE_MARK(1);
   if (r.expert < 0) {
     NETRA_TRACE_MARK(5);
     return;
   }
+#endif
 
   const uint32_t dyn = netra_moe::smem_addr(netra_dyn);
   const uint32_t ring = (dyn + 1023u) & ~1023u;
@@ -124,8 +144,12 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
       tc::cp_w16(slot + (uint32_t)((row >> 6) * kTile) + tc::sw128(row & 63, cc), rows + (size_t)row * kI + kb * 128 + cc * 16);
     }
   };
+#if SPREAD
+  for (int ch = r.chunk; ch < r.chunk + 1; ++ch) {  // the item's one chunk
+#else
   const int chunks = (r.n + kNT - 1) / kNT;
   for (int ch = 0; ch < chunks; ++ch) {
+#endif
     const auto request_a = [&](int kb) {
       const uint32_t slot = ring + (uint32_t)((kb % kS) * kStage);
       for (int u = tid; u < kNT * 8; u += NETRA_BLOCK) {
@@ -144,7 +168,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
 #pragma unroll 1
     for (int s = 0; s < kS - 2 && s < kKB; ++s) request_w(s);
     netra_moe::cp_commit();
-    if (ch == 0) {
+    if (NETRA_TC_FIRST_CHUNK) {
       netra_moe::wait_previous();  // hq and hs are the gate/up stage's
       NETRA_TRACE_MARK(2);
     }
@@ -176,7 +200,8 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
       netra_moe::fence_proxy_shared();
       __syncthreads();  // every thread's copies; every wgmma before block kb's pair has completed
 #ifdef NETRA_TRACE
-      if (kb == 0 && ch == 0) NETRA_TRACE_MARK(7);  // the first block landed
+      if (!traced_first) NETRA_TRACE_MARK(7);  // the CTA's first block landed
+      traced_first = true;
 #endif
       if (kb + kS - 2 < kKB) {
         request_w(kb + kS - 2);
@@ -211,7 +236,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
 #pragma unroll 1
     for (int s = 0; s < kS - 1 && s < kKB; ++s) request_w(s);
     netra_moe::cp_commit();
-    if (ch == 0) {
+    if (NETRA_TC_FIRST_CHUNK) {
       netra_moe::wait_previous();  // hq and hs are the gate/up stage's
       NETRA_TRACE_MARK(2);
     }
@@ -231,7 +256,8 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
       netra_moe::fence_proxy_shared();
       __syncthreads();  // every thread's copies; every wgmma of block kb - 1 has completed
 #ifdef NETRA_TRACE
-      if (kb == 0 && ch == 0) NETRA_TRACE_MARK(7);  // the first block landed
+      if (!traced_first) NETRA_TRACE_MARK(7);  // the CTA's first block landed
+      traced_first = true;
 #endif
       if (kb + kS - 1 < kKB) {
         request_w(kb + kS - 1);
@@ -277,7 +303,11 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   // One counter per (token, COLUMNS-column group): the pair that arrives last sums the token's slots.
   __threadfence();
   __syncthreads();
+#if SPREAD
+  for (int i = r.chunk * kNT + tid; i < min(r.n, r.chunk * kNT + kNT); i += NETRA_BLOCK) {  // the item's pairs
+#else
   for (int i = tid; i < r.n; i += NETRA_BLOCK) {
+#endif
     const int t = list[i] / kK;
     uint32_t arriving = 0;  // the token's pairs that name an expert: each arrives once per group
     for (int s = 0; s < kK; ++s) arriving += valid(ids[t * kK + s]);
@@ -289,7 +319,11 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   __syncthreads();
   NETRA_TRACE_MARK(4);
   __threadfence();
+#if SPREAD
+  for (int i = r.chunk * kNT + warp; i < min(r.n, r.chunk * kNT + kNT); i += NETRA_BLOCK / 32) {
+#else
   for (int i = warp; i < r.n; i += NETRA_BLOCK / 32) {
+#endif
     if (!last[i]) continue;
     const int t = list[i] / kK;
 #pragma unroll
@@ -304,6 +338,10 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
       out[(size_t)t * kH + n] = __float2bfloat16_rn(acc);
     }
   }
+#if SPREAD
+  }
+#endif
+#undef NETRA_TC_FIRST_CHUNK
   NETRA_TRACE_SYNC();
   NETRA_TRACE_MARK(5);
 }

@@ -17,6 +17,11 @@
 // min(EXPERTS, tokens * TOPK)), 2 x COLUMNS threads (a warpgroup per 64 columns), dynamic shared memory
 // STAGES x (COLUMNS x 256 + TILE_PAIRS x 128) + the chunk's activation scales + 1 KB.
 //
+// OVERLAP 1 takes the k blocks in pairs, block kb + 1's wgmma running while block kb's partial is promoted
+// (one group in flight, retired before the next pair: ptxas serializes a group carried across the loop's
+// back edge); SPREAD 1 makes the rows chunk-parallel (netra_moe::route_chunk: row y takes the items (hit
+// expert, chunk) y, y + gridDim.y, ..., each one chunk). Neither changes a pair's arithmetic.
+//
 // Mapping: CTA (x, y) takes the y-th hit expert (include/netra_moe_sm90.cuh: route) and h columns n0 =
 // COLUMNS x .. + COLUMNS - 1, for all n of its pairs in chunks of TILE_PAIRS (ceil(n / TILE_PAIRS) chunks; at
 // most one while TILE_PAIRS >= tokens, since a token names an expert at most once). Warpgroup j owns
@@ -61,9 +66,9 @@
 #if !defined(EXPERTS) || !defined(TOPK) || !defined(HIDDEN) || !defined(INTER)
 #error "fp8_moe_gate_up_tc: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
 #endif
-#if !defined(COLUMNS) || !defined(TILE_PAIRS) || !defined(STAGES) || !defined(OVERLAP) || !defined(MAX_TOKENS) || \
-    !defined(MIN_BLOCKS) || !defined(GRID_EXPERTS)
-#error "fp8_moe_gate_up_tc: tactic constants COLUMNS, TILE_PAIRS, STAGES, OVERLAP, MAX_TOKENS, MIN_BLOCKS and GRID_EXPERTS must be defined"
+#if !defined(COLUMNS) || !defined(TILE_PAIRS) || !defined(STAGES) || !defined(OVERLAP) || !defined(SPREAD) || \
+    !defined(MAX_TOKENS) || !defined(MIN_BLOCKS) || !defined(GRID_EXPERTS)
+#error "fp8_moe_gate_up_tc: tactic constants COLUMNS, TILE_PAIRS, STAGES, OVERLAP, SPREAD, MAX_TOKENS, MIN_BLOCKS and GRID_EXPERTS must be defined"
 #endif
 
 namespace fp8_moe_gate_up_tc_sm90 {
@@ -88,12 +93,13 @@ static_assert(kS >= 2 && kS <= 8, "fp8_moe_gate_up_tc: STAGES must be in [2, 8]"
 static_assert(MAX_TOKENS >= 1 && MAX_TOKENS <= 256, "fp8_moe_gate_up_tc: MAX_TOKENS must be in [1, 256]");
 static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 4, "fp8_moe_gate_up_tc: MIN_BLOCKS must be in [1, 4]");
 static_assert(OVERLAP == 0 || OVERLAP == 1, "fp8_moe_gate_up_tc: OVERLAP must be 0 or 1");
+static_assert(SPREAD == 0 || SPREAD == 1, "fp8_moe_gate_up_tc: SPREAD must be 0 or 1");
 static_assert(kS >= 2 + OVERLAP, "fp8_moe_gate_up_tc: STAGES must be at least 2 + OVERLAP (with OVERLAP the ring runs STAGES - 2 blocks ahead)");
 static_assert(GRID_EXPERTS >= kE, "fp8_moe_gate_up_tc: GRID_EXPERTS must be at least EXPERTS (a row of CTAs per hit expert)");
 static_assert(kS * kStage + kNT * kKB * 4 + 1024 <= 228352,
               "fp8_moe_gate_up_tc: the ring and the chunk's scales must fit the 223 KB of dynamic shared memory");
-static_assert(kMaxPairs * 4 + kH / 16 + (kE + 31) / 32 * 4 <= 4096,
-              "fp8_moe_gate_up_tc: the pair list, the weight scales and the hit mask must fit 4 KB of static shared memory");
+static_assert(kMaxPairs * 4 + kH / 16 + (SPREAD * kE + (1 - SPREAD) * ((kE + 31) / 32)) * 4 <= 4096,
+              "fp8_moe_gate_up_tc: the pair list, the weight scales and the hit mask (the expert counts with SPREAD) must fit 4 KB of static shared memory");
 static_assert(kNT * kC * 4 <= kS * kStage, "fp8_moe_gate_up_tc: the ring must hold a chunk's h");
 
 // silu(g) * u as fp8_moe_gate_up.cu and silu_mul_fp8_quant.cu compute it.
@@ -127,12 +133,23 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
   NETRA_TRACE_MARK(0);  // phase marks: include/netra_trace.cuh (nothing in a release build)
   netra_moe::launch_dependents();  // the down stage may start routing and loading its weights now
   if (tokens > MAX_TOKENS) return;  // never launched so (the contract's limit); no write past list
+#ifdef NETRA_TRACE
+  bool traced_first = false;  // mark 7 at the CTA's first block
+#endif
+#if SPREAD
+  for (int item = blockIdx.y;; item += gridDim.y) {  // the row's items (netra_moe::route_chunk)
+  const netra_moe::ChunkRoute r =
+      netra_moe::route_chunk<kE, kMaxPairs, kNT>(ids, (int)tokens * kK, list, item, item == (int)blockIdx.y);
+  NETRA_TRACE_MARK(1);
+  if (r.expert < 0) break;  // the same for every thread (and both CTAs of a cluster: one row)
+#else
   const netra_moe::Route r = netra_moe::route<kE, kMaxPairs, true>(ids, (int)tokens * kK, list);
   NETRA_TRACE_MARK(1);
   if (r.expert < 0) {
     NETRA_TRACE_MARK(5);
     return;
   }
+#endif
 
   // The ring (1 KB aligned: the swizzle's base), then the chunk's activation scales [pair][k block].
   const uint32_t dyn = netra_moe::smem_addr(netra_dyn);
@@ -148,8 +165,12 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
   for (int t = tid; t < 2 * kKB; t += NETRA_BLOCK)
     wscale[t / kKB][t % kKB] = se[(((t / kKB) * kI + n0) / 128) * kKB + t % kKB];
 
+#if SPREAD
+  for (int ch = r.chunk; ch < r.chunk + 1; ++ch) {  // the item's one chunk
+#else
   const int chunks = (r.n + kNT - 1) / kNT;
   for (int ch = 0; ch < chunks; ++ch) {
+#endif
     for (int t = tid; t < kNT * kKB; t += NETRA_BLOCK) {
       const int col = t / kKB, i = ch * kNT + col;
       xscale[t] = i < r.n ? xs[(size_t)(list[i] / kK) * kKB + t % kKB] : 0.f;
@@ -202,7 +223,8 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
       netra_moe::fence_proxy_shared();  // ... and are visible to the tensor cores' (async) proxy
       __syncthreads();                  // every thread's; and every wgmma before block kb's pair has completed
 #ifdef NETRA_TRACE
-      if (kb == 0 && ch == 0) NETRA_TRACE_MARK(7);  // the first block landed
+      if (!traced_first) NETRA_TRACE_MARK(7);  // the CTA's first block landed
+      traced_first = true;
 #endif
       if (kb + kS - 2 < kKB) request(kb + kS - 2);  // into the slot block kb - 2 used
       netra_moe::cp_commit();
@@ -244,7 +266,8 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
       netra_moe::fence_proxy_shared();  // ... and are visible to the tensor cores' (async) proxy
       __syncthreads();                  // every thread's; and every wgmma of block kb - 1 has completed
 #ifdef NETRA_TRACE
-      if (kb == 0 && ch == 0) NETRA_TRACE_MARK(7);  // the first block landed
+      if (!traced_first) NETRA_TRACE_MARK(7);  // the CTA's first block landed
+      traced_first = true;
 #endif
       if (kb + kS - 1 < kKB) request(kb + kS - 1);  // into the slot block kb - 1 used
       netra_moe::cp_commit();
@@ -337,6 +360,9 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
 #endif
     __syncthreads();  // the next chunk's scales and copies overwrite what this one read
   }
+#if SPREAD
+  }
+#endif
   NETRA_TRACE_FLAG(6, 1);  // every CTA quantizes its own columns
   NETRA_TRACE_MARK(5);
 }

@@ -108,6 +108,22 @@ __device__ __forceinline__ void hit_mask(const int* __restrict__ ids, int pairs,
   __syncthreads();
 }
 
+// The pairs p that name expert e, in ascending order, into list (the first MAX_PAIRS of them), by the
+// first warp of the CTA (every lane of it calls it: threadIdx.x is the lane); returns how many name it.
+template <int MAX_PAIRS>
+__device__ __forceinline__ int list_pairs(const int* __restrict__ ids, int pairs, int e, int* list) {
+  const int lane = threadIdx.x;
+  int n = 0;
+  for (int base = 0; base < pairs; base += 32) {
+    const int p = base + lane;
+    const bool hit = p < pairs && ids[p] == e;
+    const uint32_t b = __ballot_sync(0xffffffffu, hit);
+    if (hit && n + __popc(b & ((1u << lane) - 1)) < MAX_PAIRS) list[n + __popc(b & ((1u << lane) - 1))] = p;
+    n += __popc(b);
+  }
+  return n;
+}
+
 // The which()-th hit expert of `mask` (ascending id; -1 past the last) and its pairs (in `list`,
 // MAX_PAIRS long, ascending), found by the first warp and handed to every thread through s_e, s_n
 // (shared). Every thread calls it, after the previous Route's list has been read. (`which` is read by
@@ -127,16 +143,7 @@ __device__ __forceinline__ Route select(const int* __restrict__ ids, int pairs, 
       }
       if (e < 0) want -= c;
     }
-    int n = 0;
-    if (e >= 0) {
-      for (int base = 0; base < pairs; base += 32) {
-        const int p = base + tid;
-        const bool hit = p < pairs && ids[p] == e;
-        const uint32_t b = __ballot_sync(0xffffffffu, hit);
-        if (hit && n + __popc(b & ((1u << tid) - 1)) < MAX_PAIRS) list[n + __popc(b & ((1u << tid) - 1))] = p;
-        n += __popc(b);
-      }
-    }
+    const int n = e >= 0 ? list_pairs<MAX_PAIRS>(ids, pairs, e, list) : 0;
     if (tid == 0) {
       s_e = e;
       s_n = n < MAX_PAIRS ? n : MAX_PAIRS;
@@ -168,6 +175,79 @@ __device__ __forceinline__ Route route(const int* __restrict__ ids, int pairs, i
   __shared__ int s_e, s_n;
   hit_mask<E, REDUCED>(ids, pairs, mask);
   return select<E, MAX_PAIRS>(ids, pairs, list, mask, [] { return (int)blockIdx.y; }, s_e, s_n);
+}
+
+struct ChunkRoute {
+  int expert;  // -1: no item left for this CTA
+  int n;       // the expert's pairs, all listed in ascending order
+  int chunk;   // the item's TP of them: list[chunk * TP ..]
+};
+
+// Chunk-parallel rows (the _tc templates' SPREAD): the call's work items are (hit expert, chunk of TP of
+// its pairs), hit experts in ascending id and each expert's chunks in order, and CTA row y takes items y,
+// y + gridDim.y, ... in turn (`item`), so the chunks of an expert that many tokens name run side by side
+// (their weights read from DRAM about once, the repeats from L2) where they would otherwise run one after
+// another in one row, and the rows past the hit experts have work. The per-expert pair counts are built at
+// the row's first item (`first`) and kept; one shared-memory atomic per distinct expert of a warp's 32
+// pairs. Every thread calls it, after the previous item's list and scales have been read.
+template <int E, int MAX_PAIRS, int TP>
+__device__ __forceinline__ ChunkRoute route_chunk(const int* __restrict__ ids, int pairs, int* list, int item,
+                                                  bool first) {
+  __shared__ int count[E];
+  __shared__ int s_e, s_n, s_c;
+  const int tid = threadIdx.x, lane = tid & 31;
+  if (first) {
+    for (int e = tid; e < E; e += blockDim.x) count[e] = 0;
+    __syncthreads();
+    for (int base = tid & ~31; base < pairs; base += blockDim.x) {  // the same base for a warp's lanes
+      const int p = base + lane;
+      const int e = p < pairs ? ids[p] : -1;
+      const bool ok = e >= 0 && e < E;
+      const uint32_t same = __match_any_sync(0xffffffffu, ok ? e : -1);
+      if (ok && lane == __ffs(same) - 1) atomicAdd(&count[e], __popc(same));
+    }
+  }
+  __syncthreads();  // the counts are complete (and the previous item's list has been read)
+  if (tid < 32) {
+    constexpr int G = (E + 31) / 32;  // a lane's experts: lane * G .. lane * G + G - 1
+    int mine = 0;
+#pragma unroll
+    for (int j = 0; j < G; ++j)
+      if (lane * G + j < E) mine += (count[lane * G + j] + TP - 1) / TP;
+    int upto = mine;  // the items of lanes 0 .. lane
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, upto, o);
+      if (lane >= o) upto += v;
+    }
+    const uint32_t owner = __ballot_sync(0xffffffffu, item >= upto - mine && item < upto);
+    int e = -1, c = 0;
+    if (owner) {  // the same for every lane
+      const int src = __ffs(owner) - 1;
+      if (lane == src) {
+        int rest = item - (upto - mine);
+        for (int j = 0; j < G && e < 0; ++j) {
+          const int k = lane * G + j < E ? (count[lane * G + j] + TP - 1) / TP : 0;
+          if (rest < k) {
+            e = lane * G + j;
+            c = rest;
+          } else {
+            rest -= k;
+          }
+        }
+      }
+      e = __shfl_sync(0xffffffffu, e, src);
+      c = __shfl_sync(0xffffffffu, c, src);
+    }
+    const int n = e >= 0 ? list_pairs<MAX_PAIRS>(ids, pairs, e, list) : 0;
+    if (tid == 0) {
+      s_e = e;
+      s_n = n < MAX_PAIRS ? n : MAX_PAIRS;
+      s_c = c;
+    }
+  }
+  __syncthreads();
+  return ChunkRoute{s_e, s_n, s_c};
 }
 
 // Two 16-row weight tiles of a warp's k sub-slice of KS bytes, rows r..r+15 of `rows` (row stride KD),
