@@ -161,12 +161,13 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
           tc::cp_zero16(dst, hq);
       }
     };
-#if OVERLAP
-    // Blocks go in pairs, as fp8_moe_gate_up_tc.cu's: block kb + 1's wgmma runs while block kb's partial
-    // is promoted (wait_group 1), so the ring runs STAGES - 2 blocks ahead. Two groups ahead of the loop:
-    // the first STAGES - 2 blocks' weights (before the wait for gate/up on the first chunk), then their hq rows.
+    // The ring runs kAhead blocks ahead: STAGES - 1, or STAGES - 2 with OVERLAP, whose blocks go in pairs
+    // as fp8_moe_gate_up_tc.cu's (block kb + 1's wgmma runs while block kb's partial is promoted). Two
+    // groups ahead of the loop: the first kAhead blocks' weights (before the wait for gate/up on the CTA's
+    // first chunk), then their hq rows.
+    constexpr int kAhead = kS - 1 - OVERLAP;
 #pragma unroll 1
-    for (int s = 0; s < kS - 2 && s < kKB; ++s) request_w(s);
+    for (int s = 0; s < kAhead && s < kKB; ++s) request_w(s);
     netra_moe::cp_commit();
     if (NETRA_TC_FIRST_CHUNK) {
       netra_moe::wait_previous();  // hq and hs are the gate/up stage's
@@ -177,9 +178,10 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
       hscale[t] = i < r.n ? hs[(size_t)list[i] * kKB + t % kKB] : 0.f;
     }
 #pragma unroll 1
-    for (int s = 0; s < kS - 2 && s < kKB; ++s) request_a(s);
+    for (int s = 0; s < kAhead && s < kKB; ++s) request_a(s);
     netra_moe::cp_commit();
     float acc[kNT / 2] = {};
+    // Block kb's partial times RN(w_scale * h_scale), one fma each into acc (after its wait).
     const auto promote = [&](int kb, float (&d)[kNT / 2]) {
 #pragma unroll
       for (int j = 0; j < kNT / 2; ++j) asm volatile("" : "+f"(d[j])::"memory");  // after the wait
@@ -193,19 +195,20 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
         }
       }
     };
-    const auto step = [&](int kb, float (&d)[kNT / 2]) {
-      // Block kb's group: the two ahead of the loop for kb < STAGES - 2, else the one step kb - STAGES +
-      // 2 committed; at most min(kb, STAGES - 3) of this thread's later groups may still be in flight.
-      tc::cp_wait_upto(kb < kS - 3 ? kb : kS - 3);
+    // Block kb's copies landed, the next block requested, block kb's wgmma issued into d (not waited).
+    const auto issue = [&](int kb, float (&d)[kNT / 2]) {
+      // Block kb's group: the two ahead of the loop for kb < kAhead, else the one step kb - kAhead
+      // committed; at most min(kb, kAhead - 1) of this thread's later groups may still be in flight.
+      tc::cp_wait_upto(kb < kAhead - 1 ? kb : kAhead - 1);
       netra_moe::fence_proxy_shared();
-      __syncthreads();  // every thread's copies; every wgmma before block kb's pair has completed
+      __syncthreads();  // every thread's copies; every wgmma of the slot about to be refilled has completed
 #ifdef NETRA_TRACE
       if (!traced_first) NETRA_TRACE_MARK(7);  // the CTA's first block landed
       traced_first = true;
 #endif
-      if (kb + kS - 2 < kKB) {
-        request_w(kb + kS - 2);
-        request_a(kb + kS - 2);
+      if (kb + kAhead < kKB) {
+        request_w(kb + kAhead);
+        request_a(kb + kAhead);
       }
       netra_moe::cp_commit();
       const uint32_t slot = ring + (uint32_t)((kb % kS) * kStage);
@@ -215,12 +218,14 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
       for (int s = 0; s < 4; ++s) tc::mma_ss<kNT>(d, tc::sw128_desc(a + 32 * s), tc::sw128_desc(b + 32 * s), s);
       netra_moe::wg_commit();
     };
-    float d0[kNT / 2], d1[kNT / 2];
+    float d0[kNT / 2];
+#if OVERLAP
+    float d1[kNT / 2];
 #pragma unroll 1
     for (int kb = 0; kb < kKB; kb += 2) {
-      step(kb, d0);
+      issue(kb, d0);
       if (kb + 1 < kKB) {
-        step(kb + 1, d1);
+        issue(kb + 1, d1);
         tc::wg_wait_upto1();  // block kb's wgmma has completed (kb + 1's may still run)
         promote(kb, d0);
         netra_moe::wg_wait_all();
@@ -231,58 +236,11 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
       }
     }
 #else
-    // Two groups ahead of the loop: the first STAGES - 1 blocks' weights (before the wait for gate/up on
-    // the first chunk), then their hq rows.
-#pragma unroll 1
-    for (int s = 0; s < kS - 1 && s < kKB; ++s) request_w(s);
-    netra_moe::cp_commit();
-    if (NETRA_TC_FIRST_CHUNK) {
-      netra_moe::wait_previous();  // hq and hs are the gate/up stage's
-      NETRA_TRACE_MARK(2);
-    }
-    for (int t = tid; t < kNT * kKB; t += NETRA_BLOCK) {
-      const int i = ch * kNT + t / kKB;
-      hscale[t] = i < r.n ? hs[(size_t)list[i] * kKB + t % kKB] : 0.f;
-    }
-#pragma unroll 1
-    for (int s = 0; s < kS - 1 && s < kKB; ++s) request_a(s);
-    netra_moe::cp_commit();
-    float acc[kNT / 2] = {};
 #pragma unroll 1
     for (int kb = 0; kb < kKB; ++kb) {
-      // Block kb's group: the two ahead of the loop for kb < STAGES - 1, else the one step kb - STAGES +
-      // 1 committed; at most min(kb, STAGES - 2) of this thread's later groups may still be in flight.
-      tc::cp_wait_upto(kb < kS - 2 ? kb : kS - 2);
-      netra_moe::fence_proxy_shared();
-      __syncthreads();  // every thread's copies; every wgmma of block kb - 1 has completed
-#ifdef NETRA_TRACE
-      if (!traced_first) NETRA_TRACE_MARK(7);  // the CTA's first block landed
-      traced_first = true;
-#endif
-      if (kb + kS - 1 < kKB) {
-        request_w(kb + kS - 1);
-        request_a(kb + kS - 1);
-      }
-      netra_moe::cp_commit();
-      const uint32_t slot = ring + (uint32_t)((kb % kS) * kStage);
-      const uint32_t a = slot + (uint32_t)(wg * kTile), b = slot + (uint32_t)kW;
-      float d[kNT / 2];
-      netra_moe::wg_fence();
-#pragma unroll
-      for (int s = 0; s < 4; ++s) tc::mma_ss<kNT>(d, tc::sw128_desc(a + 32 * s), tc::sw128_desc(b + 32 * s), s);
-      netra_moe::wg_commit();
+      issue(kb, d0);
       netra_moe::wg_wait_all();
-#pragma unroll
-      for (int j = 0; j < kNT / 2; ++j) asm volatile("" : "+f"(d[j])::"memory");  // after the wait
-      const float ws = wscale[kb];
-#pragma unroll
-      for (int i = 0; i < kNT / 8; ++i) {
-#pragma unroll
-        for (int v = 0; v < 4; ++v) {
-          const float x = hscale[(8 * i + 2 * c + (v & 1)) * kKB + kb];
-          acc[4 * i + v] = __fmaf_rn(d[4 * i + v], __fmul_rn(ws, x), acc[4 * i + v]);
-        }
-      }
+      promote(kb, d0);
     }
 #endif
     {  // each pair's column of this chunk to y32

@@ -193,17 +193,18 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
           tc::cp_zero16(dst, xq);
       }
     };
-#if OVERLAP
-    // Blocks go in pairs: block kb + 1's wgmma runs while block kb's partial is promoted (wait_group 1),
-    // and both have completed before the next pair (no wgmma group in flight across the loop, which ptxas
-    // would otherwise serialize). So the slot refilled at step kb is block kb - 2's: the ring runs
-    // STAGES - 2 blocks ahead.
+    // The ring runs kAhead blocks ahead of the block being multiplied: STAGES - 1, or STAGES - 2 with
+    // OVERLAP, whose blocks go in pairs: block kb + 1's wgmma runs while block kb's partial is promoted
+    // (wait_group 1), both retired before the next pair (a group in flight across the loop's back edge
+    // makes ptxas wait on every wgmma), so the slot refilled at step kb is block kb - 2's.
+    constexpr int kAhead = kS - 1 - OVERLAP;
 #pragma unroll 1
-    for (int s = 0; s < kS - 2; ++s) {
+    for (int s = 0; s < kAhead; ++s) {
       if (s < kKB) request(s);
-      netra_moe::cp_commit();
+      netra_moe::cp_commit();  // (an empty group past the last block keeps the count uniform)
     }
     float accg[kNT / 2] = {}, accu[kNT / 2] = {};
+    // Block kb's partials times RN(w_scale * x_scale), one fma each into the accumulators (after its wait).
     const auto promote = [&](int kb, float (&dg)[kNT / 2], float (&du)[kNT / 2]) {
 #pragma unroll
       for (int j = 0; j < kNT / 2; ++j) asm volatile("" : "+f"(dg[j]), "+f"(du[j])::"memory");  // after the wait
@@ -218,15 +219,16 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
         }
       }
     };
-    const auto step = [&](int kb, float (&dg)[kNT / 2], float (&du)[kNT / 2]) {
-      netra_moe::cp_wait<kS - 3>();     // this thread's copies of block kb have landed
+    // Block kb's copies landed, the next block requested, block kb's wgmma issued into dg, du (not waited).
+    const auto issue = [&](int kb, float (&dg)[kNT / 2], float (&du)[kNT / 2]) {
+      netra_moe::cp_wait<kAhead - 1>();  // this thread's copies of block kb have landed
       netra_moe::fence_proxy_shared();  // ... and are visible to the tensor cores' (async) proxy
-      __syncthreads();                  // every thread's; and every wgmma before block kb's pair has completed
+      __syncthreads();                  // every thread's; and every wgmma of the slot about to be refilled has completed
 #ifdef NETRA_TRACE
       if (!traced_first) NETRA_TRACE_MARK(7);  // the CTA's first block landed
       traced_first = true;
 #endif
-      if (kb + kS - 2 < kKB) request(kb + kS - 2);  // into the slot block kb - 2 used
+      if (kb + kAhead < kKB) request(kb + kAhead);  // into the slot block kb + kAhead - STAGES used
       netra_moe::cp_commit();
       const uint32_t slot = ring + (uint32_t)((kb % kS) * kStage);
       const uint32_t ag = slot + (uint32_t)((2 * wg) * kTile), au = ag + kTile, b = slot + (uint32_t)kW;
@@ -238,12 +240,14 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
       }
       netra_moe::wg_commit();
     };
-    float dg0[kNT / 2], du0[kNT / 2], dg1[kNT / 2], du1[kNT / 2];
+    float dg0[kNT / 2], du0[kNT / 2];
+#if OVERLAP
+    float dg1[kNT / 2], du1[kNT / 2];
 #pragma unroll 1
     for (int kb = 0; kb < kKB; kb += 2) {
-      step(kb, dg0, du0);
+      issue(kb, dg0, du0);
       if (kb + 1 < kKB) {
-        step(kb + 1, dg1, du1);
+        issue(kb + 1, dg1, du1);
         tc::wg_wait_upto1();  // block kb's wgmma has completed (kb + 1's may still run)
         promote(kb, dg0, du0);
         netra_moe::wg_wait_all();
@@ -255,45 +259,10 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
     }
 #else
 #pragma unroll 1
-    for (int s = 0; s < kS - 1; ++s) {
-      if (s < kKB) request(s);
-      netra_moe::cp_commit();  // (an empty group past the last block keeps the count uniform)
-    }
-    float accg[kNT / 2] = {}, accu[kNT / 2] = {};
-#pragma unroll 1
     for (int kb = 0; kb < kKB; ++kb) {
-      netra_moe::cp_wait<kS - 2>();  // this thread's copies of block kb have landed
-      netra_moe::fence_proxy_shared();  // ... and are visible to the tensor cores' (async) proxy
-      __syncthreads();                  // every thread's; and every wgmma of block kb - 1 has completed
-#ifdef NETRA_TRACE
-      if (!traced_first) NETRA_TRACE_MARK(7);  // the CTA's first block landed
-      traced_first = true;
-#endif
-      if (kb + kS - 1 < kKB) request(kb + kS - 1);  // into the slot block kb - 1 used
-      netra_moe::cp_commit();
-      const uint32_t slot = ring + (uint32_t)((kb % kS) * kStage);
-      const uint32_t ag = slot + (uint32_t)((2 * wg) * kTile), au = ag + kTile, b = slot + (uint32_t)kW;
-      float dg[kNT / 2], du[kNT / 2];
-      netra_moe::wg_fence();
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        tc::mma_ss<kNT>(dg, tc::sw128_desc(ag + 32 * s), tc::sw128_desc(b + 32 * s), s);
-        tc::mma_ss<kNT>(du, tc::sw128_desc(au + 32 * s), tc::sw128_desc(b + 32 * s), s);
-      }
-      netra_moe::wg_commit();
+      issue(kb, dg0, du0);
       netra_moe::wg_wait_all();
-#pragma unroll
-      for (int j = 0; j < kNT / 2; ++j) asm volatile("" : "+f"(dg[j]), "+f"(du[j])::"memory");  // after the wait
-      const float wsg = wscale[0][kb], wsu = wscale[1][kb];
-#pragma unroll
-      for (int i = 0; i < kNT / 8; ++i) {
-#pragma unroll
-        for (int v = 0; v < 4; ++v) {
-          const float x = xscale[(8 * i + 2 * c + (v & 1)) * kKB + kb];
-          accg[4 * i + v] = __fmaf_rn(dg[4 * i + v], __fmul_rn(wsg, x), accg[4 * i + v]);
-          accu[4 * i + v] = __fmaf_rn(du[4 * i + v], __fmul_rn(wsu, x), accu[4 * i + v]);
-        }
-      }
+      promote(kb, dg0, du0);
     }
 #endif
     NETRA_TRACE_MARK(2);

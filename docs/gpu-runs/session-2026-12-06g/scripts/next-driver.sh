@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The next device run on main's wheel (under setsid, from .gpu/call.sh). First, on any sm_90 card, the
-# 64-column tensor-core tactics' conformance at Qwen3-30B-A3B (they have never run; one that hangs keeps
-# certify from starting). On an H200 then: bench_moe at both Qwen3 contracts beside vLLM and the read limit
-# (issue 28's benchmark, about two minutes); certify --reuse in three parts (--only: Qwen3-30B-A3B's MoE,
-# Qwen3-235B-A22B's, then the rest, DeepSeek-V3's router and experts), each banked as it finishes (issues 28
-# and 30); the transformers integration (issue 30); the operator path and decode (issue 31); the gpu tests.
+# tensor-core tactics that have never run (64 columns, OVERLAP, MIN_BLOCKS, SPREAD): their conformance at
+# Qwen3-30B-A3B (one that hangs keeps certify from starting). On an H200 then: certify --reuse in three
+# parts (--only: Qwen3-30B-A3B's MoE, Qwen3-235B-A22B's, then the rest, DeepSeek-V3's router and experts),
+# each banked as it finishes (issues 28 and 30), bench_moe beside vLLM and the read limit after each Qwen3
+# part (issue 28's benchmark), the phase traces; the transformers integration (issue 30); the operator
+# path and decode (issue 31); the gpu tests.
 # On another card: the bench and the 235B conformance of every MoE tactic (certify --reuse needs the reused
 # table's device).
 set -u
@@ -57,17 +58,20 @@ if ! grep -q H200 "$R/which"; then  # another sm_90 card: the bench beside vLLM 
   NETRA_TEST_MOE_CONTRACTS=235b gs u235 150 tests tests/test_gpu_moe.py -k "every_tactic_passes"
   echo done >> "$R/progress"; exit 0
 fi
-# on the H200: issue 28's benchmark (short), then certify
-gs moe30 300 moe-bench $V --contracts Qwen3-30B-A3B --chains $C --tokens 1 2 4 8 16 32 64 --no-compile --rounds 3
-gs moe235 300 moe-bench $V --contracts Qwen3-235B-A22B --chains $C --tokens 1 4 16 64 --no-compile --rounds 3
-[ "$hung" = 0 ] || { echo done >> "$R/progress"; exit 0; }
-trace "${TR[@]}"
-# certify in three parts (--only), each reusing the table of the one before: what finishes is banked
+# on the H200 (where the unrun tactics did not hang): certify each Qwen3 contract's MoE (banked as each
+# finishes), the bench beside vLLM after each (issue 28's benchmark), the traces, then DeepSeek-V3's part
+if [ "$hung" != 0 ]; then
+  gs moe30 300 moe-bench $V --contracts Qwen3-30B-A3B --chains $C --tokens 1 2 4 8 16 32 64 --no-compile --rounds 3
+  echo done >> "$R/progress"; exit 0
+fi
 Q30='(experts=128,topk=8,hidden=2048,inter=768)'; Q235='(experts=128,topk=8,hidden=4096,inter=1536)'
 gs certify30 1200 certify --reuse "$R/tree/release/tables/sm_90.json" --tool-timeout 300 \
   --only "fp8_moe_gate_up$Q30" --only "fp8_moe_down$Q30"
+gs moe30 300 moe-bench $V --contracts Qwen3-30B-A3B --chains $C --tokens 1 2 4 8 16 32 64 --no-compile --rounds 3
 [ -f "$R/certify30/sm_90.json" ] && gs certify235 1200 certify --reuse "$R/certify30/sm_90.json" --tool-timeout 300 \
   --only "fp8_moe_gate_up$Q235" --only "fp8_moe_down$Q235"
+gs moe235 300 moe-bench $V --contracts Qwen3-235B-A22B --chains $C --tokens 1 4 16 64 --no-compile --rounds 3
+trace "${TR[@]}"
 [ -f "$R/certify235/sm_90.json" ] && gs certifyds 700 certify --reuse "$R/certify235/sm_90.json" --tool-timeout 300
 gs integ 420 tests tests/test_gpu_integrations_transformers.py
 gs path 240 path-bench
