@@ -58,16 +58,17 @@ if ! grep -q H200 "$R/which"; then  # another sm_90 card: the bench beside vLLM 
   NETRA_TEST_MOE_CONTRACTS=235b gs u235 150 tests tests/test_gpu_moe.py -k "every_tactic_passes"
   echo done >> "$R/progress"; exit 0
 fi
-# on the H200 (where the unrun tactics did not hang): certify each Qwen3 contract's MoE (banked as each
-# finishes), the bench beside vLLM after each (issue 28's benchmark), the traces, then DeepSeek-V3's part
+# on the H200 (where the unrun tactics did not hang): the 30B bench beside vLLM (issue 28's benchmark, about
+# a minute), certify each Qwen3 contract's MoE (banked as each finishes), the 235B bench, the traces, then
+# DeepSeek-V3's part
 if [ "$hung" != 0 ]; then
   gs moe30 300 moe-bench $V --contracts Qwen3-30B-A3B --chains $C --tokens 1 2 4 8 16 32 64 --no-compile --rounds 3
   echo done >> "$R/progress"; exit 0
 fi
 Q30='(experts=128,topk=8,hidden=2048,inter=768)'; Q235='(experts=128,topk=8,hidden=4096,inter=1536)'
+gs moe30 300 moe-bench $V --contracts Qwen3-30B-A3B --chains $C --tokens 1 2 4 8 16 32 64 --no-compile --rounds 3
 gs certify30 1200 certify --reuse "$R/tree/release/tables/sm_90.json" --tool-timeout 300 \
   --only "fp8_moe_gate_up$Q30" --only "fp8_moe_down$Q30"
-gs moe30 300 moe-bench $V --contracts Qwen3-30B-A3B --chains $C --tokens 1 2 4 8 16 32 64 --no-compile --rounds 3
 [ -f "$R/certify30/sm_90.json" ] && gs certify235 1200 certify --reuse "$R/certify30/sm_90.json" --tool-timeout 300 \
   --only "fp8_moe_gate_up$Q235" --only "fp8_moe_down$Q235"
 gs moe235 300 moe-bench $V --contracts Qwen3-235B-A22B --chains $C --tokens 1 4 16 64 --no-compile --rounds 3
