@@ -45,7 +45,9 @@ ENV_DIR = "NETRA_CACHE_DIR"
 ENV_SWITCH = "NETRA_COMPILE_CACHE"  # "1": on (also for the wheel hook), "0": off everywhere
 ENV_MAX_MB = "NETRA_CACHE_MAX_MB"
 DEFAULT_MAX_BYTES = 512 << 20  # about 40,000 code objects of today's size
-FORMAT = 1
+# The entries' format and the build's acceptance rules: 2 since the sm_90 build refuses a cubin whose wgmma
+# ptxas serialized (C7514, 2026-12-07), which no entry written before was checked for.
+FORMAT = 2
 _MAGIC = b"netra compile cache entry 1\n"
 _ENTRIES = f"v{FORMAT}"
 _KEY = re.compile(r"^[0-9a-f]{64}$")
