@@ -22,6 +22,9 @@ from netra.errors import AssemblyError, LaunchError, ManifestError
 from netra.release import manifests
 
 DEEPSEEK = {"experts": 256, "topk": 8, "hidden": 7168, "inter": 2048}
+# sm_90's down tactics that DeepSeek-V3's down contract (inter 2048) admits, in its table's candidate order
+V3_DOWN = ("d2a3", "d2", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh", "d8x8", "d8x64", "d4x8", "d4x64", "d8x8p",
+           "d8x64p", "d8x8s3", "d8x64s3", "d8x16c", "d8x32c")  # fmt: skip
 QWEN3 = ({"experts": 128, "topk": 8, "hidden": 2048, "inter": 768},
          {"experts": 128, "topk": 8, "hidden": 4096, "inter": 1536})  # fmt: skip
 MOE = ("fp8_moe_gate_up", "fp8_moe_down")
@@ -128,25 +131,7 @@ def test_every_contract_keeps_every_tactic_of_its_class_but_deepseek_s_routed_ex
             "g8x8c",
             "g8x16c",
         },
-        ("sm_90", "fp8_moe_down"): {
-            "d2",
-            "d2a3",
-            "d4w8",
-            "d4w64",
-            "d4w8q",
-            "d4w64q",
-            "d8sh",
-            "d8x8",
-            "d8x64",
-            "d4x8",
-            "d4x64",
-            "d8x8p",
-            "d8x64p",
-            "d8x8s3",
-            "d8x64s3",
-            "d8x16c",
-            "d8x32c",
-        },
+        ("sm_90", "fp8_moe_down"): set(V3_DOWN),
         ("sm_100", "fp8_moe_gate_up"): {"bg8s", "bg8sr4", "bg4r8", "bg4a2", "bg2a4"},
         ("sm_100", "fp8_moe_down"): {"bd2", "bd2a3"},
     }
@@ -265,25 +250,7 @@ def test_a_contract_no_tactic_is_admitted_for_is_one_line_naming_it_and_the_requ
     tmp_path: Path,
 ) -> None:
     root = _tree(tmp_path)
-    for name in (
-        "d2",
-        "d2a3",
-        "d4w8",
-        "d4w64",
-        "d4w8q",
-        "d4w64q",
-        "d8sh",
-        "d8x8",
-        "d8x64",
-        "d4x8",
-        "d4x64",
-        "d8x8p",
-        "d8x64p",
-        "d8x8s3",
-        "d8x64s3",
-        "d8x16c",
-        "d8x32c",
-    ):  # sm_90's down tactics at inter 2048
+    for name in V3_DOWN:  # sm_90's down tactics at inter 2048
         _drop_tactic(root, "sm_90", name)
     with pytest.raises(ManifestError) as e:
         manifests.load(root)
@@ -378,8 +345,7 @@ def test_the_table_and_netra_explain_say_why_a_tactic_is_no_candidate(cat: manif
 
     key = _key("fp8_moe_down", DEEPSEEK)
     entry = open_catalog("sm_90").table.entries[key]
-    down = ["d2a3", "d2", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh", "d8x8", "d8x64", "d4x8", "d4x64", "d8x8p",
-            "d8x64p", "d8x8s3", "d8x64s3", "d8x16c", "d8x32c"]  # fmt: skip
+    down = list(V3_DOWN)
     assert [c.tactic for c in entry.candidates] == down
     want = [(n.tactic, n.requirement.holds, n.requirement.why) for n in cat.not_admitted
             if (n.target, n.key) == ("sm_90", key)]  # fmt: skip

@@ -107,23 +107,11 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
 #ifdef NETRA_TRACE
   bool traced_first = false;  // mark 7 at the CTA's first block
 #endif
-#if SPREAD
   bool waited = false;  // griddepcontrol.wait before the CTA's first hq and hs
-#define NETRA_TC_FIRST_CHUNK (!waited && (waited = true))
-  for (int item = blockIdx.y;; item += gridDim.y) {  // the row's items (netra_moe::route_chunk)
-  const netra_moe::ChunkRoute r =
-      netra_moe::route_chunk<kE, kMaxPairs, kNT>(ids, (int)tokens * kK, list, item, item == (int)blockIdx.y);
-  NETRA_TRACE_MARK(1);
+  for (int item = blockIdx.y;; item += gridDim.y) {  // the row's items (netra_moe::work)
+  const netra_moe::Work r = netra_moe::work<kE, kMaxPairs, kNT, SPREAD>(ids, (int)tokens * kK, list, item);
   if (r.expert < 0) break;  // the same for every thread
-#else
-#define NETRA_TC_FIRST_CHUNK (ch == 0)
-  const netra_moe::Route r = netra_moe::route<kE, kMaxPairs, true>(ids, (int)tokens * kK, list);
-  NETRA_TRACE_MARK(1);
-  if (r.expert < 0) {
-    NETRA_TRACE_MARK(5);
-    return;
-  }
-#endif
+  NETRA_TRACE_MARK(1);  // (the last item's routing, with SPREAD)
 
   const uint32_t dyn = netra_moe::smem_addr(netra_dyn);
   const uint32_t ring = (dyn + 1023u) & ~1023u;
@@ -144,12 +132,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
       tc::cp_w16(slot + (uint32_t)((row >> 6) * kTile) + tc::sw128(row & 63, cc), rows + (size_t)row * kI + kb * 128 + cc * 16);
     }
   };
-#if SPREAD
-  for (int ch = r.chunk; ch < r.chunk + 1; ++ch) {  // the item's one chunk
-#else
-  const int chunks = (r.n + kNT - 1) / kNT;
-  for (int ch = 0; ch < chunks; ++ch) {
-#endif
+  for (int ch = r.c0; ch < r.c1; ++ch) {
     const auto request_a = [&](int kb) {
       const uint32_t slot = ring + (uint32_t)((kb % kS) * kStage);
       for (int u = tid; u < kNT * 8; u += NETRA_BLOCK) {
@@ -169,9 +152,10 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
 #pragma unroll 1
     for (int s = 0; s < kAhead && s < kKB; ++s) request_w(s);
     netra_moe::cp_commit();
-    if (NETRA_TC_FIRST_CHUNK) {
+    if (!waited) {
       netra_moe::wait_previous();  // hq and hs are the gate/up stage's
       NETRA_TRACE_MARK(2);
+      waited = true;
     }
     for (int t = tid; t < kNT * kKB; t += NETRA_BLOCK) {
       const int i = ch * kNT + t / kKB;
@@ -261,11 +245,8 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   // One counter per (token, COLUMNS-column group): the pair that arrives last sums the token's slots.
   __threadfence();
   __syncthreads();
-#if SPREAD
-  for (int i = r.chunk * kNT + tid; i < min(r.n, r.chunk * kNT + kNT); i += NETRA_BLOCK) {  // the item's pairs
-#else
-  for (int i = tid; i < r.n; i += NETRA_BLOCK) {
-#endif
+  const int i0 = r.c0 * kNT, i1 = min(r.n, r.c1 * kNT);  // the pairs of the CTA's chunks
+  for (int i = i0 + tid; i < i1; i += NETRA_BLOCK) {
     const int t = list[i] / kK;
     uint32_t arriving = 0;  // the token's pairs that name an expert: each arrives once per group
     for (int s = 0; s < kK; ++s) arriving += valid(ids[t * kK + s]);
@@ -277,11 +258,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   __syncthreads();
   NETRA_TRACE_MARK(4);
   __threadfence();
-#if SPREAD
-  for (int i = r.chunk * kNT + warp; i < min(r.n, r.chunk * kNT + kNT); i += NETRA_BLOCK / 32) {
-#else
-  for (int i = warp; i < r.n; i += NETRA_BLOCK / 32) {
-#endif
+  for (int i = i0 + warp; i < i1; i += NETRA_BLOCK / 32) {
     if (!last[i]) continue;
     const int t = list[i] / kK;
 #pragma unroll
@@ -296,10 +273,8 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
       out[(size_t)t * kH + n] = __float2bfloat16_rn(acc);
     }
   }
-#if SPREAD
+  if (!SPREAD) break;  // a row per hit expert: its one item
   }
-#endif
-#undef NETRA_TC_FIRST_CHUNK
   NETRA_TRACE_SYNC();
   NETRA_TRACE_MARK(5);
 }

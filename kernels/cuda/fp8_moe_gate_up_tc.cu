@@ -136,20 +136,10 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
 #ifdef NETRA_TRACE
   bool traced_first = false;  // mark 7 at the CTA's first block
 #endif
-#if SPREAD
-  for (int item = blockIdx.y;; item += gridDim.y) {  // the row's items (netra_moe::route_chunk)
-  const netra_moe::ChunkRoute r =
-      netra_moe::route_chunk<kE, kMaxPairs, kNT>(ids, (int)tokens * kK, list, item, item == (int)blockIdx.y);
-  NETRA_TRACE_MARK(1);
+  for (int item = blockIdx.y;; item += gridDim.y) {  // the row's items (netra_moe::work)
+  const netra_moe::Work r = netra_moe::work<kE, kMaxPairs, kNT, SPREAD>(ids, (int)tokens * kK, list, item);
   if (r.expert < 0) break;  // the same for every thread (and both CTAs of a cluster: one row)
-#else
-  const netra_moe::Route r = netra_moe::route<kE, kMaxPairs, true>(ids, (int)tokens * kK, list);
-  NETRA_TRACE_MARK(1);
-  if (r.expert < 0) {
-    NETRA_TRACE_MARK(5);
-    return;
-  }
-#endif
+  NETRA_TRACE_MARK(1);  // (the last item's routing, with SPREAD)
 
   // The ring (1 KB aligned: the swizzle's base), then the chunk's activation scales [pair][k block].
   const uint32_t dyn = netra_moe::smem_addr(netra_dyn);
@@ -165,12 +155,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
   for (int t = tid; t < 2 * kKB; t += NETRA_BLOCK)
     wscale[t / kKB][t % kKB] = se[(((t / kKB) * kI + n0) / 128) * kKB + t % kKB];
 
-#if SPREAD
-  for (int ch = r.chunk; ch < r.chunk + 1; ++ch) {  // the item's one chunk
-#else
-  const int chunks = (r.n + kNT - 1) / kNT;
-  for (int ch = 0; ch < chunks; ++ch) {
-#endif
+  for (int ch = r.c0; ch < r.c1; ++ch) {
     for (int t = tid; t < kNT * kKB; t += NETRA_BLOCK) {
       const int col = t / kKB, i = ch * kNT + col;
       xscale[t] = i < r.n ? xs[(size_t)(list[i] / kK) * kKB + t % kKB] : 0.f;
@@ -329,9 +314,8 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
 #endif
     __syncthreads();  // the next chunk's scales and copies overwrite what this one read
   }
-#if SPREAD
+  if (!SPREAD) break;  // a row per hit expert: its one item
   }
-#endif
   NETRA_TRACE_FLAG(6, 1);  // every CTA quantizes its own columns
   NETRA_TRACE_MARK(5);
 }

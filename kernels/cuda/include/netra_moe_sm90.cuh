@@ -250,6 +250,26 @@ __device__ __forceinline__ ChunkRoute route_chunk(const int* __restrict__ ids, i
   return ChunkRoute{s_e, s_n, s_c};
 }
 
+// A CTA's work, for the templates that take either mapping (the _tc templates' SPREAD): a hit expert, its
+// pairs (listed in ascending order) and the chunks [c0, c1) of TP of them it takes. A row per hit expert
+// (CHUNKED false) takes all of its expert's chunks at its first item and nothing after; chunk-parallel rows
+// (CHUNKED) take one chunk an item (route_chunk). Every thread calls it, for item = blockIdx.y first, then
+// blockIdx.y + gridDim.y, ... until the expert is -1.
+struct Work {
+  int expert, n, c0, c1;
+};
+template <int E, int MAX_PAIRS, int TP, bool CHUNKED>
+__device__ __forceinline__ Work work(const int* __restrict__ ids, int pairs, int* list, int item) {
+  if constexpr (CHUNKED) {
+    const ChunkRoute r = route_chunk<E, MAX_PAIRS, TP>(ids, pairs, list, item, item == (int)blockIdx.y);
+    return Work{r.expert, r.n, r.chunk, r.chunk + 1};
+  } else {
+    if (item != (int)blockIdx.y) return Work{-1, 0, 0, 0};
+    const Route r = route<E, MAX_PAIRS, true>(ids, pairs, list);
+    return Work{r.expert, r.n, 0, (r.n + TP - 1) / TP};
+  }
+}
+
 // Two 16-row weight tiles of a warp's k sub-slice of KS bytes, rows r..r+15 of `rows` (row stride KD),
 // starting at byte k0: lane (g, c) holds rows g and g + 8, bytes 32c .. 32c + 31 of each 128-byte block.
 template <int KS, int KD>
