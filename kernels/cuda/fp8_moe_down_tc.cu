@@ -129,7 +129,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
 #pragma unroll
     for (int u = tid; u < kW / 16; u += NETRA_BLOCK) {
       const int row = u >> 3, cc = u & 7;  // row 0 .. COLUMNS - 1: tile row >> 6
-      tc::cp_w16(slot + (uint32_t)((row >> 6) * kTile) + tc::sw128(row & 63, cc), rows + (size_t)row * kI + kb * 128 + cc * 16);
+      netra_moe::cp_weight16(slot + (uint32_t)((row >> 6) * kTile) + tc::sw128(row & 63, cc), rows + (size_t)row * kI + kb * 128 + cc * 16);
     }
   };
   for (int ch = r.c0; ch < r.c1; ++ch) {
@@ -139,7 +139,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
         const int row = u >> 3, cc = u & 7, i = ch * kNT + row;
         const uint32_t dst = slot + (uint32_t)kW + tc::sw128(row, cc);
         if (i < r.n)
-          tc::cp_a16(dst, hq + (size_t)list[i] * kI + kb * 128 + cc * 16);
+          netra_moe::cp_act16(dst, hq + (size_t)list[i] * kI + kb * 128 + cc * 16);
         else
           tc::cp_zero16(dst, hq);
       }

@@ -162,11 +162,6 @@ static_assert(kKP % kKSw == 0, "fp8_moe_gate_up: WGMMA needs a part's k range in
 static_assert(WGMMA * kH <= 131072, "fp8_moe_gate_up: WGMMA needs the chunk's activations (WGMMA x HIDDEN bytes) in 128 KB");
 #endif
 
-__device__ __forceinline__ float silu_mul(float g, float u) {
-  float e;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(__fmul_rn(g, -0x1.715476p0f)));
-  return __fmul_rn(__fmul_rn(g, netra::rcp_approx(__fadd_rn(e, 1.0f))), u);
-}
 }  // namespace fp8_moe_gate_up_sm90
 
 extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
@@ -251,7 +246,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
           tg = __fadd_rn(tg, sums[((pp * 2 + 0) * 16 + row) * kNT + col]);
           tu = __fadd_rn(tu, sums[((pp * 2 + 1) * 16 + row) * kNT + col]);
         }
-        h32[(size_t)list[i] * kI + n0 + row] = silu_mul(tg, tu);
+        h32[(size_t)list[i] * kI + n0 + row] = netra::silu_mul(tg, tu);
       }
     }
   }
@@ -366,7 +361,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int row = g + 8 * (j >> 1), i = ch * 8 + 2 * c + (j & 1);
-          if (i < r.n) h32[(size_t)list[i] * kI + n0 + row] = silu_mul(t[j], t[4 + j]);
+          if (i < r.n) h32[(size_t)list[i] * kI + n0 + row] = netra::silu_mul(t[j], t[4 + j]);
         }
       }
       __syncthreads();
@@ -395,14 +390,8 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   for (int i = warp; i < r.n; i += kWarps) {
     const size_t p = list[i];
     const float4 v = __ldcg(reinterpret_cast<const float4*>(h32 + p * kI + grp * 128) + lane);
-    float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-    for (int o = 16; o; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-    const float s = netra::fp8_scale(a), rs = netra::rcp_newton(s);
-    float q[4] = {v.x, v.y, v.z, v.w};
-    netra::fp8_scale_clamp<4>(q, s, rs);
-    reinterpret_cast<uint32_t*>(hq + p * kI + grp * 128)[lane] =
-        netra::pack_e4m3x2_rn(q[0], q[1]) | (netra::pack_e4m3x2_rn(q[2], q[3]) << 16);
+    float s;
+    reinterpret_cast<uint32_t*>(hq + p * kI + grp * 128)[lane] = netra::quant_group128_warp(v, s);
     if (lane == 0) hs[p * (kI / 128) + grp] = s;
   }
   NETRA_TRACE_SYNC();

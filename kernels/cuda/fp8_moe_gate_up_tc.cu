@@ -102,12 +102,6 @@ static_assert(kMaxPairs * 4 + kH / 16 + (SPREAD * kE + (1 - SPREAD) * ((kE + 31)
               "fp8_moe_gate_up_tc: the pair list, the weight scales and the hit mask (the expert counts with SPREAD) must fit 4 KB of static shared memory");
 static_assert(kNT * kC * 4 <= kS * kStage, "fp8_moe_gate_up_tc: the ring must hold a chunk's h");
 
-// silu(g) * u as fp8_moe_gate_up.cu and silu_mul_fp8_quant.cu compute it.
-__device__ __forceinline__ float silu_mul(float g, float u) {
-  float e;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(__fmul_rn(g, -0x1.715476p0f)));
-  return __fmul_rn(__fmul_rn(g, netra::rcp_approx(__fadd_rn(e, 1.0f))), u);
-}
 }  // namespace fp8_moe_gate_up_tc_sm90
 
 #if COLUMNS == 64
@@ -167,13 +161,13 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
       for (int u = tid; u < kW / 16; u += NETRA_BLOCK) {
         const int q = u >> 9, row = (u >> 3) & 63, cc = u & 7;  // tile q: warpgroup q / 2, gate or up
         const size_t grow = (size_t)((q & 1) * kI + n0 + 64 * (q >> 1) + row);
-        tc::cp_w16(slot + (uint32_t)(q * kTile) + tc::sw128(row, cc), we + grow * kH + kb * 128 + cc * 16);
+        netra_moe::cp_weight16(slot + (uint32_t)(q * kTile) + tc::sw128(row, cc), we + grow * kH + kb * 128 + cc * 16);
       }
       for (int u = tid; u < kNT * 8; u += NETRA_BLOCK) {
         const int row = u >> 3, cc = u & 7, i = ch * kNT + row;
         const uint32_t dst = slot + (uint32_t)kW + tc::sw128(row, cc);
         if (i < r.n)
-          tc::cp_a16(dst, xq + (size_t)(list[i] / kK) * kH + kb * 128 + cc * 16);
+          netra_moe::cp_act16(dst, xq + (size_t)(list[i] / kK) * kH + kb * 128 + cc * 16);
         else
           tc::cp_zero16(dst, xq);
       }
@@ -262,7 +256,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
       for (int i = 0; i < kNT / 8; ++i) {
 #pragma unroll
         for (int v = 0; v < 4; ++v)
-          hbuf[(8 * i + 2 * c + (v & 1)) * kC + row0 + 8 * (v >> 1)] = silu_mul(accg[4 * i + v], accu[4 * i + v]);
+          hbuf[(8 * i + 2 * c + (v & 1)) * kC + row0 + 8 * (v >> 1)] = netra::silu_mul(accg[4 * i + v], accu[4 * i + v]);
       }
     }
     __syncthreads();
@@ -274,14 +268,8 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
       if (i >= r.n) break;  // the same for every lane
       const size_t p = list[i];
       const float4 v = reinterpret_cast<const float4*>(hbuf + col * 128)[lane];
-      float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-      for (int o = 16; o; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-      const float s = netra::fp8_scale(a), rs = netra::rcp_newton(s);
-      float q[4] = {v.x, v.y, v.z, v.w};
-      netra::fp8_scale_clamp<4>(q, s, rs);
-      reinterpret_cast<uint32_t*>(hq + p * kI + n0)[lane] =
-          netra::pack_e4m3x2_rn(q[0], q[1]) | (netra::pack_e4m3x2_rn(q[2], q[3]) << 16);
+      float s;
+      reinterpret_cast<uint32_t*>(hq + p * kI + n0)[lane] = netra::quant_group128_warp(v, s);
       if (lane == 0) hs[p * (kI / 128) + n0 / 128] = s;
     }
 #else

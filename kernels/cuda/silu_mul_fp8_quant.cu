@@ -95,23 +95,13 @@ __device__ __forceinline__ uint4 load(const uint16_t* p) {
   }
 }
 
-__device__ __forceinline__ float ex2_approx(float t) {
-  float e;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(t));
-  return e;
-}
-
 // h = silu(g) * u for the 8 bf16 pairs of one half-unit
 __device__ __forceinline__ void silu_mul8(const uint4& gv, const uint4& uv, float* h) {
   float g[8], u[8];
   netra::unpack8(gv, g);
   netra::unpack8(uv, u);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float e = ex2_approx(__fmul_rn(g[i], -0x1.715476p0f));
-    const float silu = __fmul_rn(g[i], netra::rcp_approx(__fadd_rn(e, 1.0f)));
-    h[i] = __fmul_rn(silu, u[i]);
-  }
+  for (int i = 0; i < 8; ++i) h[i] = __fmul_rn(netra::silu(g[i]), u[i]);
 }
 
 // Units it = b .. b + NB - 1 of this thread: all loads first, then h, quantize and store.

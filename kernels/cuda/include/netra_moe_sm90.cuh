@@ -404,13 +404,16 @@ __device__ __forceinline__ int nth_hit(const uint32_t* mask, int r) {
 // exactly the bytes it later reads itself (its weight fragments, its B column, its scales), so completion
 // needs only the lane's own cp.async.wait_group, no barrier.
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-// Weights: streamed once, bypassing L1, 256-byte L2 prefetch (as ld_weight16).
-__device__ __forceinline__ void cp_weight16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+// Weights: streamed once, bypassing L1, 256-byte L2 prefetch (as ld_weight16). dst is a shared-memory
+// address (the tensor-core tiles compute theirs from the swizzle) or a pointer into shared memory.
+__device__ __forceinline__ void cp_weight16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
-__device__ __forceinline__ void cp_act16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+__device__ __forceinline__ void cp_weight16(void* dst, const void* src) { cp_weight16(smem_addr(dst), src); }
+__device__ __forceinline__ void cp_act16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
+__device__ __forceinline__ void cp_act16(void* dst, const void* src) { cp_act16(smem_addr(dst), src); }
 __device__ __forceinline__ void cp_4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
 }

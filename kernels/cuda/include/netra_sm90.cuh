@@ -262,6 +262,15 @@ __device__ __forceinline__ float rcp_approx(float x) {
   return r;
 }
 
+// silu(g) = RN(g * rcp.approx(RN(1 + ex2.approx(RN(g * -log2(e)))))) and h = RN(silu(g) * u) in fp32: the
+// one sequence of silu_mul_fp8_quant.cu (whose header bounds it) and the routed MoE's gate/up templates.
+__device__ __forceinline__ float silu(float g) {
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(__fmul_rn(g, -0x1.715476p0f)));
+  return __fmul_rn(g, rcp_approx(__fadd_rn(e, 1.0f)));
+}
+__device__ __forceinline__ float silu_mul(float g, float u) { return __fmul_rn(silu(g), u); }
+
 // 1/s within 1 ulp for a normal s whose reciprocal is normal (every fp8 scale).
 __device__ __forceinline__ float rcp_newton(float s) {
   const float r0 = rcp_approx(s);
@@ -278,6 +287,18 @@ __device__ __forceinline__ void fp8_scale_clamp(float* v, float s, float r) {
     const float q = copysignf(__fmaf_rn(e, r, q0), v[i]);
     v[i] = fminf(fmaxf(q, -448.0f), 448.0f);
   }
+}
+
+// One 128-value group held by a warp, values 4l .. 4l + 3 in lane l: the group's scale s (every lane) and
+// the lane's four E4M3FN codes (element order, the first in bits 0..7). All 32 lanes call it together.
+__device__ __forceinline__ uint32_t quant_group128_warp(const float4& v, float& s) {
+  float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+  for (int o = 16; o; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+  s = fp8_scale(a);
+  float q[4] = {v.x, v.y, v.z, v.w};
+  fp8_scale_clamp<4>(q, s, rcp_newton(s));
+  return pack_e4m3x2_rn(q[0], q[1]) | (pack_e4m3x2_rn(q[2], q[3]) << 16);
 }
 
 }  // namespace netra

@@ -2,7 +2,8 @@
 // routed FP8 MoE: fp8_moe_gate_up_tc.cu, fp8_moe_down_tc.cu). Every tile is K-major with the 128-byte
 // swizzle: rows of 128 bytes (one k block), 8-row atoms of 1024 bytes, 16-byte chunk c of row r at 16 (c ^
 // (r % 8)), the tile 1024-byte aligned. It is filled by cp.async, 16 bytes a thread at a time, and read by
-// wgmma.mma_async m64nNk32 e4m3 through descriptors, one k step of 32 bytes at a time.
+// wgmma.mma_async m64nNk32 e4m3 through descriptors, one k step of 32 bytes at a time. The copies are
+// netra_moe::cp_weight16 and cp_act16 on the tile's shared-memory address.
 #pragma once
 
 #include <stdint.h>
@@ -19,12 +20,6 @@ __device__ __forceinline__ uint32_t sw128(int r, int c) { return (uint32_t)(r * 
 
 __device__ __forceinline__ void cp_zero16(uint32_t dst, const void* src) {  // 16 zero bytes, nothing read
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, 0;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_w16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_a16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
 
 // D (+)= A * B, m64nNk32 e4m3, A and B from shared memory; accumulate 0 overwrites d. d[4i + v] is row
