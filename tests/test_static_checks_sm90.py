@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import struct
-import subprocess
 from pathlib import Path
+from typing import Any
 
+import cubin_probe
 import pytest
+from cubin_probe import GOOD
 
-from netra.core.types import Arg, ArtifactSpec, Tactic, Template
+from netra.core.types import Arg, ArtifactSpec
 from netra.targets.sm_90 import cubin
 from netra.targets.sm_90.checks import CHECKS, check
 from netra.targets.sm_90.toolchain import discover
 from netra.targets.target import Tools
-
-ARGS = (
-    Arg("y", 0, 8, "global_buffer", "f32*", "global"),
-    Arg("x", 8, 8, "global_buffer", "f32*", "global"),
-    Arg("rows", 16, 4, "by_value", "u32"),
-)
-GOOD = """
-#include <stdint.h>
-extern "C" __global__ void __launch_bounds__(128) probe(float* y, const float* x, uint32_t rows) {
-  uint32_t i = blockIdx.x * 128 + threadIdx.x;
-  if (i < rows) y[i] = x[i] * 2.0f;
-}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -33,30 +23,11 @@ def tools() -> Tools:
     return discover()
 
 
-def spec_for(
-    *, block: int = 128, registers: int = 64, shared: int = 0, args: tuple[Arg, ...] = ARGS
-) -> ArtifactSpec:
-    tpl = Template(
-        name="probe", target="sm_90", op="rmsnorm", source="kernels/sm_90/probe.cu", constants={}, args=args,
-        budget={"registers": registers, "shared_bytes": shared},
-    )  # fmt: skip
-    tac = Tactic(op="rmsnorm", name="p", template="probe", block=block, maturity="experiment", why="",
-                 target="sm_90", rows_per_block=1)  # fmt: skip
-    return ArtifactSpec(
-        name="probe", target="sm_90", template=tpl, tactic=tac, contract={},
-        definitions={"NETRA_BLOCK": block, "NETRA_GRID_Y": 1, "NETRA_ROWS_PER_BLOCK": 1}, rows_per_block=1,
-        file="sm_90/probe.cubin",
-    )  # fmt: skip
+def spec_for(**kw: Any) -> ArtifactSpec:
+    return cubin_probe.spec_for("sm_90", "experiment", **kw)
 
 
-def compile_cu(tools: Tools, tmp: Path, text: str, *flags: str, arch: str = "sm_90a") -> Path:
-    (tmp / "k.cu").write_text(text)
-    r = subprocess.run(
-        [tools["nvcc"], "-cubin", f"-arch={arch}", "-O3", *flags, "-o", "k.cubin", "k.cu"],
-        cwd=tmp, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    return tmp / "k.cubin"
+compile_cu = functools.partial(cubin_probe.compile_cu, arch="sm_90a")
 
 
 def failed(path: Path, spec: ArtifactSpec) -> dict[str, list[str]]:
