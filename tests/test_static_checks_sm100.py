@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import struct
 from pathlib import Path
-from typing import Any
 
 import cubin_probe
 import pytest
@@ -28,10 +27,7 @@ def tools() -> Tools:
     return TGT.discover()
 
 
-def spec_for(**kw: Any) -> ArtifactSpec:
-    return cubin_probe.spec_for(NAME, "verified", **kw)
-
-
+spec_for = functools.partial(cubin_probe.spec_for, NAME, "verified")
 compile_cu = functools.partial(cubin_probe.compile_cu, arch="sm_100a")
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import struct
 from pathlib import Path
-from typing import Any
 
 import cubin_probe
 import pytest
@@ -23,10 +22,7 @@ def tools() -> Tools:
     return discover()
 
 
-def spec_for(**kw: Any) -> ArtifactSpec:
-    return cubin_probe.spec_for("sm_90", "experiment", **kw)
-
-
+spec_for = functools.partial(cubin_probe.spec_for, "sm_90", "experiment")
 compile_cu = functools.partial(cubin_probe.compile_cu, arch="sm_90a")
 
 
