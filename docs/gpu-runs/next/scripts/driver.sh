@@ -7,7 +7,9 @@
 # part (issue 28's benchmark), the phase traces; the transformers integration (issue 30); the operator
 # path and decode (issue 31); the gpu tests.
 # On another card: the bench and the 235B conformance of every MoE tactic (certify --reuse needs the reused
-# table's device). With .gpu/short (a lease of a few minutes), the H200 runs the benches and traces only.
+# table's device). On an H200 the transformers integration, the operator path and decode come right after the
+# 30B bench (about two minutes); with .gpu/short (a lease of a few minutes) the H200 then runs the 235B bench
+# and the traces, and no certify.
 set -u
 R=/tmp/run; H="$R/house"
 cd "$R/tree"
@@ -67,6 +69,10 @@ if [ "$hung" != 0 ]; then
 fi
 Q30='(experts=128,topk=8,hidden=2048,inter=768)'; Q235='(experts=128,topk=8,hidden=4096,inter=1536)'
 gs moe30 300 moe-bench $V --contracts Qwen3-30B-A3B --chains $C --tokens 1 2 4 8 16 32 64 --no-compile --rounds 3
+# the H200's asks of issues 30 and 31 that take about two minutes in all (on an H100: 39, 23 and 35 s)
+gs integ 420 tests tests/test_gpu_integrations_transformers.py
+gs path 240 path-bench
+gs decode 240 torch-bench --rows 1 16
 if [ -f "$R/tree/.gpu/short" ]; then  # a lease too short for a certify part to finish: both benches, the traces
   gs moe235 300 moe-bench $V --contracts Qwen3-235B-A22B --chains $C --tokens 1 4 16 64 --no-compile --rounds 3
   trace "${TR[@]:0:4}"
@@ -79,9 +85,6 @@ gs certify30 1200 certify --reuse "$R/tree/release/tables/sm_90.json" --tool-tim
 gs moe235 300 moe-bench $V --contracts Qwen3-235B-A22B --chains $C --tokens 1 4 16 64 --no-compile --rounds 3
 trace "${TR[@]}"
 [ -f "$R/certify235/sm_90.json" ] && gs certifyds 700 certify --reuse "$R/certify235/sm_90.json" --tool-timeout 300
-gs integ 420 tests tests/test_gpu_integrations_transformers.py
-gs path 240 path-bench
-gs decode 240 torch-bench --rows 1 16
 gs moetest 600 tests tests/test_gpu_moe.py
 gs tests 1200 tests tests/test_gpu_grouped_router.py tests/test_gpu_torch_ops.py tests/test_gpu_torch_fused.py \
   tests/test_gpu_sanitizer.py tests/test_cli.py tests/test_gpu_sm90.py
