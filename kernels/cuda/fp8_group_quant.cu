@@ -96,41 +96,25 @@ constexpr int kLoads = kNv / 8;  // 16-byte loads of x per unit
 constexpr int kMinBlocksRaw = (BATCH * kLoads == 1 ? 2048 : (BATCH * kLoads <= 4 ? 1024 : 768)) / NETRA_BLOCK;
 constexpr int kMinBlocks = kMinBlocksRaw < 1 ? 1 : kMinBlocksRaw;
 
-__device__ __forceinline__ uint4 load(const uint16_t* p) {
-  if constexpr (PREFETCH != 0) {
-    return netra::ld_stream16_pf(p);
-  } else {
-    return netra::ld_x16<CACHE>(p);
-  }
-}
-
 // Units it = b .. b + NB - 1 of this thread: all loads first, then quantize and store.
 template <int NB>
 __device__ __forceinline__ void batch(int b, uint8_t* __restrict__ q, float* __restrict__ scales,
                                       const uint16_t* __restrict__ x, uint32_t rows) {
-  constexpr int kGroups = kH / 128;
   uint4 raw[NB][kLoads];
 #pragma unroll
   for (int k = 0; k < NB; ++k) {
     const Split::Pos p = Split::pos(b + k, rows);
     const uint16_t* src = x + (size_t)p.row * kH + Split::col(p);
 #pragma unroll
-    for (int h = 0; h < kLoads; ++h) raw[k][h] = p.valid ? load(src + 64 * h) : make_uint4(0u, 0u, 0u, 0u);
+    for (int h = 0; h < kLoads; ++h)
+      raw[k][h] = p.valid ? netra::ld_unit16<PREFETCH, CACHE>(src + 64 * h) : make_uint4(0u, 0u, 0u, 0u);
   }
 #pragma unroll
   for (int k = 0; k < NB; ++k) {
     float v[kNv];
 #pragma unroll
     for (int h = 0; h < kLoads; ++h) netra::unpack8(raw[k][h], v + 8 * h);
-    uint2 codes[2];
-    const float s = netra::quant_unit<kNv, LANES_PER_GROUP>(v, codes[0], codes[1]);
-    const Split::Pos p = Split::pos(b + k, rows);  // recomputed: fewer live registers
-    if (p.valid) {
-      uint8_t* dst = q + (size_t)p.row * kH + Split::col(p);
-#pragma unroll
-      for (int h = 0; h < kLoads; ++h) netra::st_x8<CACHE>(dst + 64 * h, codes[h]);
-      if (p.j == 0) netra::st_x4<CACHE>(scales + (size_t)p.row * kGroups + p.group, __float_as_uint(s));
-    }
+    Split::quant_store<CACHE>(v, b + k, rows, q, scales);
   }
 }
 }  // namespace fp8_group_quant_sm90

@@ -87,14 +87,6 @@ constexpr int kHalves = kNv / 8;  // 8-output halves per unit: 16-byte loads of 
 constexpr int kMinBlocksRaw = (BATCH * kHalves <= 2 ? 1024 : 768) / NETRA_BLOCK;
 constexpr int kMinBlocks = kMinBlocksRaw < 1 ? 1 : kMinBlocksRaw;
 
-__device__ __forceinline__ uint4 load(const uint16_t* p) {
-  if constexpr (PREFETCH != 0) {
-    return netra::ld_stream16_pf(p);
-  } else {
-    return netra::ld_x16<CACHE>(p);
-  }
-}
-
 // h = silu(g) * u for the 8 bf16 pairs of one half-unit
 __device__ __forceinline__ void silu_mul8(const uint4& gv, const uint4& uv, float* h) {
   float g[8], u[8];
@@ -108,7 +100,6 @@ __device__ __forceinline__ void silu_mul8(const uint4& gv, const uint4& uv, floa
 template <int NB>
 __device__ __forceinline__ void batch(int b, uint8_t* __restrict__ q, float* __restrict__ scales,
                                       const uint16_t* __restrict__ x, uint32_t rows) {
-  constexpr int kGroups = kI / 128;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   uint4 gr[NB][kHalves], ur[NB][kHalves];
 #pragma unroll
@@ -117,8 +108,8 @@ __device__ __forceinline__ void batch(int b, uint8_t* __restrict__ q, float* __r
     const uint16_t* src = x + (size_t)p.row * (2 * kI) + Split::col(p);
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
-      gr[k][h] = p.valid ? load(src + 64 * h) : zero;
-      ur[k][h] = p.valid ? load(src + kI + 64 * h) : zero;
+      gr[k][h] = p.valid ? netra::ld_unit16<PREFETCH, CACHE>(src + 64 * h) : zero;
+      ur[k][h] = p.valid ? netra::ld_unit16<PREFETCH, CACHE>(src + kI + 64 * h) : zero;
     }
   }
 #pragma unroll
@@ -126,15 +117,7 @@ __device__ __forceinline__ void batch(int b, uint8_t* __restrict__ q, float* __r
     float hv[kNv];
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) silu_mul8(gr[k][h], ur[k][h], hv + 8 * h);
-    uint2 codes[2];
-    const float s = netra::quant_unit<kNv, LANES_PER_GROUP>(hv, codes[0], codes[1]);
-    const Split::Pos p = Split::pos(b + k, rows);  // recomputed: fewer live registers
-    if (p.valid) {
-      uint8_t* dst = q + (size_t)p.row * kI + Split::col(p);
-#pragma unroll
-      for (int h = 0; h < kHalves; ++h) netra::st_x8<CACHE>(dst + 64 * h, codes[h]);
-      if (p.j == 0) netra::st_x4<CACHE>(scales + (size_t)p.row * kGroups + p.group, __float_as_uint(s));
-    }
+    Split::quant_store<CACHE>(hv, b + k, rows, q, scales);
   }
 }
 }  // namespace silu_mul_fp8_quant_sm90

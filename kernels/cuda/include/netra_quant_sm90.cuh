@@ -1,4 +1,5 @@
-// netra sm_90: the work split shared by fp8_group_quant.cu and silu_mul_fp8_quant.cu.
+// netra sm_90: the work split shared by fp8_group_quant.cu and silu_mul_fp8_quant.cu, with a unit's load
+// (ld_unit16) and its quantize-and-store (QuantSplit::quant_store).
 //
 // Both quantize rows of N (= HIDDEN or INTER) fp32 values in groups of 128. A group is held by LPG
 // (a tactic's LANES_PER_GROUP: 8 or 16) consecutive lanes of a warp; lane j of the group owns one
@@ -67,6 +68,13 @@ struct QuantSplit {
 
   // Offset of the unit's first element in its row; the second half (LPG = 8) is 64 further.
   static __device__ __forceinline__ int col(const Pos& p) { return p.group * 128 + 8 * p.j; }
+
+  // Unit it's values v quantized (quant_unit, below) and stored: its codes at q's row and column (8 bytes
+  // per 8 values, the second 8 64 bytes further) and, from the group's first lane, its scale. The unit's
+  // place is computed again here, not carried from its loads: fewer live registers.
+  template <int C>  // the tactic's CACHE (a macro where the kernel is built: not a parameter name)
+  static __device__ __forceinline__ void quant_store(float* v, int it, uint32_t rows, uint8_t* __restrict__ q,
+                                                     float* __restrict__ scales);
 };
 
 // The batch schedule of a kernel body: kIters / kBatch full batches, then the remainder. Up to
@@ -102,6 +110,32 @@ __device__ __forceinline__ float quant_unit(float* v, uint2& lo, uint2& hi) {
   lo = pack_e4m3x8_rn(v);
   if constexpr (NV == 16) hi = pack_e4m3x8_rn(v + 8);
   return s;
+}
+
+// A unit's 16-byte load: with the L2::256B prefetch hint (PF 1, the tactic's PREFETCH) or at cache level C
+// (its CACHE).
+template <int PF, int C>
+__device__ __forceinline__ uint4 ld_unit16(const uint16_t* p) {
+  if constexpr (PF != 0) {
+    return ld_stream16_pf(p);
+  } else {
+    return ld_x16<C>(p);
+  }
+}
+
+template <int N, int ROWS, int GRID_Y, int BLOCK, int MAX_BATCH, int LPG>
+template <int C>
+__device__ __forceinline__ void QuantSplit<N, ROWS, GRID_Y, BLOCK, MAX_BATCH, LPG>::quant_store(
+    float* v, int it, uint32_t rows, uint8_t* __restrict__ q, float* __restrict__ scales) {
+  uint2 codes[2];
+  const float s = quant_unit<kUnitElems, LPG>(v, codes[0], codes[1]);
+  const Pos p = pos(it, rows);
+  if (p.valid) {
+    uint8_t* dst = q + (size_t)p.row * N + col(p);
+#pragma unroll
+    for (int h = 0; h < kUnitElems / 8; ++h) st_x8<C>(dst + 64 * h, codes[h]);
+    if (p.j == 0) st_x4<C>(scales + (size_t)p.row * kGroups + p.group, __float_as_uint(s));
+  }
 }
 
 }  // namespace netra
