@@ -97,8 +97,9 @@ def test_the_pages_load_table_is_every_sm90_moe_tactic_as_built() -> None:
     # g8s, g8, g16, g8sr4, g4r8, g4p, g4a2, g2a4, g8w8, g8w32, g8w64, g4o, g4r8q, g4oq, g4r8y / d3, d6, d3r4,
     # d3r8, d3p, d3a2, d2a3, d2, d4w8, d4w64, d4w8q, d4w64q, d3o, d3ao, d3ol, d3q, d3olq, d3y, d3ys, d3e,
     # d3oe, d3yse, d8s, d8sh; the tensor-core paths g8x8, g8x16, g8x64, g4x8, g4x16, g4x64 / d8x8, d8x64,
-    # d4x8, d4x64
-    assert len(want) == 61
+    # d4x8, d4x64, with OVERLAP, MIN_BLOCKS and SPREAD (g8x8p, g8x64p, g8x8s3, g8x16s3, g8x8c, g8x16c / d8x8p,
+    # d8x64p, d8x8s3, d8x64s3, d8x16c, d8x32c) and SLOT_SUM (d8x64m, d8x64s3m, d8x32cm)
+    assert len(want) == 64
     assert rows_of_the_page() == want
 
 

@@ -138,3 +138,43 @@ def test_a_serialized_wgmma_is_refused_by_the_build_naming_the_artifact(tmp_path
     ):
         tgt.compile(spec, tgt.discover(), root, work, out)
     assert not [p for p in out.rglob("*") if p.is_file()], "a refused cubin was left behind"
+
+
+def slot_sum_loads_before_the_first_output(code: list[str]) -> int:
+    """The y32 and router-weight loads (__ldcg: LDG.E.STRONG.GPU) between the counters' last atomic and the
+    first bf16 store of out (STG.E.U16): what a warp has requested before it writes its first sum."""
+    atom = max(i for i, ins in enumerate(code) if re.match(r"(@!?P\d+\s+)?ATOMG\.E\.ADD", ins))
+    store = next(i for i, ins in enumerate(code) if i > atom and re.match(r"(@!?P\d+\s+)?STG\.E\.U16", ins))
+    return sum(1 for ins in code[atom:store] if re.match(r"(@!?P\d+\s+)?LDG\.E\.STRONG\.GPU", ins))
+
+
+@pytest.mark.parametrize(
+    ("tactic", "loads"),
+    [
+        (
+            "d8x64m",
+            8 * (1 + 128 // 32),
+        ),  # SLOT_SUM: every weight and y32 value of a token (TOPK 8, 128 columns)
+        ("d8x64s3m", 8 * (1 + 128 // 32)),
+        ("d8x32cm", 8 * (1 + 128 // 32)),
+    ],
+)
+def test_gathered_slot_sums_request_a_tokens_values_before_its_first_sum(
+    tactic: str, loads: int, tmp_path: Path
+) -> None:
+    """SLOT_SUM 1 (docs/ops/fp8_moe.md, "Slot sums gathered"): all of a token's loads are issued before the
+    first of its column groups is written, where SLOT_SUM 0 waits on each slot's load before its fma."""
+    assert (
+        slot_sum_loads_before_the_first_output(sass(f"netra_fp8_moe_down_{QWEN3_30B}_{tactic}", tmp_path))
+        >= loads
+    )
+
+
+@pytest.mark.parametrize("tactic", ["d8x64", "d8x64s3", "d8x32c"])
+def test_slot_by_slot_sums_request_one_column_groups_values_first(tactic: str, tmp_path: Path) -> None:
+    """Why SLOT_SUM exists, on the lock's toolchain: without it at most one column group's TOPK weights and
+    y32 values precede the first store."""
+    assert (
+        slot_sum_loads_before_the_first_output(sass(f"netra_fp8_moe_down_{QWEN3_30B}_{tactic}", tmp_path))
+        <= 16
+    )

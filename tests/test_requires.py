@@ -24,7 +24,7 @@ from netra.release import manifests
 DEEPSEEK = {"experts": 256, "topk": 8, "hidden": 7168, "inter": 2048}
 # sm_90's down tactics that DeepSeek-V3's down contract (inter 2048) admits, in its table's candidate order
 V3_DOWN = ("d2a3", "d2", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh", "d8x8", "d8x64", "d4x8", "d4x64", "d8x8p",
-           "d8x64p", "d8x8s3", "d8x64s3", "d8x16c", "d8x32c")  # fmt: skip
+           "d8x64p", "d8x8s3", "d8x64s3", "d8x16c", "d8x32c", "d8x64m", "d8x64s3m", "d8x32cm")  # fmt: skip
 QWEN3 = ({"experts": 128, "topk": 8, "hidden": 2048, "inter": 768},
          {"experts": 128, "topk": 8, "hidden": 4096, "inter": 1536})  # fmt: skip
 MOE = ("fp8_moe_gate_up", "fp8_moe_down")
@@ -391,5 +391,6 @@ def test_the_table_and_netra_explain_say_why_a_tactic_is_no_candidate(cat: manif
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "  not admitted: tactic d3: INTER must split into whole 128-byte blocks per warp (" in r.stdout
     assert "grid (224, min(256, rows * 8), 1)" in r.stdout
-    # d4w8, d4w64, d4w8q, d4w64q, d8x8, d8x64, d4x8, d4x64, d8x8p, d8x64p, d8x8s3, d8x64s3, d8x16c, d8x32c
-    assert r.stdout.count("accumulation: tensor-core partials of 14 significant bits") == 14
+    # d4w8, d4w64, d4w8q, d4w64q, d8x8, d8x64, d4x8, d4x64, d8x8p, d8x64p, d8x8s3, d8x64s3, d8x16c, d8x32c,
+    # d8x64m, d8x64s3m, d8x32cm
+    assert r.stdout.count("accumulation: tensor-core partials of 14 significant bits") == 17

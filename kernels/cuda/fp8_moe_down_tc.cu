@@ -19,7 +19,11 @@
 // OVERLAP 1 takes the k blocks in pairs, block kb + 1's wgmma running while block kb's partial is promoted
 // (one group in flight, retired before the next pair: ptxas serializes a group carried across the loop's
 // back edge); SPREAD 1 makes the rows chunk-parallel (netra_moe::route_chunk: row y takes the items (hit
-// expert, chunk) y, y + gridDim.y, ..., each one chunk). Neither changes a pair's arithmetic.
+// expert, chunk) y, y + gridDim.y, ..., each one chunk). SLOT_SUM 1 gathers the tokens whose sums the CTA
+// writes (a bit mask of their slots naming an expert, per token, in shared memory) and each warp sums one
+// token at a time with every router weight and y32 value of it requested before the fmas, where SLOT_SUM 0
+// sums each last pair's token slot by slot, a load, then an fma, in turn. None changes a pair's arithmetic
+// or a sum's.
 //
 // Mapping: CTA (x, y) takes the y-th hit expert (include/netra_moe_sm90.cuh: route) and output columns
 // n0 = COLUMNS x .. + COLUMNS - 1 (rows of w2[e]), for all n of its pairs in chunks of TILE_PAIRS (one chunk
@@ -55,8 +59,8 @@
 #error "fp8_moe_down_tc: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
 #endif
 #if !defined(COLUMNS) || !defined(TILE_PAIRS) || !defined(STAGES) || !defined(OVERLAP) || !defined(SPREAD) || \
-    !defined(MAX_TOKENS) || !defined(MIN_BLOCKS) || !defined(GRID_EXPERTS)
-#error "fp8_moe_down_tc: tactic constants COLUMNS, TILE_PAIRS, STAGES, OVERLAP, SPREAD, MAX_TOKENS, MIN_BLOCKS and GRID_EXPERTS must be defined"
+    !defined(SLOT_SUM) || !defined(MAX_TOKENS) || !defined(MIN_BLOCKS) || !defined(GRID_EXPERTS)
+#error "fp8_moe_down_tc: tactic constants COLUMNS, TILE_PAIRS, STAGES, OVERLAP, SPREAD, SLOT_SUM, MAX_TOKENS, MIN_BLOCKS and GRID_EXPERTS must be defined"
 #endif
 
 namespace fp8_moe_down_tc_sm90 {
@@ -81,6 +85,7 @@ static_assert(MAX_TOKENS >= 1 && MAX_TOKENS <= 256, "fp8_moe_down_tc: MAX_TOKENS
 static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 4, "fp8_moe_down_tc: MIN_BLOCKS must be in [1, 4]");
 static_assert(OVERLAP == 0 || OVERLAP == 1, "fp8_moe_down_tc: OVERLAP must be 0 or 1");
 static_assert(SPREAD == 0 || SPREAD == 1, "fp8_moe_down_tc: SPREAD must be 0 or 1");
+static_assert(SLOT_SUM == 0 || SLOT_SUM == 1, "fp8_moe_down_tc: SLOT_SUM must be 0 or 1");
 static_assert(kS >= 2 + OVERLAP, "fp8_moe_down_tc: STAGES must be at least 2 + OVERLAP (with OVERLAP the ring runs STAGES - 2 blocks ahead)");
 static_assert(GRID_EXPERTS >= kE, "fp8_moe_down_tc: GRID_EXPERTS must be at least EXPERTS (a row of CTAs per hit expert)");
 static_assert(kS * kStage + kNT * kKB * 4 + 1024 <= 228352,
@@ -99,7 +104,11 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   using namespace fp8_moe_down_tc_sm90;
   namespace tc = netra_tc;
   __shared__ int list[kMaxPairs];
+#if SLOT_SUM  // (the SLOT_SUM 0 tactics compile exactly the source they were measured with)
+  __shared__ uint32_t sums[MAX_TOKENS];  // per token: its slots naming an expert, where this CTA sums it; else 0
+#else
   __shared__ bool last[kMaxPairs];
+#endif
   __shared__ float wscale[kKB];  // the CTA's 128 rows' weight scale of each k block
   extern __shared__ uint8_t netra_dyn[];
   NETRA_TRACE_MARK(0);  // phase marks: include/netra_trace.cuh (nothing in a release build)
@@ -244,20 +253,63 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
   NETRA_TRACE_MARK(3);
   // One counter per (token, COLUMNS-column group): the pair that arrives last sums the token's slots.
   __threadfence();
+#if SLOT_SUM
+  for (int t = tid; t < (int)tokens; t += NETRA_BLOCK) sums[t] = 0u;
+#endif
   __syncthreads();
   const int i0 = r.c0 * kNT, i1 = min(r.n, r.c1 * kNT);  // the pairs of the CTA's chunks
   for (int i = i0 + tid; i < i1; i += NETRA_BLOCK) {
     const int t = list[i] / kK;
+#if SLOT_SUM
+    uint32_t v = 0;  // the token's slots that name an expert: each arrives once per group
+    for (int s = 0; s < kK; ++s) v |= (uint32_t)valid(ids[t * kK + s]) << s;
+    const uint32_t arriving = __popc(v);
+#else
     uint32_t arriving = 0;  // the token's pairs that name an expert: each arrives once per group
     for (int s = 0; s < kK; ++s) arriving += valid(ids[t * kK + s]);
+#endif
     uint32_t* cnt = &counts[t * (kH / 32) + n0 / 32];
     const uint32_t old = atomicAdd(cnt, 1u);
+#if SLOT_SUM
+    if (old == arriving - 1) {  // (a token's pairs are in one CTA's list at most once per column group)
+      sums[t] = v;
+      *cnt = 0u;  // ready for the next call
+    }
+#else
     last[i] = old == arriving - 1;
     if (last[i]) *cnt = 0u;  // ready for the next call
+#endif
   }
   __syncthreads();
   NETRA_TRACE_MARK(4);
   __threadfence();
+#if SLOT_SUM
+  // Warp w sums tokens w, w + warps, ... that this CTA owes: every router weight and y32 value of the
+  // token requested at once (one wait), then its fmas in slot order, a slot naming no expert skipped (its
+  // loads predicated off): the same sums as the slot-by-slot loop below.
+  for (int t = warp; t < (int)tokens; t += NETRA_BLOCK / 32) {
+    const uint32_t v = sums[t];
+    if (v == 0u) continue;  // the same for every lane
+    float wv[kK], yv[kK][kC / 32];
+#pragma unroll
+    for (int s = 0; s < kK; ++s) {
+      const bool on = (v >> s) & 1u;
+      wv[s] = on ? __ldcg(weights + t * kK + s) : 0.f;
+#pragma unroll
+      for (int q = 0; q < kC / 32; ++q)
+        yv[s][q] = on ? __ldcg(y32 + ((size_t)t * kK + s) * kH + n0 + 32 * q + lane) : 0.f;
+    }
+#pragma unroll
+    for (int q = 0; q < kC / 32; ++q) {
+      float acc = 0.f;
+#pragma unroll
+      for (int s = 0; s < kK; ++s) {
+        if ((v >> s) & 1u) acc = __fmaf_rn(wv[s], yv[s][q], acc);
+      }
+      out[(size_t)t * kH + n0 + 32 * q + lane] = __float2bfloat16_rn(acc);
+    }
+  }
+#else
   for (int i = i0 + warp; i < i1; i += NETRA_BLOCK / 32) {
     if (!last[i]) continue;
     const int t = list[i] / kK;
@@ -273,6 +325,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
       out[(size_t)t * kH + n] = __float2bfloat16_rn(acc);
     }
   }
+#endif
   if (!SPREAD) break;  // a row per hit expert: its one item
   }
   NETRA_TRACE_SYNC();
