@@ -343,3 +343,67 @@ def test_handled_is_a_no_op_outside_the_main_thread() -> None:
     t.start()
     t.join(10)
     assert seen == [before]
+
+
+def test_an_error_the_signal_causes_inside_the_standard_library_is_the_interruption() -> None:
+    """A signal landing inside threading's Condition.wait leaves its lock half released, and the
+    RuntimeError that escapes was raised while the Interrupted was handled (the CI's `netra build`
+    interrupted at a pool's result, 2026-12-07): handled() raises it as the Interrupted it is."""
+    with pytest.raises(interrupts.Interrupted) as e, interrupts.handled():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises before this returns
+        except interrupts.Interrupted:
+            raise RuntimeError("cannot release un-acquired lock") from None  # as threading's __exit__ does
+    assert e.value.signum == signal.SIGTERM
+    assert isinstance(e.value.__cause__, RuntimeError)
+
+
+def test_an_error_with_no_signal_behind_it_stays_an_error() -> None:
+    with pytest.raises(RuntimeError), interrupts.handled():
+        try:
+            raise interrupts.Interrupted(signal.SIGTERM)  # raised by hand: no signal was handled
+        except interrupts.Interrupted:
+            raise RuntimeError("a bug") from None
+
+
+# A finalizer that fails, as a ZipFile whose constructor the signal cut short does (hatchling's wheel being
+# written when `python -m build` is stopped): after an interruption it prints nothing.
+FINALIZER = r"""
+import os, signal, sys, time
+from netra.core import interrupts
+
+class HalfBuilt:
+    def __del__(self):
+        raise AttributeError("'HalfBuilt' object has no attribute '_writing'")
+
+held = []
+try:
+    with interrupts.handled():
+        if sys.argv[1] == "signal":
+            held.append(HalfBuilt())
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+except KeyboardInterrupt as e:
+    print("interrupted", file=sys.stderr)
+    held.clear()
+    sys.exit(interrupts.exit_code(e))
+held.append(HalfBuilt())
+held.clear()
+"""
+
+
+@pytest.mark.parametrize(("how", "rc", "ignored"), [("signal", 143, False), ("none", 0, True)])
+def test_after_an_interruption_a_half_built_objects_finalizer_prints_nothing(
+    how: str, rc: int, ignored: bool
+) -> None:
+    r = subprocess.run(
+        [sys.executable, "-c", FINALIZER, how],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+        timeout=60,
+    )
+    assert r.returncode == rc, r.stderr
+    assert ("Exception ignored" in r.stderr) is ignored, r.stderr  # without a signal Python reports it

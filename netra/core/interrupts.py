@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -94,17 +95,46 @@ def handled() -> Iterator[None]:
         _session = session
         for sig in SIGNALS:
             previous[sig] = signal.signal(sig, handler)
-        yield
+        try:
+            yield
+        except Exception as e:
+            # Interrupted is raised wherever the main thread is, inside the standard library too: raised
+            # inside threading's Condition.wait (a pool's result) it leaves the lock half released, and
+            # what escapes is that RuntimeError, raised while handling the Interrupted. It is the
+            # interruption, and is reported as one (128 + the signal, one line), never as a traceback.
+            if session.raised is not None and _while_interrupted(e):
+                raise Interrupted(session.raised) from e
+            raise
     finally:
         session.shield += 1  # a signal while restoring is held until every handler is back
         for signum, old in previous.items():
             signal.signal(signum, old if old is not None else signal.SIG_DFL)  # type: ignore[arg-type]
         _session = outer
         session.shield -= 1
+        if session.raised is not None:
+            # An object whose constructor the signal cut short (a ZipFile of the wheel being written) fails
+            # in its finalizer later; the process is ending by the signal, so that is not reported.
+            sys.unraisablehook = _drop_unraisable
         if outer is not None and session.raised is not None:
             outer.raised = session.raised  # the outer cleanup is the same unwinding
         if session.pending is not None and session.raised is None:
             raise Interrupted(session.pending)
+
+
+def _while_interrupted(exc: BaseException) -> bool:
+    """Whether `exc` was raised while an Interrupted was being handled (its context chain holds one)."""
+    seen: set[int] = set()
+    ctx = exc.__context__
+    while ctx is not None and id(ctx) not in seen:
+        if isinstance(ctx, Interrupted):
+            return True
+        seen.add(id(ctx))
+        ctx = ctx.__context__
+    return False
+
+
+def _drop_unraisable(unraisable: object) -> None:
+    """sys.unraisablehook once an interruption is unwinding: finalizers of half-built objects say nothing."""
 
 
 @contextmanager
