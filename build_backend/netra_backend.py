@@ -118,7 +118,7 @@ def _interruptible() -> Iterator[Path]:
                 yield scratch.path
             except KeyboardInterrupt as e:
                 print(f"netra: error: the build was interrupted ({e}); nothing was written", file=sys.stderr)
-                raise SystemExit(interrupts.exit_code(e)) from None
+                raise SystemExit(interrupts.ending(e)) from None
         scratch.finished()  # the janitor only removes the (empty) scratch folder
     finally:
         tempfile.tempdir = saved[0]

@@ -386,8 +386,9 @@ try:
             time.sleep(5)
 except KeyboardInterrupt as e:
     print("interrupted", file=sys.stderr)
-    held.clear()
-    sys.exit(interrupts.exit_code(e))
+    code = interrupts.ending(e)  # as the CLI and the build backend end
+    held.clear()  # the half-built object goes (in the build: as the process exits)
+    sys.exit(code)
 held.append(HalfBuilt())
 held.clear()
 """

@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             _error(f"interrupted once {written} had been written whole; nothing is partial", label="")
         else:
             _error("interrupted: nothing was written", label="")
-        return interrupts.exit_code(e)
+        return interrupts.ending(e)
 
 
 def _error(line: str, details: tuple[str, ...] = (), label: str = "error: ") -> None:

@@ -111,10 +111,6 @@ def handled() -> Iterator[None]:
             signal.signal(signum, old if old is not None else signal.SIG_DFL)  # type: ignore[arg-type]
         _session = outer
         session.shield -= 1
-        if session.raised is not None:
-            # An object whose constructor the signal cut short (a ZipFile of the wheel being written) fails
-            # in its finalizer later; the process is ending by the signal, so that is not reported.
-            sys.unraisablehook = _drop_unraisable
         if outer is not None and session.raised is not None:
             outer.raised = session.raised  # the outer cleanup is the same unwinding
         if session.pending is not None and session.raised is None:
@@ -133,8 +129,17 @@ def _while_interrupted(exc: BaseException) -> bool:
     return False
 
 
+def ending(exc: KeyboardInterrupt) -> int:
+    """The process ends by this interruption: its exit status (exit_code), and from here on a finalizer
+    that fails says nothing. The signal may have cut an object's constructor short (hatchling's ZipFile
+    of the wheel being written), whose finalizer then fails as the process exits. Only where the process
+    is about to end (the CLI, the build backend): sys.unraisablehook is process-wide."""
+    sys.unraisablehook = _drop_unraisable
+    return exit_code(exc)
+
+
 def _drop_unraisable(unraisable: object) -> None:
-    """sys.unraisablehook once an interruption is unwinding: finalizers of half-built objects say nothing."""
+    """sys.unraisablehook once the process is ending by a signal: finalizers of half-built objects say nothing."""
 
 
 @contextmanager
