@@ -34,10 +34,12 @@ def loads(sub_slices: int, resident: int, pairs: int, chunk: int = 0) -> int:
 
 def tc_row(t: Tactic, k_name: str, built: set[tuple[str, int, int]]) -> list[str]:
     """A _tc template's row: no K_SLICE, R or P; S its ring's k blocks, W its chunk of pairs; its "sub-
-    slices" the k blocks of 128 bytes it streams; an expert's weights loaded once per chunk."""
-    chunk = t.constants["TILE_PAIRS"]
+    slices" the k blocks of 128 bytes a CTA streams (1 / KSPLIT of them with a split k); an expert's
+    weights loaded once per chunk."""
+    chunk, split = t.constants["TILE_PAIRS"], t.constants.get("KSPLIT", 1)
     blocks = [
-        (h if k_name == "hidden" else i) // 128 if (t.name, h, i) in built else None for h, i in CONTRACTS
+        (h if k_name == "hidden" else i) // 128 // split if (t.name, h, i) in built else None
+        for h, i in CONTRACTS
     ]
     return [
         str(t.block // 32), NOT_BUILT, NOT_BUILT, NOT_BUILT, str(t.constants["STAGES"]), str(chunk),
@@ -98,8 +100,9 @@ def test_the_pages_load_table_is_every_sm90_moe_tactic_as_built() -> None:
     # d3r8, d3p, d3a2, d2a3, d2, d4w8, d4w64, d4w8q, d4w64q, d3o, d3ao, d3ol, d3q, d3olq, d3y, d3ys, d3e,
     # d3oe, d3yse, d8s, d8sh; the tensor-core paths g8x8, g8x16, g8x64, g4x8, g4x16, g4x64 / d8x8, d8x64,
     # d4x8, d4x64, with OVERLAP, MIN_BLOCKS and SPREAD (g8x8p, g8x64p, g8x8s3, g8x16s3, g8x8c, g8x16c / d8x8p,
-    # d8x64p, d8x8s3, d8x64s3, d8x16c, d8x32c) and SLOT_SUM (d8x64m, d8x64s3m, d8x32cm)
-    assert len(want) == 64
+    # d8x64p, d8x8s3, d8x64s3, d8x16c, d8x32c), SLOT_SUM (d8x64m, d8x64s3m, d8x32cm) and KSPLIT (g8x64k2,
+    # g8x64k4, g8x8k4, g8x8k8), with 16 grid rows (g8x64k2e16 / d8x64s3me16)
+    assert len(want) == 70
     assert rows_of_the_page() == want
 
 

@@ -47,13 +47,18 @@ def _chosen(candidates: Any) -> list[Any]:
 
 
 def _templates() -> dict[str, str]:
-    """Each sm_90 tactic's template (its build path: what decides how a dot product's terms meet)."""
+    """Each sm_90 tactic's template (its build path: what decides how a dot product's terms meet), and its
+    split of k among a cluster's CTAs where it has one (KSPLIT: the CTAs' sums meet in another order)."""
     from pathlib import Path
 
     from netra.core import toml
 
     raw = toml.loads((Path(__file__).parents[1] / "manifests/sm_90/tactics.toml").read_text())
-    return {t["name"]: t["template"] for t in raw["tactics"]}
+    split = {t["name"]: t.get("constants", {}).get("KSPLIT", 1) for t in raw["tactics"]}
+    return {
+        t["name"]: t["template"] + (f" ksplit {split[t['name']]}" if split[t["name"]] > 1 else "")
+        for t in raw["tactics"]
+    }
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +212,8 @@ def test_every_tactic_through_the_operator_gives_the_bits_of_its_warp_split(cont
     all on the same 8 experts. A WGMMA tactic (its entry's accumulator_bits) sums otherwise: it is held to
     the first WGMMA tactic with its warps (the parts of k and their order are the warps', the chunk width
     is not expected to matter: each column's sum is the tensor core's for that column), and a tactic of
-    another template (fp8_moe_gate_up_tc: no k split) to the first of its own template."""
+    another template (fp8_moe_gate_up_tc: no k split) to the first of its own template, with its KSPLIT (a
+    split k adds the CTAs' sums in rank order: another order)."""
     import netra.torch as nt
 
     params = CONTRACTS[contract]

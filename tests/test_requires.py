@@ -24,7 +24,7 @@ from netra.release import manifests
 DEEPSEEK = {"experts": 256, "topk": 8, "hidden": 7168, "inter": 2048}
 # sm_90's down tactics that DeepSeek-V3's down contract (inter 2048) admits, in its table's candidate order
 V3_DOWN = ("d2a3", "d2", "d4w8", "d4w64", "d4w8q", "d4w64q", "d8sh", "d8x8", "d8x64", "d4x8", "d4x64", "d8x8p",
-           "d8x64p", "d8x8s3", "d8x64s3", "d8x16c", "d8x32c", "d8x64m", "d8x64s3m", "d8x32cm")  # fmt: skip
+           "d8x64p", "d8x8s3", "d8x64s3", "d8x16c", "d8x32c", "d8x64m", "d8x64s3m", "d8x32cm", "d8x64s3me16")  # fmt: skip
 QWEN3 = ({"experts": 128, "topk": 8, "hidden": 2048, "inter": 768},
          {"experts": 128, "topk": 8, "hidden": 4096, "inter": 1536})  # fmt: skip
 MOE = ("fp8_moe_gate_up", "fp8_moe_down")
@@ -130,6 +130,11 @@ def test_every_contract_keeps_every_tactic_of_its_class_but_deepseek_s_routed_ex
             "g8x16s3",
             "g8x8c",
             "g8x16c",
+            "g8x64k2",
+            "g8x64k4",
+            "g8x8k4",
+            "g8x8k8",
+            "g8x64k2e16",
         },
         ("sm_90", "fp8_moe_down"): set(V3_DOWN),
         ("sm_100", "fp8_moe_gate_up"): {"bg8s", "bg8sr4", "bg4r8", "bg4a2", "bg2a4"},
@@ -178,17 +183,17 @@ FAILING = [
     ("fp8_moe_down", 12, "d4w8+ACT_STAGE=1", QWEN3[0]),
     ("fp8_moe_down", 13, "d3+COLUMNS=16", QWEN3[0]),
     ("fp8_moe_gate_up_tc", 0, "g8x8", {"experts": 4, "topk": 8, "hidden": 2048, "inter": 768}),
-    ("fp8_moe_gate_up_tc", 1, "g8x8+GRID_EXPERTS=8", QWEN3[0]),
-    ("fp8_moe_gate_up_tc", 2, "g8x64+STAGES=8", QWEN3[0]),
-    ("fp8_moe_gate_up_tc", 3, "g8x8+MAX_TOKENS=256", QWEN3[0]),
-    ("fp8_moe_gate_up_tc", 4, "g8x8+COLUMNS=64", QWEN3[0]),
-    ("fp8_moe_gate_up_tc", 5, "g8x8p+STAGES=2", QWEN3[0]),
+    ("fp8_moe_gate_up_tc", 1, "g8x64+STAGES=8", QWEN3[0]),
+    ("fp8_moe_gate_up_tc", 2, "g8x8+MAX_TOKENS=256", QWEN3[0]),
+    ("fp8_moe_gate_up_tc", 3, "g8x8+COLUMNS=64", QWEN3[0]),
+    ("fp8_moe_gate_up_tc", 4, "g8x8p+STAGES=2", QWEN3[0]),
+    ("fp8_moe_gate_up_tc", 5, "g4x8+KSPLIT=2", QWEN3[0]),
+    ("fp8_moe_gate_up_tc", 6, "g8x8k8", {"experts": 128, "topk": 8, "hidden": 1536, "inter": 768}),
     ("fp8_moe_down_tc", 0, "d8x8", {"experts": 4, "topk": 8, "hidden": 2048, "inter": 768}),
-    ("fp8_moe_down_tc", 1, "d8x8+GRID_EXPERTS=8", QWEN3[0]),
-    ("fp8_moe_down_tc", 2, "d8x64+STAGES=8", {"experts": 128, "topk": 8, "hidden": 2048, "inter": 16384}),
-    ("fp8_moe_down_tc", 3, "d8x8+MAX_TOKENS=128", QWEN3[0]),
-    ("fp8_moe_down_tc", 4, "d8x8+COLUMNS=64", QWEN3[0]),
-    ("fp8_moe_down_tc", 5, "d8x8p+STAGES=2", QWEN3[0]),
+    ("fp8_moe_down_tc", 1, "d8x64+STAGES=8", {"experts": 128, "topk": 8, "hidden": 2048, "inter": 16384}),
+    ("fp8_moe_down_tc", 2, "d8x8+MAX_TOKENS=128", QWEN3[0]),
+    ("fp8_moe_down_tc", 3, "d8x8+COLUMNS=64", QWEN3[0]),
+    ("fp8_moe_down_tc", 4, "d8x8p+STAGES=2", QWEN3[0]),
 ]
 
 
@@ -392,5 +397,5 @@ def test_the_table_and_netra_explain_say_why_a_tactic_is_no_candidate(cat: manif
     assert "  not admitted: tactic d3: INTER must split into whole 128-byte blocks per warp (" in r.stdout
     assert "grid (224, min(256, rows * 8), 1)" in r.stdout
     # d4w8, d4w64, d4w8q, d4w64q, d8x8, d8x64, d4x8, d4x64, d8x8p, d8x64p, d8x8s3, d8x64s3, d8x16c, d8x32c,
-    # d8x64m, d8x64s3m, d8x32cm
-    assert r.stdout.count("accumulation: tensor-core partials of 14 significant bits") == 17
+    # d8x64m, d8x64s3m, d8x32cm, d8x64s3me16
+    assert r.stdout.count("accumulation: tensor-core partials of 14 significant bits") == 18

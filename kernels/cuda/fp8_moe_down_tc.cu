@@ -11,8 +11,10 @@
 // Kernel arguments: fp8_moe_down.cu's (out, hq, hs, ids, weights, w2, w2s, y32, counts, tokens).
 // Contract constants: EXPERTS, TOPK, HIDDEN, INTER (multiples of 128). Tactic constants: COLUMNS (64 or
 // 128: the output columns of a CTA, a warpgroup per 64), TILE_PAIRS (8, 16, 32 or 64: the pairs of a chunk, the N of every
-// wgmma), STAGES (2 to 8: k blocks in flight), MAX_TOKENS, MIN_BLOCKS (1), GRID_EXPERTS (at least
-// EXPERTS: a row of CTAs per hit expert). Grid: (HIDDEN / COLUMNS, min(EXPERTS, tokens * TOPK)), 2 x
+// wgmma), STAGES (2 to 8: k blocks in flight), MAX_TOKENS, MIN_BLOCKS (1), GRID_EXPERTS (EXPERTS or
+// more: a row of CTAs per hit expert; fewer: row y takes hit experts y, y + gridDim.y, ... in turn, so a
+// call whose tokens hit few experts launches no CTA that only routes and exits, each one holding its ring's
+// shared memory while it does). Grid: (HIDDEN / COLUMNS, min(EXPERTS, tokens * TOPK, GRID_EXPERTS)), 2 x
 // COLUMNS threads, dynamic shared memory STAGES x (COLUMNS x 128 + TILE_PAIRS x 128) + the chunk's h
 // scales + 1 KB.
 //
@@ -87,7 +89,7 @@ static_assert(OVERLAP == 0 || OVERLAP == 1, "fp8_moe_down_tc: OVERLAP must be 0 
 static_assert(SPREAD == 0 || SPREAD == 1, "fp8_moe_down_tc: SPREAD must be 0 or 1");
 static_assert(SLOT_SUM == 0 || SLOT_SUM == 1, "fp8_moe_down_tc: SLOT_SUM must be 0 or 1");
 static_assert(kS >= 2 + OVERLAP, "fp8_moe_down_tc: STAGES must be at least 2 + OVERLAP (with OVERLAP the ring runs STAGES - 2 blocks ahead)");
-static_assert(GRID_EXPERTS >= kE, "fp8_moe_down_tc: GRID_EXPERTS must be at least EXPERTS (a row of CTAs per hit expert)");
+static_assert(GRID_EXPERTS >= 1 && GRID_EXPERTS <= 1024, "fp8_moe_down_tc: GRID_EXPERTS must be in [1, 1024]");
 static_assert(kS * kStage + kNT * kKB * 4 + 1024 <= 228352,
               "fp8_moe_down_tc: the ring and the chunk's scales must fit the 223 KB of dynamic shared memory");
 static_assert(kMaxPairs * 5 + kKB * 4 + (SPREAD * kE + (1 - SPREAD) * ((kE + 31) / 32)) * 4 <= 4096,
@@ -118,7 +120,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
 #endif
   bool waited = false;  // griddepcontrol.wait before the CTA's first hq and hs
   for (int item = blockIdx.y;; item += gridDim.y) {  // the row's items (netra_moe::work)
-  const netra_moe::Work r = netra_moe::work<kE, kMaxPairs, kNT, SPREAD>(ids, (int)tokens * kK, list, item);
+  const netra_moe::Work r = netra_moe::work<kE, kMaxPairs, kNT, SPREAD, (GRID_EXPERTS < EXPERTS)>(ids, (int)tokens * kK, list, item);
   if (r.expert < 0) break;  // the same for every thread
   NETRA_TRACE_MARK(1);  // (the last item's routing, with SPREAD)
 
@@ -326,7 +328,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS)
     }
   }
 #endif
-  if (!SPREAD) break;  // a row per hit expert: its one item
+  if (!SPREAD && GRID_EXPERTS >= EXPERTS) break;  // a row per hit expert: its one item
   }
   NETRA_TRACE_SYNC();
   NETRA_TRACE_MARK(5);

@@ -13,14 +13,25 @@
 // counts are not touched). Contract constants: EXPERTS, TOPK, HIDDEN, INTER (multiples of 128). Tactic
 // constants: COLUMNS (the h columns of a CTA: 128, one quantization group, or 64, the group's two CTAs a
 // thread-block cluster), TILE_PAIRS (8, 16, 32 or 64: the pairs of a chunk, the N of every wgmma), STAGES (2 to 8: k blocks in flight), MAX_TOKENS,
-// MIN_BLOCKS (1), GRID_EXPERTS (at least EXPERTS: a row of CTAs per hit expert). Grid: (INTER / COLUMNS,
-// min(EXPERTS, tokens * TOPK)), 2 x COLUMNS threads (a warpgroup per 64 columns), dynamic shared memory
-// STAGES x (COLUMNS x 256 + TILE_PAIRS x 128) + the chunk's activation scales + 1 KB.
+// MIN_BLOCKS (1), GRID_EXPERTS (EXPERTS or more: a row of CTAs per hit expert; fewer: row y takes hit
+// experts y, y + gridDim.y, ... in turn, so a call whose tokens hit few experts launches no CTA that only
+// routes and exits, each one holding its ring's shared memory while it does), KSPLIT (1, or 2, 4 or 8
+// with COLUMNS 128: below). Grid: (INTER / COLUMNS x KSPLIT, min(EXPERTS, tokens * TOPK, GRID_EXPERTS)), 2 x COLUMNS
+// threads (a warpgroup per 64 columns), dynamic shared memory STAGES x (COLUMNS x 256 + TILE_PAIRS x 128)
+// + the chunk's activation scales + 1 KB.
 //
 // OVERLAP 1 takes the k blocks in pairs, block kb + 1's wgmma running while block kb's partial is promoted
 // (one group in flight, retired before the next pair: ptxas serializes a group carried across the loop's
 // back edge); SPREAD 1 makes the rows chunk-parallel (netra_moe::route_chunk: row y takes the items (hit
 // expert, chunk) y, y + gridDim.y, ..., each one chunk). Neither changes a pair's arithmetic.
+//
+// KSPLIT S > 1 splits HIDDEN among the S CTAs of a thread-block cluster (__cluster_dims__(S, 1, 1); CTA x
+// takes column group x / S and k blocks (x % S) x HIDDEN / 128 / S onward): where few experts are hit (one
+// token, or many tokens on the same experts) the grid has S times the CTAs, each with 1 / S of the k blocks
+// in its serial chain and 1 / S of the weight bytes to stream. Each CTA writes its gate and up sums of every
+// (pair, column) to its shared memory; after one cluster barrier, CTA q takes the pairs q, q + S, ... and
+// adds the S CTAs' sums in rank order (distributed shared memory), then silu * up and the quantization as
+// below; a second cluster barrier keeps each CTA's sums until the others have read them.
 //
 // Mapping: CTA (x, y) takes the y-th hit expert (include/netra_moe_sm90.cuh: route) and h columns n0 =
 // COLUMNS x .. + COLUMNS - 1, for all n of its pairs in chunks of TILE_PAIRS (ceil(n / TILE_PAIRS) chunks; at
@@ -44,13 +55,16 @@
 // tensor core sums the 4 x 32 products into a fresh partial (wgmma e4m3 keeps 13 fraction bits of its
 // partial sums: the template manifest's accumulator_bits 14, which the judge's bound models), which is
 // added to the fp32 accumulator with one fma by RN(w_scale * x_scale), blocks in ascending k order (one
-// accumulator per (row, pair) over the whole HIDDEN: no k split). h = silu(gate) * up: t = RN(g *
+// accumulator per (row, pair) over the whole HIDDEN; with KSPLIT S, one per (row, pair) and CTA over its
+// HIDDEN / S, and the S sums then added in rank order, RN each: still blocks - 1 merges of the blocks'
+// products, which is what the judge's bound counts). h = silu(gate) * up: t = RN(g *
 // RN(-log2 e)), ex2.approx, RN(1 + e), rcp.approx, two RN multiplies. Quantization: fp8_group_quant.cu's
 // sequence (scale RN(max(amax, 1e-10) / 448), quotient within 1 ulp, clamp, cvt.rn.satfinite.e4m3x2).
 //
 // Batch invariance: a pair's column of B holds its own activations and nothing else; the zero columns
 // past n add nothing to any other column; its accumulator receives the same fmas in the same order in any
-// chunk and at any column. So a token's bits do not depend on M or on the other tokens (within a tactic).
+// chunk and at any column (and, with KSPLIT, the same split and the same rank order). So a token's bits do
+// not depend on M or on the other tokens (within a tactic).
 //
 // Bytes: each hit expert's 2*INTER*HIDDEN weight bytes and scales once per chunk: once whatever n while
 // TILE_PAIRS >= tokens. xq, xs, ids per CTA (L2). No atomics on an output; no local memory.
@@ -67,8 +81,8 @@
 #error "fp8_moe_gate_up_tc: contract constants EXPERTS, TOPK, HIDDEN and INTER must be defined"
 #endif
 #if !defined(COLUMNS) || !defined(TILE_PAIRS) || !defined(STAGES) || !defined(OVERLAP) || !defined(SPREAD) || \
-    !defined(MAX_TOKENS) || !defined(MIN_BLOCKS) || !defined(GRID_EXPERTS)
-#error "fp8_moe_gate_up_tc: tactic constants COLUMNS, TILE_PAIRS, STAGES, OVERLAP, SPREAD, MAX_TOKENS, MIN_BLOCKS and GRID_EXPERTS must be defined"
+    !defined(MAX_TOKENS) || !defined(MIN_BLOCKS) || !defined(GRID_EXPERTS) || !defined(KSPLIT)
+#error "fp8_moe_gate_up_tc: tactic constants COLUMNS, TILE_PAIRS, STAGES, OVERLAP, SPREAD, MAX_TOKENS, MIN_BLOCKS, GRID_EXPERTS and KSPLIT must be defined"
 #endif
 
 namespace fp8_moe_gate_up_tc_sm90 {
@@ -76,6 +90,8 @@ constexpr int kE = EXPERTS, kK = TOPK, kH = HIDDEN, kI = INTER;
 constexpr int kNT = TILE_PAIRS;                 // pairs per chunk: the N of every wgmma
 constexpr int kS = STAGES;                      // k blocks in flight
 constexpr int kKB = kH / 128;                   // k blocks of HIDDEN
+constexpr int kSplit = KSPLIT;                  // CTAs (a cluster) sharing a column group's k blocks
+constexpr int kKBL = kKB / kSplit;              // k blocks of one CTA
 constexpr int kMaxPairs = MAX_TOKENS * kK;
 constexpr int kTile = 64 * 128;                 // one 64-row A tile of a k block (8 KB)
 constexpr int kC = COLUMNS;                      // h columns of a CTA: 64 per warpgroup
@@ -95,17 +111,25 @@ static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS <= 4, "fp8_moe_gate_up_tc: MIN_BLOCK
 static_assert(OVERLAP == 0 || OVERLAP == 1, "fp8_moe_gate_up_tc: OVERLAP must be 0 or 1");
 static_assert(SPREAD == 0 || SPREAD == 1, "fp8_moe_gate_up_tc: SPREAD must be 0 or 1");
 static_assert(kS >= 2 + OVERLAP, "fp8_moe_gate_up_tc: STAGES must be at least 2 + OVERLAP (with OVERLAP the ring runs STAGES - 2 blocks ahead)");
-static_assert(GRID_EXPERTS >= kE, "fp8_moe_gate_up_tc: GRID_EXPERTS must be at least EXPERTS (a row of CTAs per hit expert)");
+static_assert(GRID_EXPERTS >= 1 && GRID_EXPERTS <= 1024, "fp8_moe_gate_up_tc: GRID_EXPERTS must be in [1, 1024]");
 static_assert(kS * kStage + kNT * kKB * 4 + 1024 <= 228352,
               "fp8_moe_gate_up_tc: the ring and the chunk's scales must fit the 223 KB of dynamic shared memory");
 static_assert(kMaxPairs * 4 + kH / 16 + (SPREAD * kE + (1 - SPREAD) * ((kE + 31) / 32)) * 4 <= 4096,
               "fp8_moe_gate_up_tc: the pair list, the weight scales and the hit mask (the expert counts with SPREAD) must fit 4 KB of static shared memory");
 static_assert(kNT * kC * 4 <= kS * kStage, "fp8_moe_gate_up_tc: the ring must hold a chunk's h");
+static_assert(kSplit == 1 || kSplit == 2 || kSplit == 4 || kSplit == 8, "fp8_moe_gate_up_tc: KSPLIT must be 1, 2, 4 or 8");
+static_assert((kSplit - 1) * (128 - kC) == 0, "fp8_moe_gate_up_tc: KSPLIT above 1 needs COLUMNS 128");
+static_assert(kH % (128 * kSplit) == 0, "fp8_moe_gate_up_tc: HIDDEN must split into KSPLIT equal runs of whole k blocks");
+// (always true for the constants admitted: two slots of 32 KB of weights hold a 64-pair chunk's 64 KB of sums)
+static_assert(kSplit == 1 || 2 * kNT * kC * 4 <= kS * kStage,
+              "fp8_moe_gate_up_tc: with KSPLIT the ring must hold a chunk's gate and up sums");
 
 }  // namespace fp8_moe_gate_up_tc_sm90
 
 #if COLUMNS == 64
 #define NETRA_TC_CLUSTER __cluster_dims__(2, 1, 1)  // the two CTAs of a 128-column group
+#elif KSPLIT > 1
+#define NETRA_TC_CLUSTER __cluster_dims__(KSPLIT, 1, 1)  // the CTAs sharing a 128-column group's k blocks
 #else
 #define NETRA_TC_CLUSTER
 #endif
@@ -131,7 +155,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
   bool traced_first = false;  // mark 7 at the CTA's first block
 #endif
   for (int item = blockIdx.y;; item += gridDim.y) {  // the row's items (netra_moe::work)
-  const netra_moe::Work r = netra_moe::work<kE, kMaxPairs, kNT, SPREAD>(ids, (int)tokens * kK, list, item);
+  const netra_moe::Work r = netra_moe::work<kE, kMaxPairs, kNT, SPREAD, (GRID_EXPERTS < EXPERTS)>(ids, (int)tokens * kK, list, item);
   if (r.expert < 0) break;  // the same for every thread (and both CTAs of a cluster: one row)
   NETRA_TRACE_MARK(1);  // (the last item's routing, with SPREAD)
 
@@ -143,7 +167,13 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, c = lane & 3;
   const int wg = warp >> 2;  // warpgroup: columns n0 + 64 wg .. + 63
+#if KSPLIT > 1
+  const int n0 = (int)(blockIdx.x / kSplit) * kC;
+  const int kb0 = (int)(blockIdx.x % kSplit) * kKBL, kb1 = kb0 + kKBL;  // this CTA's k blocks
+#else
   const int n0 = blockIdx.x * kC;
+  constexpr int kb0 = 0, kb1 = kKB;
+#endif
   const uint8_t* we = w13 + (size_t)r.expert * 2 * kI * kH;
   const float* se = w13s + (size_t)r.expert * (2 * kI / 128) * kKB;
   for (int t = tid; t < 2 * kKB; t += NETRA_BLOCK)
@@ -179,7 +209,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
     constexpr int kAhead = kS - 1 - OVERLAP;
 #pragma unroll 1
     for (int s = 0; s < kAhead; ++s) {
-      if (s < kKB) request(s);
+      if (s < kKBL) request(kb0 + s);
       netra_moe::cp_commit();  // (an empty group past the last block keeps the count uniform)
     }
     float accg[kNT / 2] = {}, accu[kNT / 2] = {};
@@ -207,7 +237,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
       if (!traced_first) NETRA_TRACE_MARK(7);  // the CTA's first block landed
       traced_first = true;
 #endif
-      if (kb + kAhead < kKB) request(kb + kAhead);  // into the slot block kb + kAhead - STAGES used
+      if (kb + kAhead < kb1) request(kb + kAhead);  // into the slot block kb + kAhead - STAGES used
       netra_moe::cp_commit();
       const uint32_t slot = ring + (uint32_t)((kb % kS) * kStage);
       const uint32_t ag = slot + (uint32_t)((2 * wg) * kTile), au = ag + kTile, b = slot + (uint32_t)kW;
@@ -223,9 +253,9 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
 #if OVERLAP
     float dg1[kNT / 2], du1[kNT / 2];
 #pragma unroll 1
-    for (int kb = 0; kb < kKB; kb += 2) {
+    for (int kb = kb0; kb < kb1; kb += 2) {
       issue(kb, dg0, du0);
-      if (kb + 1 < kKB) {
+      if (kb + 1 < kb1) {
         issue(kb + 1, dg1, du1);
         tc::wg_wait_upto1();  // block kb's wgmma has completed (kb + 1's may still run)
         promote(kb, dg0, du0);
@@ -238,7 +268,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
     }
 #else
 #pragma unroll 1
-    for (int kb = 0; kb < kKB; ++kb) {
+    for (int kb = kb0; kb < kb1; ++kb) {
       issue(kb, dg0, du0);
       netra_moe::wg_wait_all();
       promote(kb, dg0, du0);
@@ -250,6 +280,45 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
     netra_moe::cp_wait<0>();
     __syncthreads();
     float* hbuf = reinterpret_cast<float*>(ring_p);
+#if KSPLIT > 1
+    {  // this CTA's sums over its k blocks: gate as [pair][128 columns], then up likewise
+      const int g = lane >> 2, row0 = 64 * wg + 16 * (warp & 3) + g;
+#pragma unroll
+      for (int i = 0; i < kNT / 8; ++i) {
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+          const int at = (8 * i + 2 * c + (v & 1)) * kC + row0 + 8 * (v >> 1);
+          hbuf[at] = accg[4 * i + v];
+          hbuf[kNT * kC + at] = accu[4 * i + v];
+        }
+      }
+    }
+    tc::cluster_sync();  // every CTA's sums written and visible to the cluster
+    NETRA_TRACE_MARK(3);
+    NETRA_TRACE_MARK(4);
+    // CTA q takes pairs q, q + KSPLIT, ...: per pair a warp adds the CTAs' sums in rank order, then h =
+    // silu(gate) * up and the group's quantization, as a CTA that held every k block does.
+    const uint32_t rank = tc::cluster_rank();
+    for (int col = (int)rank + kSplit * warp; col < kNT; col += kSplit * (NETRA_BLOCK / 32)) {
+      const int i = ch * kNT + col;
+      if (i >= r.n) break;  // the same for every lane
+      const size_t p = list[i];
+      const float* gp = hbuf + col * kC + 4 * lane;
+      float4 gsum = tc::ld_cluster4(gp, 0), usum = tc::ld_cluster4(gp + kNT * kC, 0);
+#pragma unroll
+      for (int q = 1; q < kSplit; ++q) {
+        const float4 gq = tc::ld_cluster4(gp, (uint32_t)q), uq = tc::ld_cluster4(gp + kNT * kC, (uint32_t)q);
+        gsum = make_float4(__fadd_rn(gsum.x, gq.x), __fadd_rn(gsum.y, gq.y), __fadd_rn(gsum.z, gq.z), __fadd_rn(gsum.w, gq.w));
+        usum = make_float4(__fadd_rn(usum.x, uq.x), __fadd_rn(usum.y, uq.y), __fadd_rn(usum.z, uq.z), __fadd_rn(usum.w, uq.w));
+      }
+      const float4 v = make_float4(netra::silu_mul(gsum.x, usum.x), netra::silu_mul(gsum.y, usum.y),
+                                   netra::silu_mul(gsum.z, usum.z), netra::silu_mul(gsum.w, usum.w));
+      float s;
+      reinterpret_cast<uint32_t*>(hq + p * kI + n0)[lane] = netra::quant_group128_warp(v, s);
+      if (lane == 0) hs[p * (kI / 128) + n0 / 128] = s;
+    }
+    tc::cluster_sync();  // the other CTAs have read this one's sums (before they are overwritten, or it exits)
+#else
     {
       const int g = lane >> 2, row0 = 64 * wg + 16 * (warp & 3) + g;
 #pragma unroll
@@ -300,9 +369,10 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
     }
     tc::cluster_sync();  // the other CTA has read this one's gmax (before it is rewritten, or the CTA exits)
 #endif
+#endif  // KSPLIT
     __syncthreads();  // the next chunk's scales and copies overwrite what this one read
   }
-  if (!SPREAD) break;  // a row per hit expert: its one item
+  if (!SPREAD && GRID_EXPERTS >= EXPERTS) break;  // a row per hit expert: its one item
   }
   NETRA_TRACE_FLAG(6, 1);  // every CTA quantizes its own columns
   NETRA_TRACE_MARK(5);

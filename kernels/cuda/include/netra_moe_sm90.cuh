@@ -258,11 +258,14 @@ __device__ __forceinline__ ChunkRoute route_chunk(const int* __restrict__ ids, i
 struct Work {
   int expert, n, c0, c1;
 };
-template <int E, int MAX_PAIRS, int TP, bool CHUNKED>
+template <int E, int MAX_PAIRS, int TP, bool CHUNKED, bool NTH = false>
 __device__ __forceinline__ Work work(const int* __restrict__ ids, int pairs, int* list, int item) {
   if constexpr (CHUNKED) {
     const ChunkRoute r = route_chunk<E, MAX_PAIRS, TP>(ids, pairs, list, item, item == (int)blockIdx.y);
     return Work{r.expert, r.n, r.chunk, r.chunk + 1};
+  } else if constexpr (NTH) {  // fewer rows than experts (GRID_EXPERTS): the row's hit experts in turn
+    const Route r = route_nth<E, MAX_PAIRS, true>(ids, pairs, list, item);
+    return Work{r.expert, r.n, 0, (r.n + TP - 1) / TP};
   } else {
     if (item != (int)blockIdx.y) return Work{-1, 0, 0, 0};
     const Route r = route<E, MAX_PAIRS, true>(ids, pairs, list);

@@ -15,7 +15,8 @@ from netra.core.launch import LaunchModel, Step, Value, Workspace
 
 # A CTA computes `columns` gate rows and the matching up rows of one hit expert for every token routed
 # to it (the template's COLUMNS): 16 in fp8_moe_gate_up (the last of a 128-column group's 8 CTAs
-# quantizes the group), 128 in fp8_moe_gate_up_tc (a CTA quantizes its own group).
+# quantizes the group), 128 in fp8_moe_gate_up_tc (a CTA quantizes its own group), each group's k blocks
+# shared by ksplit CTAs (the template's KSPLIT: 1, or fp8_moe_gate_up_tc's cluster that adds their sums).
 # A row of CTAs per hit expert, or at most grid_experts rows (the template's GRID_EXPERTS), each
 # taking its hit experts in turn.
 ARGS = ("hq", "hs", "xq", "xs", "ids", "w13", "w13s", "h32", "counts", "tokens")
@@ -40,7 +41,9 @@ RECORD = OpFamily(
         values=(Value("tokens", "u32", "tokens of the call (rows of xq and ids)"),),
         steps=(
             Step(
-                "fp8_moe_gate_up", ARGS, ("inter / columns", "min(experts, tokens * topk, grid_experts)", "1")
+                "fp8_moe_gate_up",
+                ARGS,
+                ("inter / columns * ksplit", "min(experts, tokens * topk, grid_experts)", "1"),
             ),
         ),
         workspaces=(

@@ -6,7 +6,7 @@
 # each banked as it finishes (issues 28 and 30), bench_moe beside vLLM and the read limit after each Qwen3
 # part (issue 28's benchmark), the phase traces; the transformers integration (issue 30); the operator
 # path and decode (issue 31); the gpu tests.
-# On another card: the bench and the 235B conformance of every MoE tactic (certify --reuse needs the reused
+# On another card: the 235B conformance the 2026-12-07 cap stopped, nothing else (certify --reuse needs the reused
 # table's device). On an H200 the transformers integration, the operator path and decode come right after the
 # 30B bench (about two minutes); with .gpu/short (a lease of a few minutes) the H200 then runs the 235B bench
 # and the traces, and no certify.
@@ -45,27 +45,34 @@ trace() {  # bench/trace_moe.py from the tree (its nvcc builds the trace cubins)
 TR=("Qwen3-30B-A3B g8x64+d8x64m 64 same" "Qwen3-30B-A3B g8x64p+d8x64s3m 64 same" "Qwen3-30B-A3B g8x16c+d8x32cm 64 same"
     "Qwen3-30B-A3B g8x8s3+d8x8s3 16 uniform" "Qwen3-30B-A3B g4o+d8sh 1 uniform" "Qwen3-30B-A3B g8x8s3+d8x8s3 1 uniform"
     "Qwen3-235B-A22B g8x64p+d8x64s3m 64 same" "Qwen3-235B-A22B g8x8s3+d8x8s3 16 uniform")
-# the tensor-core tactics' conformance first (a hang stops here, not in the bench or certify): the SLOT_SUM ones
-# have never run; the others passed at Qwen3-30B-A3B on an H100 on 2026-12-07 (docs/gpu-runs/session-2026-12-07),
-# so a short lease on an H200, which runs no certify, checks the SLOT_SUM ones only.
-NEW=d8x64m,d8x64s3m,d8x32cm
+# the tensor-core tactics' conformance first (a hang stops here, not in the bench or certify): the split-k ones
+# have never run; the others passed at both Qwen3 contracts on H100s on 2026-12-07 (docs/gpu-runs/session-2026-12-07,
+# session-2026-12-07b), so a short lease on an H200, which runs no certify, checks the new ones only.
+KS=g8x64k2,g8x64k4,g8x8k4,g8x8k8  # split k (KSPLIT): passed at both Qwen3 contracts on an H100, 2026-12-07
+E16=g8x64k2e16,d8x64s3me16  # 16 grid rows on the tensor-core paths: never run
+NEW=d8x64m,d8x64s3m,d8x32cm,$KS,$E16
+CK="g4o+d8sh g8x8s3+d8x8s3 g8x64p+d8x64s3m g8x64k2+d8x64s3m g8x64k2e16+d8x64s3me16 g8x64p+d8x64s3me16
+    g8x64k2e16+d8x64s3m"
+if ! grep -q H200 "$R/which"; then  # another sm_90 card: every other tactic has passed at both Qwen3 contracts and
+  # been benched (2026-12-07); the 16-row ones: conformance (the split-k ones again: the operator test's
+  # grouping by KSPLIT), the bench beside their peers, the phase marks
+  NETRA_TEST_MOE_TACTICS=$KS,$E16 NETRA_TEST_MOE_CONTRACTS=30b gs k30 240 tests tests/test_gpu_moe.py
+  if ! grep -q '^k30 rc=124' "$R/progress"; then
+    gs kb30 240 moe-bench $V --contracts Qwen3-30B-A3B --chains $CK --tokens 1 4 16 64 --no-compile --rounds 3
+    trace "Qwen3-30B-A3B g8x64k2e16+d8x64s3me16 64 same" "Qwen3-30B-A3B g8x64k2e16+d8x64s3me16 64 uniform"
+    NETRA_TEST_MOE_TACTICS=$E16 NETRA_TEST_MOE_CONTRACTS=235b gs k235 240 tests tests/test_gpu_moe.py -k "every_tactic_passes"
+    gs kb235 240 moe-bench $V --contracts Qwen3-235B-A22B --chains $CK --tokens 1 16 64 --no-compile --rounds 3
+  fi
+  echo done >> "$R/progress"; exit 0
+fi
 export NETRA_TEST_MOE_TACTICS=g4x8,g4x16,g4x64,d4x8,d4x64,g8x8p,g8x64p,g8x8s3,g8x16s3,d8x8p,d8x64p,d8x8s3,d8x64s3,g8x8c,g8x16c,d8x16c,d8x32c,$NEW
 [ -f "$R/tree/.gpu/short" ] && grep -q H200 "$R/which" && NETRA_TEST_MOE_TACTICS=$NEW
 NETRA_TEST_MOE_CONTRACTS=30b gs u30 240 tests tests/test_gpu_moe.py
 hung=$(cat "$R/progress" 2>/dev/null | grep -c '^u30 rc=124')
 unset NETRA_TEST_MOE_TACTICS
 C="g4r8+d3 g4o+d8sh g8x8+d8x8 g8x16+d8x8 g8x64+d8x64 g8x8s3+d8x8s3 g8x16s3+d8x8s3 g8x64p+d8x64s3 g8x16c+d8x32c
-   g8x64+d8x64m g8x64p+d8x64s3m g8x16c+d8x32cm"
+   g8x64+d8x64m g8x64p+d8x64s3m g8x16c+d8x32cm g8x64k2+d8x64s3m g8x64k2e16+d8x64s3me16 g8x64p+d8x64s3me16"
 [ "$hung" = 0 ] || C="g4r8+d3 g4o+d8sh g8x8+d8x8 g8x16+d8x8 g8x64+d8x64"
-if ! grep -q H200 "$R/which"; then  # another sm_90 card: the bench beside vLLM and the 235B conformance, no certify
-  gs moe30 200 moe-bench $V --contracts Qwen3-30B-A3B --chains $C --tokens 1 4 16 64 --no-compile --rounds 3
-  gs moe235 200 moe-bench $V --contracts Qwen3-235B-A22B --chains $C --tokens 1 16 64 --no-compile --rounds 3
-  [ "$hung" = 0 ] && trace "${TR[@]:0:4}"
-  # at 235B: the gate/up tactics whose conformance the 2026-12-07 cap stopped, and the SLOT_SUM ones
-  NETRA_TEST_MOE_TACTICS=g4x8,g4x16,g4x64,g8x8p,g8x64p,g8x8s3,g8x16s3,g8x8c,g8x16c,$NEW NETRA_TEST_MOE_CONTRACTS=235b \
-    gs u235 300 tests tests/test_gpu_moe.py -k "every_tactic_passes"
-  echo done >> "$R/progress"; exit 0
-fi
 # on the H200 (where the unrun tactics did not hang): the 30B bench beside vLLM (issue 28's benchmark, about
 # a minute), certify each Qwen3 contract's MoE (banked as each finishes), the 235B bench, the traces, then
 # DeepSeek-V3's part
