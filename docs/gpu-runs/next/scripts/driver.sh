@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# The next device run on main's wheel (under setsid, from .gpu/call.sh). First, on any sm_90 card, the
-# tensor-core tactics that have never run (64 columns, OVERLAP, MIN_BLOCKS, SPREAD): their conformance at
-# Qwen3-30B-A3B (one that hangs keeps certify from starting). On an H200 then: certify --reuse in three
+# The next device run on main's wheel (under setsid, from .gpu/call.sh), on an H200: first the tensor-core
+# tactics' conformance at Qwen3-30B-A3B (none has run on an H200; one that hangs keeps certify from
+# starting). Then certify --reuse in three
 # parts (--only: Qwen3-30B-A3B's MoE, Qwen3-235B-A22B's, then the rest, DeepSeek-V3's router and experts),
 # each banked as it finishes (issues 28 and 30), bench_moe beside vLLM and the read limit after each Qwen3
 # part (issue 28's benchmark), the phase traces; the transformers integration (issue 30); the operator
 # path and decode (issue 31); the gpu tests.
-# On another card: the 235B conformance the 2026-12-07 cap stopped, nothing else (certify --reuse needs the reused
-# table's device). On an H200 the transformers integration, the operator path and decode come right after the
-# 30B bench (about two minutes); with .gpu/short (a lease of a few minutes) the H200 then runs the 235B bench
-# and the traces, and no certify.
+# On another card: nothing (every MoE tactic has run on H100s; certify --reuse needs the reused table's
+# device). On the H200 the transformers integration, the operator path and decode come right after the 30B
+# bench (about two minutes); with .gpu/short (a lease of a few minutes) it then runs the 235B bench and the
+# traces, and no certify.
 set -u
 R=/tmp/run; H="$R/house"
 cd "$R/tree"
@@ -42,27 +42,16 @@ trace() {  # bench/trace_moe.py from the tree (its nvcc builds the trace cubins)
     echo "rc $? for $t" >> "$R/trace/session.log"
   done
   step trace done; pack trace; }
-TR=("Qwen3-30B-A3B g8x64+d8x64m 64 same" "Qwen3-30B-A3B g8x64p+d8x64s3m 64 same" "Qwen3-30B-A3B g8x16c+d8x32cm 64 same"
+TR=("Qwen3-30B-A3B g8x64k2e16+d8x64s3m 64 same" "Qwen3-30B-A3B g8x64p+d8x64s3m 64 same" "Qwen3-30B-A3B g8x16c+d8x32cm 64 same"
     "Qwen3-30B-A3B g8x8s3+d8x8s3 16 uniform" "Qwen3-30B-A3B g4o+d8sh 1 uniform" "Qwen3-30B-A3B g8x8s3+d8x8s3 1 uniform"
     "Qwen3-235B-A22B g8x64p+d8x64s3m 64 same" "Qwen3-235B-A22B g8x8s3+d8x8s3 16 uniform")
-# the tensor-core tactics' conformance first (a hang stops here, not in the bench or certify): the split-k ones
-# have never run; the others passed at both Qwen3 contracts on H100s on 2026-12-07 (docs/gpu-runs/session-2026-12-07,
-# session-2026-12-07b), so a short lease on an H200, which runs no certify, checks the new ones only.
-KS=g8x64k2,g8x64k4,g8x8k4,g8x8k8  # split k (KSPLIT): passed at both Qwen3 contracts on an H100, 2026-12-07
-E16=g8x64k2e16,d8x64s3me16  # 16 grid rows on the tensor-core paths: never run
-NEW=d8x64m,d8x64s3m,d8x32cm,$KS,$E16
-CK="g4o+d8sh g8x8s3+d8x8s3 g8x64p+d8x64s3m g8x64k2+d8x64s3m g8x64k2e16+d8x64s3me16 g8x64p+d8x64s3me16
-    g8x64k2e16+d8x64s3m"
-if ! grep -q H200 "$R/which"; then  # another sm_90 card: every other tactic has passed at both Qwen3 contracts and
-  # been benched (2026-12-07); the 16-row ones: conformance (the split-k ones again: the operator test's
-  # grouping by KSPLIT), the bench beside their peers, the phase marks
-  NETRA_TEST_MOE_TACTICS=$KS,$E16 NETRA_TEST_MOE_CONTRACTS=30b gs k30 240 tests tests/test_gpu_moe.py
-  if ! grep -q '^k30 rc=124' "$R/progress"; then
-    gs kb30 240 moe-bench $V --contracts Qwen3-30B-A3B --chains $CK --tokens 1 4 16 64 --no-compile --rounds 3
-    trace "Qwen3-30B-A3B g8x64k2e16+d8x64s3me16 64 same" "Qwen3-30B-A3B g8x64k2e16+d8x64s3me16 64 uniform"
-    NETRA_TEST_MOE_TACTICS=$E16 NETRA_TEST_MOE_CONTRACTS=235b gs k235 240 tests tests/test_gpu_moe.py -k "every_tactic_passes"
-    gs kb235 240 moe-bench $V --contracts Qwen3-235B-A22B --chains $CK --tokens 1 16 64 --no-compile --rounds 3
-  fi
+# the tensor-core tactics' conformance first (a hang stops here, not in the bench or certify): all passed at both
+# Qwen3 contracts on H100s on 2026-12-07 (docs/gpu-runs/session-2026-12-07, session-2026-12-07b) but none on an
+# H200, so a short lease on an H200, which runs no certify, checks the newest ones only.
+NEW=d8x64m,d8x64s3m,d8x32cm,g8x64k2,g8x64k2e16,d8x64s3me16  # the newest; all passed at both Qwen3 contracts on H100s
+if ! grep -q H200 "$R/which"; then  # another sm_90 card: every MoE tactic has passed its conformance at both
+  # Qwen3 contracts and been benched on H100s (2026-12-07); certify needs the H200
+  echo "not an H200: nothing left to run here" >> "$R/progress"
   echo done >> "$R/progress"; exit 0
 fi
 export NETRA_TEST_MOE_TACTICS=g4x8,g4x16,g4x64,d4x8,d4x64,g8x8p,g8x64p,g8x8s3,g8x16s3,d8x8p,d8x64p,d8x8s3,d8x64s3,g8x8c,g8x16c,d8x16c,d8x32c,$NEW
@@ -71,7 +60,7 @@ NETRA_TEST_MOE_CONTRACTS=30b gs u30 240 tests tests/test_gpu_moe.py
 hung=$(cat "$R/progress" 2>/dev/null | grep -c '^u30 rc=124')
 unset NETRA_TEST_MOE_TACTICS
 C="g4r8+d3 g4o+d8sh g8x8+d8x8 g8x16+d8x8 g8x64+d8x64 g8x8s3+d8x8s3 g8x16s3+d8x8s3 g8x64p+d8x64s3 g8x16c+d8x32c
-   g8x64+d8x64m g8x64p+d8x64s3m g8x16c+d8x32cm g8x64k2+d8x64s3m g8x64k2e16+d8x64s3me16 g8x64p+d8x64s3me16"
+   g8x64+d8x64m g8x64p+d8x64s3m g8x16c+d8x32cm g8x64k2e16+d8x64s3m g8x64p+d8x64s3me16"
 [ "$hung" = 0 ] || C="g4r8+d3 g4o+d8sh g8x8+d8x8 g8x16+d8x8 g8x64+d8x64"
 # on the H200 (where the unrun tactics did not hang): the 30B bench beside vLLM (issue 28's benchmark, about
 # a minute), certify each Qwen3 contract's MoE (banked as each finishes), the 235B bench, the traces, then
