@@ -92,11 +92,14 @@ def _truncate(v: np.ndarray, bits: int) -> np.ndarray:
     return np.ldexp(np.trunc(m * 2.0**bits) / 2.0**bits, e).astype(np.float32)
 
 
-def fp32_dot(w: np.ndarray, ws: np.ndarray, x: np.ndarray, xs: np.ndarray, bits: int = 24) -> np.ndarray:
+def fp32_dot(
+    w: np.ndarray, ws: np.ndarray, x: np.ndarray, xs: np.ndarray, bits: int = 24, split: int = 1
+) -> np.ndarray:
     """rows of w (codes [R, K], scales [R/128, K/128]) against one x (codes [K], scales [K/128]): per block
     four mma steps of 32, each truncated to `bits` significant bits (fp32's 24, or the 14 of wgmma e4m3's
     partials); scale product and scaled block in fp32; the blocks added last to first (the prototype adds
-    them first to last)."""
+    them first to last). split S > 1: as KSPLIT, S equal runs of blocks each summed from zero, then the
+    runs' sums added in rank order."""
     r, kl = w.shape
     nb = kl // 128
     prod = (decode(w).astype(np.float32) * decode(x).astype(np.float32)).reshape(r, nb, 4, 32)
@@ -105,24 +108,28 @@ def fp32_dot(w: np.ndarray, ws: np.ndarray, x: np.ndarray, xs: np.ndarray, bits:
         part = _truncate(part.astype(np.float64) + prod[:, :, st].astype(np.float64).sum(-1), bits)
     scale = np.repeat(ws, 128, axis=0).astype(np.float32) * xs.astype(np.float32)[None, :]
     scaled = part * scale
-    acc = np.zeros(r, dtype=np.float32)
-    for b in reversed(range(nb)):
-        acc = acc + scaled[:, b]
-    return acc
+    run = nb // split
+    total = np.zeros(r, dtype=np.float32)
+    for q in range(split):
+        acc = np.zeros(r, dtype=np.float32)
+        for b in reversed(range(q * run, (q + 1) * run)):
+            acc = acc + scaled[:, b]
+        total = acc if q == 0 else total + acc
+    return total
 
 
 def kernel_gate_up(
-    p: dict[str, int], case: cf.Case, expert: dict[int, int] | None = None, bits: int = 24
+    p: dict[str, int], case: cf.Case, expert: dict[int, int] | None = None, bits: int = 24, split: int = 1
 ) -> dict[str, np.ndarray]:
-    """hq, hs as an fp32 kernel computes them (bits: its tensor core's partials); expert: pair -> expert
-    read instead of the routed one."""
+    """hq, hs as an fp32 kernel computes them (bits: its tensor core's partials; split: KSPLIT's runs of
+    k blocks); expert: pair -> expert read instead of the routed one."""
     k, n_i = p["topk"], p["inter"]
     x = case.inputs
     h = np.zeros((case.rows * k, n_i), dtype=np.float32)
     for pr in range(case.rows * k):
         t = pr // k
         e = (expert or {}).get(pr, int(x["ids"][t, pr % k]))
-        gu = fp32_dot(x["w13"][e], x["w13s"][e], x["xq"][t], x["xs"][t], bits)
+        gu = fp32_dot(x["w13"][e], x["w13s"][e], x["xq"][t], x["xs"][t], bits, split)
         g, u = gu[:n_i], gu[n_i:]
         with np.errstate(over="ignore", invalid="ignore"):
             h[pr] = g / (np.float32(1) + np.exp(-g)) * u
@@ -455,6 +462,26 @@ def test_a_wgmma_candidate_is_judged_by_its_accumulation_and_only_by_it(
     assert refused > 0
     with pytest.raises(ValueError, match="no bounds for accumulator_bits 16"):
         cf.for_accumulator(UP, cf.expected(UP, SMALL, small[UP][0]), 16)
+
+
+def test_a_split_k_is_judged_by_the_bounds_of_its_accumulation() -> None:
+    """KSPLIT (fp8_moe_gate_up_tc, docs/ops/fp8_moe.md "Split k"): each CTA of a cluster sums its run of k
+    blocks from zero and the runs' sums are then added in rank order, still blocks - 1 merges of the
+    scaled blocks, which the judges' bound counts in any order. The emulated kernel split in 2 and 8 at
+    hidden 1024 (8 blocks) passes the judges of its accumulation (14 bits, as the tensor cores keep, and
+    fp32) in every case; its codes are not all the unsplit emulation's (the split is seen)."""
+    p = {"experts": 4, "topk": 2, "hidden": 1024, "inter": 128}
+    moved = 0
+    for case in cf.cases(UP, p, rows_per_block=1):
+        e = cf.expected(UP, p, case)
+        for bits in (14, 24):
+            whole = kernel_gate_up(p, case, bits=bits)
+            for split in (2, 8):
+                got = kernel_gate_up(p, case, bits=bits, split=split)
+                v = cf.judge(UP, p, case, got, e, accumulator_bits=bits)
+                assert v.passed, (case.name, bits, split, v.reason)
+                moved += not np.array_equal(got["hq"], whole["hq"])
+    assert moved > 0
 
 
 def test_fma32_is_the_correctly_rounded_fp32_fma() -> None:
