@@ -18,10 +18,17 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _first: list[Callable[[], None]] = []  # run first on every handled signal, before anything is raised
@@ -52,6 +59,7 @@ def exit_code(exc: KeyboardInterrupt) -> int:
 
 @dataclass
 class _Session:
+    arrived: int | None = None  # the first signal, set before anything else the handler does
     raised: int | None = None  # the signal already raised as Interrupted
     pending: int | None = None  # a signal that arrived inside deferred(), raised when it ends
     shield: int = 0  # depth of deferred()
@@ -80,6 +88,8 @@ def handled() -> Iterator[None]:
             # A forked child that has not exec'd yet (subprocess runs Python there: the after-fork hooks,
             # proc's preexec_fn) got the signal sent to the group: the parent handles it, and kills the tool.
             return
+        if session.arrived is None:
+            session.arrived = signum  # first: pool_map's workers start no item from here on
         for action in tuple(_first):
             action()
         if session.raised is not None or session.pending is not None:
@@ -163,6 +173,34 @@ def deferred() -> Iterator[None]:
             if session.fatal is not None:
                 session.fatal(session.pending)  # ends the process
             raise Interrupted(session.pending)
+
+
+def pool_map(pool: Executor, fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
+    """`list(pool.map(fn, items))` for the main thread under handled(), with the wait for the workers
+    deferred(): a signal must not raise inside threading's locks while the main thread waits. It did
+    (2026-12-07, SIGTERM to `netra lock`): a Future's condition was left held by the unwinding main
+    thread, the worker completing that Future blocked on it, and the pool's shutdown waited on that
+    worker for ever. Once a signal has arrived the items not yet started are cancelled, the running ones
+    (their tools killed) are waited for, and its Interrupted is raised; else each result in order, or the
+    first item's error, as pool.map gives them."""
+    from concurrent.futures import CancelledError, wait  # only where a pool runs: it imports logging
+
+    session = _session
+
+    def item(x: _T) -> _R:
+        if session is not None and session.arrived is not None:
+            raise CancelledError  # a worker freed by the killed tool must not start the next one
+        return fn(x)
+
+    futures = [pool.submit(item, x) for x in items]
+    with deferred():
+        left = set(futures)
+        while left:
+            left = wait(left, timeout=0.05).not_done
+            if session is not None and session.arrived is not None:
+                for f in left:
+                    f.cancel()
+    return [f.result() for f in futures]
 
 
 def fatal(cleanup: Callable[[int], None]) -> Callable[[], None]:

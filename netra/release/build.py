@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from netra import targets
-from netra.core import files
+from netra.core import files, interrupts
 from netra.core.hashing import sha256_bytes
 from netra.core.types import ArtifactSpec, Toolchain
 from netra.errors import LockError, NetraError, PathError, TableError, ValidationError
@@ -189,7 +189,7 @@ def _derive(
         return path
 
     with ThreadPoolExecutor(max_workers=n) as pool:
-        paths = list(pool.map(one, specs))
+        paths = interrupts.pool_map(pool, one, specs)
     if cache is not None:
         cache.trim()
         if progress:

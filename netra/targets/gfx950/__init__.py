@@ -116,8 +116,12 @@ class Gfx950:
         listings: dict[Path, str] = {}
         from concurrent.futures import ThreadPoolExecutor  # build time only: it imports logging
 
+        from netra.core import interrupts
+
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            for part in pool.map(lambda c: assemble.disassemble(tools, c), [c for c in chunks if c]):
+            for part in interrupts.pool_map(
+                pool, lambda c: assemble.disassemble(tools, c), [c for c in chunks if c]
+            ):
                 listings.update(part)
         return [_examined(spec, path, listings[path]) for spec, path in built]
 
