@@ -36,6 +36,7 @@ from netra.certify.numerics import common
 from netra.certify.numerics.common import Case, Verdict
 from netra.certify.numerics.fused import FUSED, FUSED_QUANT, WITH_RESIDUAL
 from netra.certify.numerics.quant import GATE_TERM
+from netra.core import interrupts
 from netra.core.ops import FAMILIES
 from netra.runtime.tables.model import FP32_ACCUMULATOR_BITS
 
@@ -140,7 +141,7 @@ def _by_rows(
     if workers > 1 and len(spans) > 1:
         # numpy releases the GIL inside its array loops, so threads over row chunks run in parallel
         with ThreadPoolExecutor(max_workers=workers) as ex:
-            parts = list(ex.map(lambda ab: fn(*ab), spans))
+            parts = interrupts.pool_map(ex, lambda ab: fn(*ab), spans)
     else:
         parts = [fn(a, b) for a, b in spans]
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

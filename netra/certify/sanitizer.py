@@ -18,7 +18,6 @@ initcheck one whose input was never written, racecheck and synccheck must finish
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from netra.certify import plan as planfile
-from netra.core import proc
+from netra.core import interrupts, proc
 from netra.errors import CertificationError, ToolError, ToolTimeoutError
 from netra.targets.devtools import CheckerOutput, MemoryChecker, Report
 
@@ -276,15 +275,17 @@ def run_all(
                      f"{len(got) - found} clean, {found} with findings")  # fmt: skip
         return got
 
+    def settled(item: tuple[MemoryChecker, Path]) -> list[Checked]:
+        try:
+            return one(*item)
+        except BaseException:
+            return []  # recorded in `first`, raised below once every checker is done
+
     with ThreadPoolExecutor(max_workers=max(1, len(checkers))) as ex:
-        futures = {c.check: ex.submit(one, c, exe) for c, exe in checkers}
-        out: dict[str, list[Checked]] = {}
-        for check, f in futures.items():
-            with contextlib.suppress(BaseException):  # the first failure is raised below, once all are done
-                out[check] = f.result()
+        got = interrupts.pool_map(ex, settled, checkers)
     if first:
         raise first[0]
-    return out
+    return {c.check: r for (c, _), r in zip(checkers, got, strict=True)}
 
 
 def preflight(
@@ -309,14 +310,15 @@ def preflight(
                 "check the tool and the driver (docs/certify.md), or pass --skip-sanitizer (recorded as skipped)",
             )
 
+    def settled(item: tuple[MemoryChecker, Path]) -> BaseException | None:
+        try:
+            one(*item)
+        except BaseException as e:
+            return e  # every checker runs; the first one's failure (in their order) is raised
+        return None
+
     with ThreadPoolExecutor(max_workers=max(1, len(checkers))) as ex:
-        futures = [ex.submit(one, c, exe) for c, exe in checkers]
-        errors = []
-        for f in futures:
-            try:
-                f.result()
-            except BaseException as e:
-                errors.append(e)
+        errors = [e for e in interrupts.pool_map(ex, settled, checkers) if e is not None]
     if errors:
         raise errors[0]
 

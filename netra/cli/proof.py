@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from netra.core import interrupts
 from netra.core.text import integer
 from netra.errors import NetraError
 from netra.runtime import installed, layout, tables, verifier
@@ -346,7 +347,7 @@ def verify(inst: Install) -> dict[str, Any]:
             from concurrent.futures import ThreadPoolExecutor  # imports logging: only when worth it
 
             with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-                results = list(pool.map(lambda it: _check(it, below), items))
+                results = interrupts.pool_map(pool, lambda it: _check(it, below), items)
         else:
             results = [_check(it, below) for it in items]
     intact: dict[str, bytes] = {}  # table or evidence name -> its bytes, which hash to what the lock records
