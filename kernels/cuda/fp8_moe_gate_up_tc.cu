@@ -280,17 +280,23 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
     netra_moe::cp_wait<0>();
     __syncthreads();
     float* hbuf = reinterpret_cast<float*>(ring_p);
+    // Where this thread's accumulator 4 i + v sits in a [pair][COLUMNS] buffer (wgmma's fragment layout).
+    const int row0 = 64 * wg + 16 * (warp & 3) + (lane >> 2);
+    const auto at = [&](int i, int v) { return (8 * i + 2 * c + (v & 1)) * kC + row0 + 8 * (v >> 1); };
+    // A warp's pair p: h's 128 columns of group n0 / 128, quantized into hq, the group's scale into hs.
+    const auto store_group = [&](size_t p, float4 v) {
+      float s;
+      reinterpret_cast<uint32_t*>(hq + p * kI + n0)[lane] = netra::quant_group128_warp(v, s);
+      if (lane == 0) hs[p * (kI / 128) + n0 / 128] = s;
+    };
 #if KSPLIT > 1
-    {  // this CTA's sums over its k blocks: gate as [pair][128 columns], then up likewise
-      const int g = lane >> 2, row0 = 64 * wg + 16 * (warp & 3) + g;
+    // this CTA's sums over its k blocks: gate as [pair][128 columns], then up likewise
 #pragma unroll
-      for (int i = 0; i < kNT / 8; ++i) {
+    for (int i = 0; i < kNT / 8; ++i) {
 #pragma unroll
-        for (int v = 0; v < 4; ++v) {
-          const int at = (8 * i + 2 * c + (v & 1)) * kC + row0 + 8 * (v >> 1);
-          hbuf[at] = accg[4 * i + v];
-          hbuf[kNT * kC + at] = accu[4 * i + v];
-        }
+      for (int v = 0; v < 4; ++v) {
+        hbuf[at(i, v)] = accg[4 * i + v];
+        hbuf[kNT * kC + at(i, v)] = accu[4 * i + v];
       }
     }
     tc::cluster_sync();  // every CTA's sums written and visible to the cluster
@@ -302,31 +308,22 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
     for (int col = (int)rank + kSplit * warp; col < kNT; col += kSplit * (NETRA_BLOCK / 32)) {
       const int i = ch * kNT + col;
       if (i >= r.n) break;  // the same for every lane
-      const size_t p = list[i];
       const float* gp = hbuf + col * kC + 4 * lane;
       float4 gsum = tc::ld_cluster4(gp, 0), usum = tc::ld_cluster4(gp + kNT * kC, 0);
 #pragma unroll
       for (int q = 1; q < kSplit; ++q) {
-        const float4 gq = tc::ld_cluster4(gp, (uint32_t)q), uq = tc::ld_cluster4(gp + kNT * kC, (uint32_t)q);
-        gsum = make_float4(__fadd_rn(gsum.x, gq.x), __fadd_rn(gsum.y, gq.y), __fadd_rn(gsum.z, gq.z), __fadd_rn(gsum.w, gq.w));
-        usum = make_float4(__fadd_rn(usum.x, uq.x), __fadd_rn(usum.y, uq.y), __fadd_rn(usum.z, uq.z), __fadd_rn(usum.w, uq.w));
+        gsum = tc::add4_rn(gsum, tc::ld_cluster4(gp, (uint32_t)q));
+        usum = tc::add4_rn(usum, tc::ld_cluster4(gp + kNT * kC, (uint32_t)q));
       }
-      const float4 v = make_float4(netra::silu_mul(gsum.x, usum.x), netra::silu_mul(gsum.y, usum.y),
-                                   netra::silu_mul(gsum.z, usum.z), netra::silu_mul(gsum.w, usum.w));
-      float s;
-      reinterpret_cast<uint32_t*>(hq + p * kI + n0)[lane] = netra::quant_group128_warp(v, s);
-      if (lane == 0) hs[p * (kI / 128) + n0 / 128] = s;
+      store_group(list[i], make_float4(netra::silu_mul(gsum.x, usum.x), netra::silu_mul(gsum.y, usum.y),
+                                       netra::silu_mul(gsum.z, usum.z), netra::silu_mul(gsum.w, usum.w)));
     }
     tc::cluster_sync();  // the other CTAs have read this one's sums (before they are overwritten, or it exits)
 #else
-    {
-      const int g = lane >> 2, row0 = 64 * wg + 16 * (warp & 3) + g;
 #pragma unroll
-      for (int i = 0; i < kNT / 8; ++i) {
+    for (int i = 0; i < kNT / 8; ++i) {
 #pragma unroll
-        for (int v = 0; v < 4; ++v)
-          hbuf[(8 * i + 2 * c + (v & 1)) * kC + row0 + 8 * (v >> 1)] = netra::silu_mul(accg[4 * i + v], accu[4 * i + v]);
-      }
+      for (int v = 0; v < 4; ++v) hbuf[at(i, v)] = netra::silu_mul(accg[4 * i + v], accu[4 * i + v]);
     }
     __syncthreads();
     NETRA_TRACE_MARK(3);
@@ -335,11 +332,7 @@ extern "C" __global__ void __launch_bounds__(NETRA_BLOCK, MIN_BLOCKS) NETRA_TC_C
     for (int col = warp; col < kNT; col += NETRA_BLOCK / 32) {
       const int i = ch * kNT + col;
       if (i >= r.n) break;  // the same for every lane
-      const size_t p = list[i];
-      const float4 v = reinterpret_cast<const float4*>(hbuf + col * 128)[lane];
-      float s;
-      reinterpret_cast<uint32_t*>(hq + p * kI + n0)[lane] = netra::quant_group128_warp(v, s);
-      if (lane == 0) hs[p * (kI / 128) + n0 / 128] = s;
+      store_group(list[i], reinterpret_cast<const float4*>(hbuf + col * 128)[lane]);
     }
 #else
     // The group's other 64 columns are the other CTA of the cluster's: each pair's max |h| over this CTA's

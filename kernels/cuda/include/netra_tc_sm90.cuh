@@ -118,4 +118,9 @@ __device__ __forceinline__ float4 ld_cluster4(const float* p, uint32_t rank) {
   return v;
 }
 
+// a + b lane by lane, each rounded to nearest (a split k's sums merged in a fixed order).
+__device__ __forceinline__ float4 add4_rn(float4 a, float4 b) {
+  return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
+}
+
 }  // namespace netra_tc
