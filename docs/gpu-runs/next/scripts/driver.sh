@@ -6,10 +6,10 @@
 # each banked as it finishes (issues 28 and 30), bench_moe beside vLLM and the read limit after each Qwen3
 # part (issue 28's benchmark), the phase traces; the transformers integration (issue 30); the operator
 # path and decode (issue 31); the gpu tests.
-# On another card: nothing (every MoE tactic has run on H100s; certify --reuse needs the reused table's
-# device). On the H200 the transformers integration, the operator path and decode come right after the 30B
-# bench (about two minutes); with .gpu/short (a lease of a few minutes) it then runs the 235B bench and the
-# traces, and no certify.
+# On another card: the sanitizer tests and certify of one small contract (every MoE tactic has run on
+# H100s; certify --reuse needs the reused table's device). On the H200 the transformers integration, the
+# operator path and decode come right after the 30B bench (about two minutes); with .gpu/short (a lease of
+# a few minutes) it then runs the 235B bench and the traces, and no certify.
 set -u
 R=/tmp/run; H="$R/house"
 cd "$R/tree"
@@ -50,8 +50,11 @@ TR=("Qwen3-30B-A3B g8x64k2e16+d8x64s3m 64 same" "Qwen3-30B-A3B g8x64p+d8x64s3m 6
 # H200.
 NEW=d8x64m,d8x64s3m,d8x32cm,g8x64k2,g8x64k2e16,d8x64s3me16  # the newest; all passed at both Qwen3 contracts on H100s
 if ! grep -q H200 "$R/which"; then  # another sm_90 card: every MoE tactic has passed its conformance at both
-  # Qwen3 contracts and been benched on H100s (2026-12-07); certify needs the H200
-  echo "not an H200: nothing left to run here" >> "$R/progress"
+  # Qwen3 contracts and been benched on H100s (2026-12-07); certify's table needs the H200. What runs here is
+  # the certify machinery whose waits changed on 2026-12-07 (sanitizer.run_all and preflight through
+  # interrupts.pool_map): the sanitizer tests, and certify of one small contract (its table is not kept)
+  gs san 300 tests tests/test_gpu_sanitizer.py
+  gs certsmall 300 certify --tool-timeout 120 --only 'rmsnorm(hidden=128,weight_offset=0)'
   echo done >> "$R/progress"; exit 0
 fi
 export NETRA_TEST_MOE_TACTICS=g4x8,g4x16,g4x64,d4x8,d4x64,g8x8p,g8x64p,g8x8s3,g8x16s3,d8x8p,d8x64p,d8x8s3,d8x64s3,g8x8c,g8x16c,d8x16c,d8x32c,$NEW
