@@ -473,3 +473,65 @@ def test_a_signal_while_the_main_thread_waits_on_a_pool_cancels_what_has_not_sta
         assert rc == 128 + signal.SIGTERM, rc
         assert (tmp_path / str(_) / "pool_map" / "caught").read_text() == "Interrupted"
         assert started == 2 and took < 1.5, (started, took)
+
+
+# wait_first under handled(): the main thread waits on a future nothing will complete (a worker process of
+# certify's pool busy for minutes), as certify's loop does; the test signals once it waits.
+WAIT_CHILD = r"""
+import sys
+from concurrent.futures import Future
+from pathlib import Path
+from netra.core import interrupts
+
+state = Path(sys.argv[1])
+try:
+    with interrupts.handled():
+        (state / "waiting").write_text("")
+        interrupts.wait_first([Future()])
+except KeyboardInterrupt as e:
+    (state / "caught").write_text(type(e).__name__)
+    sys.exit(interrupts.exit_code(e))
+sys.exit(0)
+"""
+
+
+def test_a_signal_ends_a_deferred_wait_on_futures_at_once(tmp_path: Path) -> None:
+    """interrupts.wait_first (certify's loop over its worker pool): the wait holds the signal off, so it
+    never lands inside a future's lock, yet ends as soon as one arrives and raises it: the child exits
+    143 at once, not when the future completes (here never: a wait that only deferred would hang, and
+    the child is killed at the deadline)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", WAIT_CHILD, str(tmp_path)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        start_new_session=True,
+        preexec_fn=signals_default,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "waiting").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)  # inside the wait
+        child.send_signal(signal.SIGTERM)
+        rc = child.wait(timeout=10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+    assert rc == 128 + signal.SIGTERM, rc
+    assert (tmp_path / "caught").read_text() == "Interrupted"
+
+
+def test_wait_first_returns_at_the_first_result_or_the_timeout() -> None:
+    """Without a signal, wait_first is concurrent.futures.wait(FIRST_COMPLETED): it returns once one of
+    the futures is done, or when the timeout has passed with none done."""
+    from concurrent.futures import Future
+
+    pending: Future[int] = Future()
+    t0 = time.monotonic()
+    interrupts.wait_first([pending], timeout=0.3)
+    assert 0.3 <= time.monotonic() - t0 < 5 and not pending.done()
+    finished: Future[int] = Future()
+    finished.set_result(1)
+    t0 = time.monotonic()
+    with interrupts.handled():
+        interrupts.wait_first([pending, finished])
+    assert time.monotonic() - t0 < 5

@@ -38,7 +38,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,6 +51,7 @@ from netra.certify import sanitizer as sanitizing
 from netra.certify import tools as toolset
 from netra.certify.ranking import HYSTERESIS, PREFILL_ROWS, Result, rank, rerank
 from netra.certify.tools import Tools
+from netra.core import interrupts
 from netra.errors import CertificationError, NetraError
 from netra.runtime import tables
 
@@ -119,6 +120,10 @@ class _Pool:
 
     def poll(self) -> None:
         """Release the costs of the tasks that ended; start what now fits."""
+        with interrupts.deferred():  # a signal must not land inside a future's or the pool's lock
+            self._poll()
+
+    def _poll(self) -> None:
         for f, cost in [r for r in self.running if r[0].done()]:
             self.running.remove((f, cost))
             self.held -= cost
@@ -168,8 +173,12 @@ JUDGE_BYTES_PER_ELEMENT = 96
 
 
 def _result(f: Future[Any], what: str) -> Any:
+    """The task's result, waited for as interrupts.wait_first waits (a signal never lands inside the
+    future's lock, where a worker's set_result would then wait for ever, and the pool's shutdown on it)."""
+    interrupts.wait_first([f])
     try:
-        return f.result()
+        with interrupts.deferred():
+            return f.result()
     except NetraError:
         raise
     except Exception as e:  # a worker process failed (or died: BrokenProcessPool)
@@ -346,10 +355,11 @@ def _measure(
         n, done = sum(len(s.entry.candidates) for s in state), 0
         pending = list(state)
         while pending:
-            ready = [s for s in pending if s.cases_f.done()]
+            with interrupts.deferred():  # done() takes the future's lock (interrupts.wait_first)
+                ready = [s for s in pending if s.cases_f.done()]
             if not ready:
                 _pump(pool, state)
-                wait([s.cases_f for s in pending], timeout=1.0, return_when=FIRST_COMPLETED)
+                interrupts.wait_first([s.cases_f for s in pending], timeout=1.0)
                 continue
             s = ready[0]
             pending.remove(s)
@@ -382,9 +392,10 @@ def _measure(
             _pump(pool, state)
             ready = [s for s in state if not s.timed and len(s.verdicts) == len(s.entry.candidates)]
             if not ready:
-                waiting = [f for s in state for f in (*s.spans, *s.judges.values()) if not f.done()]
+                with interrupts.deferred():
+                    waiting = [f for s in state for f in (*s.spans, *s.judges.values()) if not f.done()]
                 if waiting:
-                    wait(waiting, timeout=1.0, return_when=FIRST_COMPLETED)
+                    interrupts.wait_first(waiting, timeout=1.0)
                 else:
                     time.sleep(0.05)  # judges were just handed out: collect them on the next round
                 continue
@@ -455,9 +466,14 @@ def _size(e: tables.Entry) -> int:
 def _pump(pool: _Pool, state: list[_Entry]) -> None:
     """Hand the judge every candidate whose outputs are written and whose references are complete;
     collect the verdicts that are in."""
+    pool.poll()
+    with interrupts.deferred():  # done() takes the future's lock (interrupts.wait_first)
+        _collect(pool, state)
+
+
+def _collect(pool: _Pool, state: list[_Entry]) -> None:
     from netra.certify import prepare
 
-    pool.poll()
     for s in state:
         if s.spans and all(f.done() for f in s.spans):
             for f in s.spans:

@@ -18,15 +18,17 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from concurrent.futures import Executor
+    from concurrent.futures import Executor, Future
 
+_SLICE = 0.05  # seconds: how long a deferred wait holds off a signal at a time (pool_map, wait_first)
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
@@ -196,11 +198,31 @@ def pool_map(pool: Executor, fn: Callable[[_T], _R], items: Sequence[_T]) -> lis
     with deferred():
         left = set(futures)
         while left:
-            left = wait(left, timeout=0.05).not_done
+            left = wait(left, timeout=_SLICE).not_done
             if session is not None and session.arrived is not None:
                 for f in left:
                     f.cancel()
     return [f.result() for f in futures]
+
+
+def wait_first(fs: Sequence[Future[Any]], timeout: float | None = None) -> None:
+    """`concurrent.futures.wait(fs, timeout, FIRST_COMPLETED)` for the main thread under handled(): the
+    wait is deferred() in slices of 0.05 s, as pool_map's, and ends as soon as a signal has arrived
+    (deferred() then raises its Interrupted). Every other touch of a future or a pool from the main thread
+    (done(), result(), submit()) belongs inside deferred() too: each takes a lock a worker also takes."""
+    from concurrent.futures import FIRST_COMPLETED, wait  # only where a pool runs: it imports logging
+
+    session = _session
+    end = None if timeout is None else time.monotonic() + timeout
+    with deferred():
+        while True:
+            step = _SLICE if end is None else max(0.0, min(_SLICE, end - time.monotonic()))
+            if wait(fs, timeout=step, return_when=FIRST_COMPLETED).done or not fs:
+                return
+            if (session is not None and session.arrived is not None) or (
+                end is not None and time.monotonic() >= end
+            ):
+                return
 
 
 def fatal(cleanup: Callable[[int], None]) -> Callable[[], None]:

@@ -22,7 +22,7 @@ gs() {  # $1 name, $2 timeout, then tools/gpu-session's mode and arguments (WHEE
   local n=$1 t=$2 mode=$3 hh=$H; shift 3
   [ "$mode" = moe-bench ] && hh=$HB
   mkdir -p "$R/$n"; step "$n" start
-  timeout "$t" tools/gpu-session "$mode" "$hh" "$R/$n" "$@" > "$R/$n/session.log" 2>&1
+  timeout -k 60 "$t" tools/gpu-session "$mode" "$hh" "$R/$n" "$@" > "$R/$n/session.log" 2>&1
   local rc=$?; step "$n" "rc=$rc"; pack "$n"
   if [ "$rc" != 0 ] && [ -f "$R/$n/certify-logs.tar.gz" ]; then cp "$R/$n/certify-logs.tar.gz" "$R/$n-logs.part" && mv "$R/$n-logs.part" "$R/$n-logs.tar.gz"; fi; }
 V=""; HB="$H"
