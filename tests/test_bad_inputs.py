@@ -79,6 +79,16 @@ def refused(r: subprocess.CompletedProcess[str], *fragments: str) -> str:
     return first
 
 
+def misused(r: subprocess.CompletedProcess[str], *fragments: str) -> str:
+    """A usage error: exit 2, no traceback, one line on stderr holding every fragment."""
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stdout == "", log(r)
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and " error: " in lines[0], log(r)
+    for f in fragments:
+        assert f in lines[0], f"{f!r} not in the error line\n{lines[0]}"
+    return lines[0]
+
+
 def empty_eventually(folder: Path, seconds: float = 30) -> list[str]:
     """What is left in a private TMPDIR once every process has gone (a janitor may still be removing)."""
     deadline = time.monotonic() + seconds
@@ -1958,8 +1968,36 @@ def test_netra_build_refuses_an_empty_output_path_and_writes_nothing_in_the_cwd(
             env=clean_env(PYTHONPATH=str(REPO)), cwd=here, capture_output=True, text=True, timeout=TIMEOUT,
             check=False,
         )  # fmt: skip
-        refused(r, "'' is not a path")
+        misused(r, "'' is not a path")
         assert "[1/" not in r.stderr and list(here.iterdir()) == [] and not (tmp_path / "out").exists()
+
+
+def test_every_path_option_refuses_an_empty_path_instead_of_reading_it_as_not_given(tmp_path: Path) -> None:
+    """`--lock ''` once meant "no --lock" to `if args.lock` (verify-wheel then proved only the wheel's
+    self-consistency, exit 0), `--root ''` the installed package, `--sysfs-nodes ''` the current folder,
+    `certify --out ''` ./<class>.json: each is now a usage error naming the option, before any work."""
+    here = private(tmp_path, "cwd")
+    for args in (
+        ["verify-wheel", "x.whl", "--lock", ""],
+        ["verify-wheel", "x.whl", "--root", ""],
+        ["verify-wheel", ""],
+        ["catalog", "--root", ""],
+        ["explain", "rmsnorm", "--root", ""],
+        ["doctor", "--sysfs-nodes", ""],
+        ["certify", "--gpu-class", "sm_90", "--out", ""],
+        ["certify", "--gpu-class", "sm_90", "--reuse", ""],
+        ["certify", "--gpu-class", "sm_90", "--logs", ""],
+        ["lock", "--root", ""],
+    ):
+        r = subprocess.run(
+            [sys.executable, "-m", "netra", *args], env=clean_env(PYTHONPATH=str(REPO)), cwd=here,
+            capture_output=True, text=True, timeout=TIMEOUT, check=False,
+        )  # fmt: skip
+        line = misused(r, "'' is not a path")
+        assert f"argument {args[-2] if args[-1] == '' and args[-2].startswith('--') else 'wheel'}" in line, (
+            line
+        )
+        assert list(here.iterdir()) == [], args
 
 
 def test_netra_build_refuses_a_reference_that_does_not_exist_before_any_work(

@@ -515,6 +515,41 @@ def test_verify_wheel_accepts_the_built_wheel(
         assert r.returncode == 0 and json.loads(r.stdout)["proved"] == proved, log(r)
 
 
+def test_verify_wheel_never_falls_back_to_proving_less_than_was_asked(
+    installed_venv: Venv, built_wheel: Path, tmp_path: Path
+) -> None:
+    """Inside a source tree the tree's lock is the proof: a tree whose lock cannot be read is an error,
+    not a quiet fall back to the wheel's own lock (which once answered OK, exit 0, "self-consistency").
+    --root must name a tree; a damaged lock inside the wheel says the wheel is the problem, not a tree."""
+    tree = tmp_path / "tree"
+    for d in ("kernels", "manifests", "release"):
+        (tree / d).mkdir(parents=True)
+    (tree / LOCK_PATH).write_text("not = [valid\n")
+    r = installed_venv.run("netra", "verify-wheel", built_wheel, cwd=tree)
+    assert r.returncode == 1 and "OK" not in r.stdout and "Traceback" not in r.stderr, log(r)
+    assert r.stderr.startswith(f"netra: error: {tree / LOCK_PATH}: not valid TOML"), log(r)
+    (tree / LOCK_PATH).unlink()
+    r = installed_venv.run("netra", "verify-wheel", built_wheel, cwd=tree)
+    assert r.returncode == 1 and f"{tree / LOCK_PATH}: lock file not found" in r.stderr, log(r)
+    r = installed_venv.run("netra", "verify-wheel", built_wheel, "--root", tmp_path)
+    assert r.returncode == 1 and f"--root {tmp_path}: not a netra source tree" in r.stderr, log(r)
+    r = installed_venv.run("netra", "verify-wheel", tmp_path)
+    assert r.returncode == 1 and f"{tmp_path}: is a folder; hint: pass the path of a .whl file" in r.stderr, (
+        log(r)
+    )
+
+    def damage(m: dict[str, bytes]) -> None:
+        m[DATA + "manifest.lock"] = b"not = [valid\n"
+
+    damaged = rewrite(built_wheel, tmp_path / built_wheel.name, damage, reseal=True)
+    r = installed_venv.run("netra", "verify-wheel", damaged)
+    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, log(r)
+    assert "manifest.lock: not valid TOML" in r.stderr and "the wheel's own lock is damaged" in r.stderr, log(
+        r
+    )
+    assert "netra lock" not in r.stderr and "git checkout" not in r.stderr, log(r)
+
+
 def test_doctored_wheel_is_refused_naming_every_member(
     installed_venv: Venv, built_wheel: Path, repo_copy: Path, tmp_path: Path
 ) -> None:

@@ -84,3 +84,11 @@ def positive_seconds(text: str) -> float:
     if not math.isfinite(s) or s <= 0:
         raise argparse.ArgumentTypeError(f"{text} must be a positive, finite number of seconds (e.g. 600)")
     return s
+
+
+def path(text: str) -> str:
+    """argparse type: a path. '' would be the current folder to Path() (and `if args.x` would read it as
+    not given), a NUL no path at all: both refused as what was typed, not taken for a default."""
+    if text == "" or "\0" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a path")
+    return text

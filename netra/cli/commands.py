@@ -125,7 +125,7 @@ def parser() -> argparse.ArgumentParser:
     def root(
         sp: argparse.ArgumentParser, what: str = "source tree (default: found from the current directory)"
     ) -> None:
-        sp.add_argument("--root", help=what).complete = _DIR  # type: ignore[attr-defined]
+        sp.add_argument("--root", type=choices.path, help=what).complete = _DIR  # type: ignore[attr-defined]
 
     def common(sp: argparse.ArgumentParser) -> None:
         root(sp)
@@ -166,7 +166,9 @@ def parser() -> argparse.ArgumentParser:
         help="refused: an install cannot know its wheel's sha256; check the wheel before installing it",
     )
     d.add_argument(
-        "--sysfs-nodes", help="KFD topology nodes (default: /sys/class/kfd/kfd/topology/nodes)"
+        "--sysfs-nodes",
+        type=choices.path,
+        help="KFD topology nodes (default: /sys/class/kfd/kfd/topology/nodes)",
     ).complete = _DIR  # type: ignore[attr-defined]
     d.set_defaults(func=cmd_doctor)
 
@@ -203,9 +205,10 @@ def parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_explain)
 
     vw = sub.add_parser("verify-wheel", help="check a built wheel carries exactly the locked files")
-    vw.add_argument("wheel", help="the .whl to check").complete = _WHEEL  # type: ignore[attr-defined]
+    vw.add_argument("wheel", type=choices.path, help="the .whl to check").complete = _WHEEL  # type: ignore[attr-defined]
     vw.add_argument(
         "--lock",
+        type=choices.path,
         help="lock to check against (default: the source tree's, else the wheel's own, which proves "
         "self-consistency only, not authenticity)",
     ).complete = _FILE  # type: ignore[attr-defined]
@@ -218,7 +221,7 @@ def parser() -> argparse.ArgumentParser:
     )
     ce.add_argument("--gpu-class", required=True, help="the class to certify (this host's GPU must be of it)")
     ce.add_argument(
-        "--out", help="where to write the certified table (default: ./<class>.json)"
+        "--out", type=choices.path, help="where to write the certified table (default: ./<class>.json)"
     ).complete = _FILE  # type: ignore[attr-defined]
     ce.add_argument(
         "--seed", type=choices.natural_int, default=0, help="seed of the test vectors (recorded in the table)"
@@ -226,6 +229,7 @@ def parser() -> argparse.ArgumentParser:
     ce.add_argument(
         "--reuse",
         metavar="TABLE",
+        type=choices.path,
         help="a certified table (its evidence file beside it): carry each contract whose candidates it "
         "certified with this install's machine code on this host's device, and certify only the others",
     ).complete = _FILE  # type: ignore[attr-defined]
@@ -249,6 +253,7 @@ def parser() -> argparse.ArgumentParser:
     ce.add_argument("--quick", action="store_true", help="both: --skip-sanitizer --skip-profile")
     ce.add_argument(
         "--logs",
+        type=choices.path,
         help="keep the memory checkers' and the profiler's logs here (default: kept only on failure)",
     ).complete = _DIR  # type: ignore[attr-defined]
     ce.add_argument(
@@ -275,12 +280,18 @@ def parser() -> argparse.ArgumentParser:
     )
     common(b)
     b.add_argument(
-        "out", help="output folder for the code objects (<out>/<class>/<artifact>.<suffix>)"
+        "out",
+        type=choices.path,
+        help="output folder for the code objects (<out>/<class>/<artifact>.<suffix>)",
     ).complete = _DIR  # type: ignore[attr-defined]
     b.add_argument(
-        "--reference", help="a previous build folder or wheel, to show the first differing instruction"
+        "--reference",
+        type=choices.path,
+        help="a previous build folder or wheel, to show the first differing instruction",
     ).complete = _FILE  # type: ignore[attr-defined]
-    b.add_argument("--keep", help="copy the generated instantiation files here").complete = _DIR  # type: ignore[attr-defined]
+    b.add_argument(
+        "--keep", type=choices.path, help="copy the generated instantiation files here"
+    ).complete = _DIR  # type: ignore[attr-defined]
     as_json(b, "build")
     b.set_defaults(func=cmd_build)
 

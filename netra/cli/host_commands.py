@@ -227,21 +227,37 @@ def cmd_verify_wheel(args: argparse.Namespace) -> int:
 
     wheel = Path(args.wheel)
     if not wheel.is_file():
-        raise NetraError(f"{wheel}: no such file", "pass the path of a .whl file")
+        what = (
+            "is a folder" if wheel.is_dir() else "is not a regular file" if wheel.exists() else "no such file"
+        )
+        raise NetraError(f"{wheel}: {what}", "pass the path of a .whl file")
     if not zipfile.is_zipfile(wheel):
         raise NetraError(f"{wheel}: not a wheel (a wheel is a zip archive)", "pass the path of a .whl file")
-    own = False  # checked against the lock the wheel carries: self-consistency, not authenticity
-    if args.lock or args.root:
-        path = Path(args.lock) if args.lock else _root(args.root) / lock.LOCK_PATH
-        raw, against, where = *wheelgate.read_lock(path), str(path)
+    path: Path | None = None  # the lock to prove against; None: the one the wheel carries
+    if args.lock is not None:
+        path = Path(args.lock)
+    elif args.root is not None:
+        path = _root(args.root) / lock.LOCK_PATH
     else:
         try:
             path = _root(None) / lock.LOCK_PATH
-            raw, against, where = *wheelgate.read_lock(path), str(path)
         except NetraError:  # not in a source tree: the wheel can still be checked for consistency
-            raw = wheelgate.packaged_lock(wheel)
-            against, where = wheelgate.parse_lock(raw, f"{wheel.name}:manifest.lock"), "the lock it carries"
-            own = True
+            path = None
+    own = path is None  # checked against the lock the wheel carries: self-consistency, not authenticity
+    if path is not None:
+        # A tree's lock that cannot be read is an error, never a quiet fall back to the wheel's own lock
+        # (which proves less, and would say OK where the user asked for the tree's proof).
+        raw, against, where = *wheelgate.read_lock(path), str(path)
+    else:
+        raw, where = wheelgate.packaged_lock(wheel), "the lock it carries"
+        try:
+            against = wheelgate.parse_lock(raw, f"{wheel.name}:manifest.lock")
+        except NetraError as e:
+            raise NetraError(
+                e.message,
+                "the wheel's own lock is damaged, so it is not a release: download it again, or rebuild it "
+                "with `python -m build` from the release's commit",
+            ) from None
     problems = wheelgate.check_wheel(wheel, against, raw)
     if args.json:
         from netra.core.hashing import sha256_bytes

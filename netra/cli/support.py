@@ -36,15 +36,25 @@ def _path(arg: str, option: str) -> Path:
 def _root(arg: str | None) -> Path:
     """The source tree: --root, else the nearest parent of the cwd holding kernels/ and manifests/."""
     if arg is not None:
-        return _path(arg, "--root").resolve()
+        root = _path(arg, "--root").resolve()
+        if not _is_tree(root):  # else a file under it is reported missing, with a fix for a tree
+            raise NetraError(
+                f"--root {arg}: not a netra source tree (no kernels/ and manifests/ in {root})",
+                "pass the top folder of a netra checkout, the one holding kernels/, manifests/ and release/",
+            )
+        return root
     here = Path.cwd().resolve()
     for d in (here, *here.parents):
-        if (d / "kernels").is_dir() and (d / "manifests").is_dir():
+        if _is_tree(d):
             return d
     raise NetraError(
         f"{here}: not inside a netra source tree (no kernels/ and manifests/)",
         "run it in a checkout of https://github.com/netra-kernel/netra, or pass --root",
     )
+
+
+def _is_tree(d: Path) -> bool:
+    return (d / "kernels").is_dir() and (d / "manifests").is_dir()
 
 
 WRITER_LOCK = "release/.netra-lock"  # flock file of `netra lock` (gitignored, never deleted)
