@@ -319,6 +319,25 @@ def test_a_closed_stdout_ends_quietly_with_the_sigpipe_status(installed_venv: Ve
     assert sh.stdout.startswith("ARTIFACT") and "Traceback" not in sh.stderr, log(sh)
 
 
+def test_a_report_that_cannot_be_written_is_one_line_not_a_traceback(installed_venv: Venv) -> None:
+    """stdout on a full disk (/dev/full) or closed (`>&-`): the report is lost, and netra says so in one
+    line naming stdout, exit 1. Both were tracebacks (an OSError from the last flush; an AttributeError
+    on sys.stdout, None when fd 1 is closed), and a closed stdout once dropped the report with exit 0."""
+    exe = str(installed_venv.bin("netra"))
+    for argv in (["catalog"], ["env", "--json"], ["doctor"]):
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([exe, *argv], stdout=full, stderr=subprocess.PIPE, text=True, timeout=TIMEOUT,
+                               env=clean_env(), cwd=installed_venv.root, check=False)  # fmt: skip
+        assert p.returncode == 1 and p.stderr.count("\n") == 1, (argv, p.returncode, p.stderr)
+        assert p.stderr.startswith("netra: error: stdout: the report could not be written (No space left"), (
+            p.stderr
+        )
+        p = subprocess.run(["bash", "-c", f"exec {exe} {' '.join(argv)} >&-"], stderr=subprocess.PIPE, text=True,
+                           timeout=TIMEOUT, env=clean_env(), cwd=installed_venv.root, check=False)  # fmt: skip
+        assert p.returncode == 1 and p.stderr.startswith("netra: error: stdout is closed"), (argv, p.stderr)
+        assert p.stderr.count("\n") == 1, p.stderr
+
+
 def test_ctrl_c_during_a_build_says_so_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     p = subprocess.Popen([sys.executable, "-m", "netra", "build", str(out), "--root", str(REPO), "-j", "1"],

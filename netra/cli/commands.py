@@ -319,18 +319,68 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+class StdoutError(NetraError):
+    """The report could not be written to stdout (a full disk, a closed descriptor): the user's to fix."""
+
+
+class _Stdout:
+    """sys.stdout while a command runs: a write or flush that fails is a StdoutError naming stdout, not
+    a traceback; a closed pipe stays BrokenPipeError (exit 141, silently, as any Unix filter)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def _failed(self, e: OSError) -> StdoutError:
+        return StdoutError(
+            f"stdout: the report could not be written ({e.strerror or e})",
+            "send it where it can be written: free space there, or redirect it (`> report.txt`)",
+        )
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self.inner.write(text))
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise self._failed(e) from None
+
+    def flush(self) -> None:
+        try:
+            self.inner.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise self._failed(e) from None
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, ...: the real stream's
+        return getattr(self.inner, name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if sys.stdout is None:  # started with stdout closed (`netra env >&-`): print() would drop the report
+        _error("stdout is closed, so the report has nowhere to go; hint: run it with stdout open, or "
+               "redirect it (`> report.txt`)")  # fmt: skip
+        return 1
+    real = sys.stdout
     try:
         try:
+            sys.stdout = _Stdout(real)  # type: ignore[assignment]
             with interrupts.handled():
                 args = parser().parse_args(argv)
                 return int(args.func(args))
         finally:
             _PROGRESS.end()
-            sys.stdout.flush()  # a closed pipe shows here, inside the handlers below
+            try:
+                sys.stdout.flush()  # a closed pipe shows here, inside the handlers below
+            finally:
+                sys.stdout = real
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_SIGPIPE
+    except StdoutError as e:
+        _quiet_stdout()  # what is still buffered must not fail again in the interpreter's last flush
+        _error(str(e))
+        return 1
     except UsageError as e:
         _error(str(e), e.details)
         return 2
