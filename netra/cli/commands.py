@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     real = sys.stdout
     try:
         try:
-            sys.stdout = _Stdout(real)  # type: ignore[assignment]
+            sys.stdout = _Stdout(real)
             with interrupts.handled():
                 args = parser().parse_args(argv)
                 return int(args.func(args))
