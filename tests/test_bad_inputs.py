@@ -1812,6 +1812,28 @@ def test_doctor_reads_a_record_whose_size_fields_are_not_numbers(venv: Venv) -> 
         record.write_bytes(original)
 
 
+def test_doctor_blames_a_record_that_lost_the_locks_line_not_the_lock(venv: Venv) -> None:
+    """RECORD without its manifest.lock row (the lock itself intact) once read as `altered lock
+    manifest.lock: sha256 ... (expected None from RECORD)`, with the note that reinstalling the wheel
+    changes nothing. The lock is fine; RECORD is damaged, and a reinstall rewrites it."""
+    (record,) = package_dir(str(venv.python)).parent.glob("netra_kernel-*.dist-info/RECORD")
+    original = record.read_bytes()
+    rows = [r for r in original.decode().splitlines() if not r.startswith("netra/_data/manifest.lock,")]
+    assert len(rows) == len(original.decode().splitlines()) - 1
+    try:
+        record.write_text("\n".join(rows) + "\n")
+        r = venv.run("netra", "doctor")
+        assert r.returncode == 1 and "Traceback" not in r.stderr, log(r)
+        problems = [ln for ln in r.stdout.splitlines() if ln.startswith("problem:")]
+        assert problems == [
+            "problem: RECORD lists no sha256 for manifest.lock: the install's RECORD is damaged, not the file"
+        ], log(r)
+        assert "None" not in r.stdout and "install --force-reinstall" in r.stdout, log(r)
+        assert "did not pass the release gate" not in r.stdout, log(r)
+    finally:
+        record.write_bytes(original)
+
+
 # -- issue 14: the Python API given wrong types -------------------------------------------------------
 
 API_MISUSE: dict[str, tuple[str, type, list[str]]] = {

@@ -552,6 +552,11 @@ def test_certify_reuse_certifies_only_the_contracts_that_changed(tmp_path: Path)
         (["explain", "fused_add_rmsnorm"], 2, "op family, not a contract: name one of its contracts (hidden, weight_offset)"),
         (["explain", "fused_add_rmsnorm(hidden=4096)"], 2, "op fused_add_rmsnorm takes parameters hidden, weight_offset, got hidden"),
         (["explain", "NETRA_RMSNORM_H4096_WO0_W8"], 1, "did you mean 'netra_rmsnorm_h4096_wo0_w8'"),
+        # a malformed contract: the parser's own reason, exit 2 (was exit 1, "neither an artifact nor a contract")
+        (["explain", "rmsnorm(hidden=4096,weight_offset=0"], 2, "'rmsnorm(hidden=4096,weight_offset=0' is not a contract"),
+        (["explain", "rmsnorm(hidden=abc,weight_offset=0)"], 2, "parameter 'hidden=abc' is not name=integer"),
+        (["explain", "rmsnorm(hidden=4096,hidden=4096,weight_offset=0)"], 2, "parameter 'hidden' is given twice"),
+        (["explain", "RMSNORM"], 1, "did you mean 'rmsnorm'?"),
         (["explain", "rmsnorm(hidden=4097,weight_offset=0)"], 1, "did you mean 'rmsnorm(hidden=4096,weight_offset=0)'"),
         # a family whose other shapes the manifests document as fallbacks (gfx950's gaps, DeepSeek-V3's routed experts): one line
         (["explain", "fused_add_rmsnorm(hidden=4097,weight_offset=0)"], 1, "did you mean 'fused_add_rmsnorm(hidden=4096,"),

@@ -270,7 +270,9 @@ def _unknown(inv: Inventory, query: str, gpu_class: str | None) -> NetraError:
     served = {cls: set(t.entries) for cls, t in inv.tables.items()}
     try:
         parsed: Contract | None = Contract.parse(query)
-    except NetraError:
+    except NetraError as e:
+        if "(" in query:  # a contract, typed malformed: the parser's own reason, as a usage error (exit 2)
+            return UsageError(e.message, e.hint)
         parsed = None
     key = parsed.key if parsed is not None else query
     elsewhere = sorted(cls for cls, keys in served.items() if key in keys and cls != gpu_class)
@@ -310,7 +312,10 @@ def _unknown(inv: Inventory, query: str, gpu_class: str | None) -> NetraError:
     msg = f"{query!r} is neither an artifact nor a contract that this install serves on {where}"
     if documented:
         msg += f"; the model manifests document op {op} as a fallback"
-    hint = choices.did_you_mean(key, names) + "`netra catalog` lists every artifact and contract"
+    # a family typed in another case ('RMSNORM') is offered too: explain then lists its contracts
+    hint = (
+        choices.did_you_mean(key, names | set(FAMILIES)) + "`netra catalog` lists every artifact and contract"
+    )
     return ContractError(msg, hint, tuple(f"fallback {d}" for d in documented))
 
 

@@ -235,8 +235,8 @@ class _Report:
         if not self.record or self.digest is None:
             return False  # no RECORD to tell: a reinstall is the fix
         want = self.digest.get(rel)
-        if want is None:
-            return True
+        if want is None:  # RECORD has no line for it: the wheel never carried it, unless the file is there
+            return not (self.inst.root / rel).exists()
         from netra.core import files
 
         try:  # a link in its place is not what the wheel installed, whatever it points to
@@ -529,7 +529,11 @@ def _check_build_record(inst: Install, lock_raw: bytes, rep: _Report, lock_info:
             (layout.BUILD_RECORD, hashlib.sha256(raw).hexdigest()),
         ):
             want = digest.get(name)
-            if want != have:
+            if want is None:  # the file is there (its bytes were read): RECORD itself lost its line
+                lock_info["record"] = "mismatch"
+                rep.problem(f"RECORD lists no sha256 for {name}: the install's RECORD is damaged, not the file",
+                            rep.inst.reinstall)  # fmt: skip
+            elif want != have:
                 lock_info["record"] = "mismatch"
                 rep.fail({"path": name, "kind": "lock" if name == "manifest.lock" else "build_record",
                           "problem": "altered", "checks": {"sha256": {"expected": want, "found": have, "from": "RECORD"}}})  # fmt: skip

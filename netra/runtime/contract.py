@@ -61,7 +61,12 @@ class Contract:
         for part in filter(None, (p.strip() for p in m.group(2).split(","))):
             name, eq, value = (s.strip() for s in part.partition("="))
             number = integer(value)
-            if not eq or not name.isidentifier() or number is None or name in params:
+            if name in params:
+                raise ContractError(
+                    f"{arguments.shown(text)}: parameter {arguments.shown(name)} is given twice",
+                    "give each parameter once, e.g. rmsnorm(hidden=4096,weight_offset=0)",
+                )
+            if not eq or not name.isidentifier() or number is None:
                 raise ContractError(
                     f"{arguments.shown(text)}: parameter {arguments.shown(part)} is not name=integer "
                     "(at most 18 digits)",
