@@ -195,6 +195,37 @@ def test_netra_cache_reports_and_clears(tmp_path: Path) -> None:
     assert cache.usage() == (0, 0)
 
 
+def test_netra_cache_clear_fails_naming_what_it_could_not_remove(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An entry that cannot be unlinked (a read-only folder, an immutable file: as root here, the unlink
+    is made to fail) once left `removed 0 entries`, exit 0: the clear failed, and says so with exit 1."""
+    from netra.cli.commands import main
+
+    folder = tmp_path / "c"
+    cache = compilecache.Cache(folder)
+    for i in range(3):
+        cache.put(hashlib.sha256(str(i).encode()).hexdigest(), b"x" * 10)
+    real_unlink = Path.unlink
+    stuck = sorted(p for p in folder.rglob("*") if p.is_file())[0]
+
+    def unlink(self: Path, missing_ok: bool = False) -> None:
+        if self == stuck:
+            raise PermissionError(1, "Operation not permitted", str(self))
+        real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    monkeypatch.setenv(compilecache.ENV_DIR, str(folder))
+    assert main(["cache", "--clear"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    left = cache.usage()
+    assert left[0] == 1, left
+    assert err.startswith(
+        f"netra: error: {folder}: 1 entries ({left[1]} bytes) could not be removed (2 were)"
+    ), err
+
+
 def test_bad_settings_are_one_line_each(tmp_path: Path) -> None:
     r = netra("cache", cache=tmp_path, NETRA_COMPILE_CACHE="yes")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "NETRA_COMPILE_CACHE='yes'" in r.stderr, log(r)

@@ -95,6 +95,11 @@ def cmd_cache(args: argparse.Namespace) -> int:
         )
     removed = cache.clear() if args.clear else (0, 0)
     entries, size = cache.usage()
+    if args.clear and entries:  # what could not be removed (permissions, a read-only or busy folder)
+        raise NetraError(
+            f"{where}: {entries} entries ({size} bytes) could not be removed ({removed[0]} were)",
+            f"check the folder's permissions, or remove it yourself: rm -rf -- {where}",
+        )
     on = {"build": compilecache.enabled(True), "wheel": compilecache.enabled(False)}
     if args.json:
         _json({
