@@ -1994,6 +1994,26 @@ def test_netra_build_refuses_an_empty_output_path_and_writes_nothing_in_the_cwd(
         assert "[1/" not in r.stderr and list(here.iterdir()) == [] and not (tmp_path / "out").exists()
 
 
+def test_certify_refuses_an_out_it_could_not_write_before_any_work(tmp_path: Path) -> None:
+    """The table is written at the end of a run that can take an hour on the device: a --out in a
+    folder that does not exist, a folder, or beside an evidence path that is a folder once failed only
+    then, losing the run. Each is refused first, naming --out (and no GPU is looked for)."""
+    here = private(tmp_path, "cwd")
+    (tmp_path / "t.evidence.json").mkdir()
+    for out, says in (
+        (tmp_path / "nope" / "t.json", f"--out {tmp_path / 'nope' / 't.json'}: its folder {tmp_path / 'nope'} does not exist"),
+        (tmp_path, f"--out {tmp_path}: is a folder"),
+        (tmp_path / "t.json", f"--out {tmp_path / 't.evidence.json'}: is a folder"),
+    ):  # fmt: skip
+        r = subprocess.run(
+            [sys.executable, "-m", "netra", "certify", "--gpu-class", "sm_90", "--out", str(out)],
+            env=clean_env(PYTHONPATH=str(REPO)), cwd=here, capture_output=True, text=True, timeout=TIMEOUT,
+            check=False,
+        )  # fmt: skip
+        line = refused(r, says)
+        assert "compute-sanitizer" not in line and list(here.iterdir()) == [], line
+
+
 def test_every_path_option_refuses_an_empty_path_instead_of_reading_it_as_not_given(tmp_path: Path) -> None:
     """`--lock ''` once meant "no --lock" to `if args.lock` (verify-wheel then proved only the wheel's
     self-consistency, exit 0), `--root ''` the installed package, `--sysfs-nodes ''` the current folder,

@@ -212,6 +212,34 @@ def test_certify_writes_the_table_and_evidence_a_lock_reads_back(tmp_path: Path)
     assert out.read_text() == tables.dumps(tables.split(tables.to_json(t))[0])
 
 
+def test_a_table_that_cannot_be_written_leaves_the_previous_two_files_as_they_were(tmp_path: Path) -> None:
+    """The table and its evidence are written both or neither: with the table's path a folder, the
+    previous evidence beside it was once deleted (written first, then unlinked when the table failed),
+    and the error named a temporary file. Now nothing changes and the error names the table's path."""
+    from netra.certify import certified
+
+    cat = open_catalog_source()
+    t = certified.table(cat, certevidence.run_info(), _results(cat))
+    out = tmp_path / "sm_90.json"
+    out.mkdir()
+    ev = certified.evidence_out(out)
+    ev.write_text("the previous evidence")
+    with pytest.raises(IsADirectoryError) as e:
+        certified.write(t, out)
+    assert e.value.filename == str(out)
+    assert ev.read_text() == "the previous evidence" and list(out.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sm_90.evidence.json", "sm_90.json"]
+    with pytest.raises(FileNotFoundError) as e:  # a folder that does not exist: named as the file asked for
+        certified.write(t, tmp_path / "nope" / "sm_90.json")
+    assert e.value.filename == str(tmp_path / "nope" / "sm_90.evidence.json")
+
+
+def open_catalog_source() -> Any:
+    from netra.runtime import open_catalog
+
+    return open_catalog("sm_90", install=_source_install())
+
+
 def _source_install() -> Any:
     from netra.runtime import installed
 

@@ -148,10 +148,6 @@ def write(table: tables.Table, out: Path) -> None:
 
     serving, evidence = tables.split(tables.to_json(table))
     assert evidence is not None  # certify writes hardware evidence
-    ev = evidence_out(out)
-    files.atomic_write(ev, tables.dumps(evidence).encode())
-    try:
-        files.atomic_write(out, tables.dumps(serving).encode())
-    except BaseException:
-        ev.unlink(missing_ok=True)
-        raise
+    files.atomic_write_all(
+        [(evidence_out(out), tables.dumps(evidence).encode()), (out, tables.dumps(serving).encode())]
+    )

@@ -221,7 +221,10 @@ def parser() -> argparse.ArgumentParser:
     )
     ce.add_argument("--gpu-class", required=True, help="the class to certify (this host's GPU must be of it)")
     ce.add_argument(
-        "--out", type=choices.path, help="where to write the certified table (default: ./<class>.json)"
+        "--out",
+        type=choices.path,
+        help="where to write the certified table, its evidence beside it as <name>.evidence.json (default: "
+        "./<class>.json; replaced if it exists)",
     ).complete = _FILE  # type: ignore[attr-defined]
     ce.add_argument(
         "--seed", type=choices.natural_int, default=0, help="seed of the test vectors (recorded in the table)"

@@ -316,6 +316,22 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def _writable_file(path: Path, option: str) -> None:
+    """Refuse now a file a long run could not write at its end (its table would be lost)."""
+    import os
+
+    folder = path.parent
+    if not folder.is_dir():
+        raise NetraError(
+            f"{option} {path}: its folder {folder} does not exist",
+            f"create it (mkdir -p -- {folder}), or pass another {option}",
+        )
+    if path.is_dir():
+        raise NetraError(f"{option} {path}: is a folder", f"pass a file's path as {option}, e.g. sm_90.json")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise NetraError(f"{option} {path}: its folder {folder} is not writable", f"pass another {option}")
+
+
 def cmd_certify(args: argparse.Namespace) -> int:
     """Run, judge, time, memory-check and profile every candidate of a class's table on this host's GPU;
     write the certified table."""
@@ -324,6 +340,8 @@ def cmd_certify(args: argparse.Namespace) -> int:
     from netra import certify
 
     out = Path(args.out) if args.out else Path.cwd() / f"{args.gpu_class}.json"
+    for path in (out, certify.evidence_out(out)):  # before the run, which may take an hour on the device
+        _writable_file(path, "--out")
     opts = certify.Options(
         sanitize=not (args.skip_sanitizer or args.quick),
         profile=not (args.skip_profile or args.quick),

@@ -224,6 +224,18 @@ def walk(root: Path, base: str, *, where: str) -> list[str]:
     return sorted(found)
 
 
+def _temporary(path: Path) -> tuple[int, str]:
+    """A unique temporary file beside `path`; an error names `path` (the file the user asked for), not
+    the temporary name nobody typed."""
+    import tempfile  # writers only: readers (the runtime, doctor) never need it
+
+    try:
+        return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        e.filename = str(path)
+        raise
+
+
 def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     """Write `path` whole or not at all: a unique temporary file in the same folder, fsync, rename.
 
@@ -231,10 +243,8 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     temporary file (the last one wins). The temporary file is removed on any exception, including
     KeyboardInterrupt and SystemExit.
     """
-    import tempfile  # writers only: readers (the runtime, doctor) never need it
-
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _temporary(path)
     try:
         try:
             view = memoryview(data)
@@ -256,12 +266,10 @@ def atomic_write_all(items: list[tuple[Path, bytes]], *, mode: int = 0o644) -> N
     """Write every (path, data) whole, or none of them: each goes to a unique temporary file in its
     folder first (fsync'd); only once all are written are they renamed into place. On any failure (a
     full disk half way through) every temporary file is removed and no path has changed."""
-    import tempfile
-
     staged: list[tuple[str, Path]] = []
     try:
         for path, data in items:
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            fd, tmp = _temporary(path)
             staged.append((tmp, path))
             try:
                 view = memoryview(data)
@@ -275,6 +283,9 @@ def atomic_write_all(items: list[tuple[Path, bytes]], *, mode: int = 0o644) -> N
                 raise
             finally:
                 os.close(fd)
+        for _, path in staged:  # a rename that would fail must fail before any other has happened
+            if path.is_dir():
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         while staged:
             tmp, path = staged[0]
             os.replace(tmp, path)
