@@ -1812,6 +1812,27 @@ def test_doctor_reads_a_record_whose_size_fields_are_not_numbers(venv: Venv) -> 
         record.write_bytes(original)
 
 
+def test_netra_own_code_damaged_in_an_install_is_one_line_with_the_reinstall(venv: Venv) -> None:
+    """A module of netra deleted or edited after pip installed it: the command that imports it ended in
+    an ImportError or SyntaxError traceback. It is the install that is damaged: one line, the fix."""
+    pkg = package_dir(str(venv.python))
+    inventory, environment = pkg / "cli" / "inventory.py", pkg / "cli" / "environment.py"
+    saved = {p: p.read_bytes() for p in (inventory, environment)}
+    try:
+        inventory.unlink()
+        environment.write_bytes(saved[environment] + b"\ndef (\n")
+        for argv, says in ((["catalog"], "ImportError: cannot import name 'inventory'"),
+                           (["env"], "SyntaxError: invalid syntax (environment.py")):  # fmt: skip
+            r = venv.run("netra", *argv)
+            line = refused(r, "netra's own code in", "failed to load", says, "this install is damaged",
+                           "--force-reinstall --no-deps netra-kernel==")  # fmt: skip
+            assert r.stderr == line + "\n", log(r)
+    finally:
+        for p, data in saved.items():
+            p.write_bytes(data)
+    assert venv.run("netra", "env").returncode == 0
+
+
 def test_doctor_blames_a_record_that_lost_the_locks_line_not_the_lock(venv: Venv) -> None:
     """RECORD without its manifest.lock row (the lock itself intact) once read as `altered lock
     manifest.lock: sha256 ... (expected None from RECORD)`, with the note that reinstalling the wheel
@@ -1992,6 +2013,15 @@ def test_netra_build_refuses_an_empty_output_path_and_writes_nothing_in_the_cwd(
         )  # fmt: skip
         misused(r, "'' is not a path")
         assert "[1/" not in r.stderr and list(here.iterdir()) == [] and not (tmp_path / "out").exists()
+
+
+def test_doctor_refuses_a_sysfs_nodes_that_is_no_folder(tmp_path: Path) -> None:
+    """--sysfs-nodes /etc/passwd (or a path that does not exist) was reported as the host having no
+    amdgpu driver, exit 0: the path typed is wrong, and doctor says so."""
+    (tmp_path / "file").write_text("")
+    for path, says in ((tmp_path / "file", "not a folder"), (tmp_path / "nope", "no such folder")):
+        r = netra("doctor", "--sysfs-nodes", str(path))
+        refused(r, f"--sysfs-nodes {path}: {says}", "KFD topology's nodes folder")
 
 
 def test_certify_refuses_an_out_it_could_not_write_before_any_work(tmp_path: Path) -> None:

@@ -295,6 +295,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             "check the wheel's published sha256 before installing it (`sha256sum` the file, or pip's "
             "--require-hashes), then prove the install with --expect-lock, the release's lock digest",
         )
+    if args.sysfs_nodes is not None and not Path(args.sysfs_nodes).is_dir():  # else "no amdgpu driver", rc 0
+        raise NetraError(
+            f"--sysfs-nodes {args.sysfs_nodes}: "
+            + ("not a folder" if Path(args.sysfs_nodes).exists() else "no such folder"),
+            "pass the KFD topology's nodes folder (default: /sys/class/kfd/kfd/topology/nodes)",
+        )
     expect = doctor.expected_digest(args.expect_lock) if args.expect_lock is not None else None
     report = doctor.run(sysfs_nodes=args.sysfs_nodes, require_gpu=args.require_gpu, expect_lock=expect)
     if args.json:

@@ -101,7 +101,7 @@ class Amd(Vendor):
     sources = ("kfd-sysfs", "rocminfo", "amd-smi")
     install_hint = (
         "install a ROCm release that supports gfx950 (the MI350 series), e.g. its rocm-hip-runtime package, and "
-        "make libamdhip64.so findable (ROCM_PATH, or LD_LIBRARY_PATH=/opt/rocm/lib), or pass Hip(library=PATH)"
+        "make libamdhip64.so findable (ROCM_PATH, or LD_LIBRARY_PATH=/opt/rocm/lib; from Python, Hip(library=PATH) names it)"
     )
 
     def library_dirs(self) -> list[str]:

@@ -74,8 +74,8 @@ class Nvidia(Vendor):
     libraries = ("libcuda.so.1", "libcuda.so")
     sources = ("nvidia-smi", "libcuda")
     install_hint = (
-        "install the NVIDIA driver (it provides libcuda.so.1) and make it findable (LD_LIBRARY_PATH), or pass "
-        "Cuda(library=PATH); `netra doctor` shows which runtime libraries this host has"
+        "install the NVIDIA driver (it provides libcuda.so.1) and make it findable (LD_LIBRARY_PATH; from "
+        "Python, Cuda(library=PATH) names it); `netra doctor` shows which runtime libraries this host has"
     )
     # CUDA C++ templates shared by NVIDIA classes (each class lists it in its `sources`, after its own folder).
     shared_templates = "kernels/cuda"
