@@ -1833,6 +1833,25 @@ def test_netra_own_code_damaged_in_an_install_is_one_line_with_the_reinstall(ven
     assert venv.run("netra", "env").returncode == 0
 
 
+def test_doctor_counts_one_altered_lock_once_with_every_check_that_found_it(venv: Venv) -> None:
+    """One flipped byte in the installed lock fails its RECORD hash, its binding to build.json and its
+    parse: once three problems and "3 altered" files, now one altered file, one line, every check."""
+    lock = package_dir(str(venv.python)) / "_data" / "manifest.lock"
+    original = lock.read_bytes()
+    try:
+        lock.write_bytes(bytes([original[0] ^ 0x20]) + original[1:])
+        r = venv.run("netra", "doctor", "--json")
+        assert r.returncode == 1 and "Traceback" not in r.stderr, log(r)
+        doc = json.loads(r.stdout)
+        (altered,) = doc["files"]["altered"]
+        assert (altered["path"], altered["kind"]) == ("manifest.lock", "lock")
+        assert set(altered["checks"]) == {"build_record", "sha256", "parse"}, altered
+        problems = [p for p in doc["problems"] if "manifest.lock" in p]
+        assert len(problems) == 1 and problems[0].startswith("altered lock manifest.lock: "), doc["problems"]
+    finally:
+        lock.write_bytes(original)
+
+
 def test_doctor_blames_a_record_that_lost_the_locks_line_not_the_lock(venv: Venv) -> None:
     """RECORD without its manifest.lock row (the lock itself intact) once read as `altered lock
     manifest.lock: sha256 ... (expected None from RECORD)`, with the note that reinstalling the wheel

@@ -200,7 +200,18 @@ class _Report:
         }
 
     def fail(self, entry: dict[str, Any]) -> None:
+        """One file's problem; a file found altered by several checks (a flipped byte in the lock fails its
+        RECORD hash, its binding to build.json and its parse) is one altered file with every check."""
         bucket = "missing" if entry["problem"] == "missing" else "altered"
+        if bucket == "altered" and "checks" in entry:
+            for seen in self.files["altered"]:
+                if (seen["path"], seen["kind"], seen["problem"]) == (
+                    entry["path"],
+                    entry["kind"],
+                    entry["problem"],
+                ):
+                    seen.setdefault("checks", {}).update(entry["checks"])
+                    return
         self.files[bucket].append(entry)
 
     def problem(self, text: str, fix: tuple[str, str] | str | None) -> None:
