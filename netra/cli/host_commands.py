@@ -333,7 +333,9 @@ def _writable_file(path: Path, option: str) -> None:
             f"create it (mkdir -p -- {folder}), or pass another {option}",
         )
     if path.is_dir():
-        raise NetraError(f"{option} {path}: is a folder", f"pass a file's path as {option}, e.g. sm_90.json")
+        raise NetraError(
+            f"{option} {path}: is a folder", f"pass a file's path as {option}, e.g. ./<class>.json"
+        )
     if not os.access(folder, os.W_OK | os.X_OK):
         raise NetraError(f"{option} {path}: its folder {folder} is not writable", f"pass another {option}")
 
