@@ -25,6 +25,7 @@ def _damaged(e: ImportError | SyntaxError) -> str | None:
     from pathlib import Path
 
     pkg = Path(__file__).resolve().parent
+    # netra.cli.support._is_tree's test, written here: the code that would be imported may be what is damaged
     if (pkg.parent / "kernels").is_dir() and (pkg.parent / "manifests").is_dir():
         return None
     if isinstance(e, SyntaxError):

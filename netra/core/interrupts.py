@@ -212,12 +212,14 @@ def wait_first(fs: Sequence[Future[Any]], timeout: float | None = None) -> None:
     (done(), result(), submit()) belongs inside deferred() too: each takes a lock a worker also takes."""
     from concurrent.futures import FIRST_COMPLETED, wait  # only where a pool runs: it imports logging
 
+    if not fs:
+        return
     session = _session
     end = None if timeout is None else time.monotonic() + timeout
     with deferred():
         while True:
             step = _SLICE if end is None else max(0.0, min(_SLICE, end - time.monotonic()))
-            if wait(fs, timeout=step, return_when=FIRST_COMPLETED).done or not fs:
+            if wait(fs, timeout=step, return_when=FIRST_COMPLETED).done:
                 return
             if (session is not None and session.arrived is not None) or (
                 end is not None and time.monotonic() >= end
