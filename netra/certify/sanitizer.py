@@ -259,8 +259,7 @@ def run_all(
     first: list[BaseException] = []  # the failure that stopped the others (theirs follow from it)
     mutex = threading.Lock()
 
-    def one(item: tuple[MemoryChecker, Path]) -> list[Checked]:
-        checker, exe = item
+    def one(checker: MemoryChecker, exe: Path) -> list[Checked]:
         t0 = time.monotonic()
         try:
             got = run_checker(checker, exe, p, symbols, folder, timeout=timeout, label=label)
@@ -269,15 +268,21 @@ def run_all(
                 if not first:
                     first.append(e)
                     proc.kill_all()  # the other checkers' processes: their results no longer matter
-            return []  # `first` is raised below, once every checker is done
+            raise
         if progress:
             found = sum(1 for c in got if c.findings)
             progress(f"{label}{checker.check}: {len(got)} candidates in {time.monotonic() - t0:.1f} s: "
                      f"{len(got) - found} clean, {found} with findings")  # fmt: skip
         return got
 
+    def settled(item: tuple[MemoryChecker, Path]) -> list[Checked]:
+        try:
+            return one(*item)
+        except BaseException:
+            return []  # recorded in `first`, raised below once every checker is done
+
     with ThreadPoolExecutor(max_workers=max(1, len(checkers))) as ex:
-        got = interrupts.pool_map(ex, one, checkers)
+        got = interrupts.pool_map(ex, settled, checkers)
     if first:
         raise first[0]
     return {c.check: r for (c, _), r in zip(checkers, got, strict=True)}
@@ -294,25 +299,26 @@ def preflight(
     """Each checker once over a one-item plan (plans[checker.canary]: the deliberately bad launch it must
     report, or plans[None], a plain launch): raises unless it runs, is read, and reports its canary."""
 
-    def one(item: tuple[MemoryChecker, Path]) -> BaseException | None:
-        """None, or why the checker failed: every checker runs; the first one's failure (in their order) is raised."""
-        checker, exe = item
+    def one(checker: MemoryChecker, exe: Path) -> None:
         p = plans[checker.canary]
-        try:
-            got = run_checker(checker, exe, p, symbols, folder, timeout=timeout, label="preflight.")
-        except BaseException as e:
-            return e
+        got = run_checker(checker, exe, p, symbols, folder, timeout=timeout, label="preflight.")
         if checker.canary is not None and not (got and got[0].findings):
-            return CertificationError(
+            raise CertificationError(
                 f"{checker.check} reported nothing for a deliberately bad launch ({checker.canary}: "
                 f"{p.items[0].artifact}): on this host it does not check kernels, so a clean result would "
                 f"mean nothing; its log: {folder / f'preflight.{checker.check}.1.log'}",
                 "check the tool and the driver (docs/certify.md), or pass --skip-sanitizer (recorded as skipped)",
             )
+
+    def settled(item: tuple[MemoryChecker, Path]) -> BaseException | None:
+        try:
+            one(*item)
+        except BaseException as e:
+            return e  # every checker runs; the first one's failure (in their order) is raised
         return None
 
     with ThreadPoolExecutor(max_workers=max(1, len(checkers))) as ex:
-        errors = [e for e in interrupts.pool_map(ex, one, checkers) if e is not None]
+        errors = [e for e in interrupts.pool_map(ex, settled, checkers) if e is not None]
     if errors:
         raise errors[0]
 
