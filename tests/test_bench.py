@@ -109,3 +109,30 @@ def test_the_read_probe_builds_its_kernels_with_the_locks_nvcc(tmp_path: Path) -
         assert r.returncode == 1 and r.stderr.strip().splitlines() == [
             "probe_moe_reads: needs CuPy and a CUDA GPU (the device image has both); --cpu-smoke builds only"
         ], log(r)
+
+
+def test_the_fused_probe_builds_every_variant_with_the_locks_nvcc(tmp_path: Path) -> None:
+    """bench/probe_moe_fused.py judges and times on the device (docs/performance.md); here each variant of its
+    CUDA source, with and without phase marks, is built for sm_90a by the real nvcc, which refuses a spill;
+    without an nvcc it says so in one line, and --cubins names a folder that lacks a variant."""
+    script = str(REPO / "bench" / "probe_moe_fused.py")
+    out = tmp_path / "cubins"
+    r = subprocess.run([sys.executable, script, "--build", str(out)], cwd=tmp_path, env=clean_env(),
+                       capture_output=True, text=True, timeout=TIMEOUT, check=False)  # fmt: skip
+    assert r.returncode == 0 and "Traceback" not in r.stderr, log(r)
+    built = sorted(p.name for p in out.iterdir())
+    assert built == ["s8b3p1.cubin", "s8b3p1.trace.cubin", "s8b4p2.cubin", "s8b4p2.trace.cubin"], built
+    for p in out.iterdir():
+        data = p.read_bytes()
+        assert data[:4] == b"\x7fELF" and b"netra_probe_moe_fused" in data, p
+    # the trace build takes one more argument than the plain one: they differ
+    assert (out / "s8b3p1.cubin").read_bytes() != (out / "s8b3p1.trace.cubin").read_bytes()
+    r = subprocess.run([sys.executable, script, "--build", str(tmp_path / "x")], cwd=tmp_path,
+                       env=clean_env(NETRA_NVCC=str(tmp_path / "no-nvcc")),
+                       capture_output=True, text=True, timeout=TIMEOUT, check=False)  # fmt: skip
+    assert r.returncode == 1 and "Traceback" not in r.stderr, log(r)
+    assert r.stderr.startswith("probe_moe_fused: NETRA_NVCC=") and r.stderr.count("\n") == 1, log(r)
+    (out / "s8b4p2.cubin").unlink()
+    r = subprocess.run([sys.executable, script, "--cubins", str(out)], cwd=tmp_path, env=clean_env(),
+                       capture_output=True, text=True, timeout=TIMEOUT, check=False)  # fmt: skip
+    assert r.returncode == 2 and "no s8b4p2.cubin there" in r.stderr and "Traceback" not in r.stderr, log(r)

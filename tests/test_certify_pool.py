@@ -57,3 +57,15 @@ def test_a_task_bigger_than_the_budget_runs_alone_rather_than_never() -> None:
         assert f.result()[0] == 1
     finally:
         pool.shutdown()
+
+
+def test_the_tools_bound_grows_with_the_candidates_unless_one_is_given() -> None:
+    """racecheck took about 10 s a routed-MoE candidate on the H200: a fixed 600 s over every candidate
+    failed a class for its size. The default is 60 s a candidate, never below the tools' own 600 s; an
+    explicit --tool-timeout is used as given, however small."""
+    from netra.certify.run import TOOL_SECONDS_PER_CANDIDATE, Options, tool_timeout
+
+    assert tool_timeout(Options(), 1) == 600.0
+    assert tool_timeout(Options(), 10) == 600.0
+    assert tool_timeout(Options(), 65) == 65 * TOOL_SECONDS_PER_CANDIDATE == 3900.0
+    assert tool_timeout(Options(tool_timeout=120.0), 65) == 120.0

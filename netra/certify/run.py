@@ -73,9 +73,24 @@ class Options:
 
     sanitize: bool = True  # False: the memory checkers are recorded as skipped (never as clean)
     profile: bool = True  # False: the profile is recorded as skipped
-    tool_timeout: float = sanitizing.TIMEOUT_S  # per memory checker and for the profiler
+    tool_timeout: float | None = None  # per memory checker and for the profiler (None: tool_timeout())
     logs: Path | None = None  # the tools' logs (None: a temporary folder, kept only when certify fails)
     workers: int | None = None  # host worker processes (None: from the CPU count)
+
+
+# What a memory checker or the profiler may take per candidate by default: racecheck took about 10 s a
+# routed-MoE candidate on the H200 (2026-12-07, 11 instrumented launches each), where the 600 s it was
+# given over all of them had sufficed for the 64 norm and quantization candidates before.
+TOOL_SECONDS_PER_CANDIDATE = 60.0
+
+
+def tool_timeout(opts: Options, candidates: int) -> float:
+    """What one memory checker, or the profiler, may take over `candidates`: --tool-timeout where given,
+    else the larger of the tools' own TIMEOUT_S and TOOL_SECONDS_PER_CANDIDATE each, so that a hang is still
+    caught and a class of many slow kernels is not failed for its size."""
+    if opts.tool_timeout is not None:
+        return opts.tool_timeout
+    return max(sanitizing.TIMEOUT_S, profiling.TIMEOUT_S, TOOL_SECONDS_PER_CANDIDATE * candidates)
 
 
 def _say(progress: Progress | None, msg: str) -> None:
@@ -420,7 +435,7 @@ def _measure(
         p = planfile.Plan(table.gpu_class, cat.install.kind, str(cat.install.root),
                           tuple(_item(s, c) for s, c in passed))  # fmt: skip
         runs = sanitizing.run_all([(c, exe) for c, exe, _ in tools.checkers], p, symbols, logs,
-                                  timeout=opts.tool_timeout, progress=progress)  # fmt: skip
+                                  timeout=tool_timeout(opts, len(passed)), progress=progress)  # fmt: skip
         checked = {check: {r.artifact: r for r in got} for check, got in runs.items()}
         _say(progress, f"memory checkers: {len(passed)} candidates in {time.monotonic() - t2:.1f} s")
     profiled: dict[str, tuple[str, Any]] = {}
@@ -429,7 +444,7 @@ def _measure(
         pr, exe, _ = tools.profiler
         p = planfile.Plan(table.gpu_class, cat.install.kind, str(cat.install.root),
                           tuple(_profile_item(s, c) for s, c in passed))  # fmt: skip
-        profiled = profiling.run(pr, exe, p, symbols, logs, timeout=opts.tool_timeout)
+        profiled = profiling.run(pr, exe, p, symbols, logs, timeout=tool_timeout(opts, len(passed)))
         _say(progress, f"profile: {len(passed)} candidates in {time.monotonic() - t3:.1f} s")
     for s in state:
         for r in results[s.entry.key]:
@@ -643,10 +658,10 @@ def _start_preflight(
         try:
             if tools.checkers:
                 sanitizing.preflight([(c, exe) for c, exe, _ in tools.checkers], plans, symbols, logs,
-                                     timeout=opts.tool_timeout)  # fmt: skip
+                                     timeout=tool_timeout(opts, 1))  # fmt: skip
             if tools.profiler:
                 pr, exe, _ = tools.profiler
-                profiling.run(pr, exe, one(_profile_item(s, cand)), symbols, logs, timeout=opts.tool_timeout,
+                profiling.run(pr, exe, one(_profile_item(s, cand)), symbols, logs, timeout=tool_timeout(opts, 1),
                               label="preflight.")  # fmt: skip
         except BaseException as e:
             box["error"] = e

@@ -263,7 +263,8 @@ def parser() -> argparse.ArgumentParser:
         "--tool-timeout",
         type=choices.positive_seconds,
         metavar="SECONDS",
-        help="the most one memory checker, or the profiler, may take over all candidates (default: 600)",
+        help="the most one memory checker, or the profiler, may take over all candidates "
+        "(default: 60 s a candidate, at least 600)",
     )
     quiet(ce)
     as_json(ce, "certify")
