@@ -50,6 +50,15 @@ class Buffers:
         self.dev.upload(p, data)
         self.args[name] = p
 
+    def copy_of(self, name: str, src: int, nbytes: int) -> None:
+        """An input of its own allocation, exactly `nbytes`, filled on the device from `src` (an input kept
+        uploaded across launches: netra.certify.worker.Kept)."""
+        p = self.dev.alloc(nbytes)
+        self.ptrs.append(p)
+        if nbytes:
+            self.dev.copy(p, src, nbytes)
+        self.args[name] = p
+
     def uninitialized(self, name: str, nbytes: int) -> None:
         """An input of `nbytes` never written (the memory checkers' uninitialized-read canary)."""
         p = self.dev.alloc(nbytes)

@@ -4,7 +4,10 @@ certify starts it under each memory checker and under the profiler (netra.certif
 netra.certify.profile); nothing else should. It opens the install the plan names the way certify does
 (the lock and table checked, each code object verified before it is loaded), then per item: prints a
 begin line, runs each launch on fresh buffers (inputs from the plan's files, outputs poisoned and fenced
-as certify does), synchronizes after each launch, prints an end line. It judges nothing: certify already
+as certify does), synchronizes after each launch, prints an end line. An input file is uploaded once and
+kept on the device (Kept): each launch's input is still an allocation of its own and its exact size,
+filled by a device-to-device copy, so the checkers see what they saw, without the host reading a routed
+MoE's weights (400 MB at Qwen3-30B-A3B, 7.5 GB at DeepSeek-V3) again for every launch of every candidate. It judges nothing: certify already
 did. On a device error it prints the end line with the error and exits 3 (a CUDA context that saw an
 illegal access does not survive it; certify starts a new worker after that item). Lines: netra.certify.plan.
 """
@@ -13,15 +16,61 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
+from collections import OrderedDict
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from netra.certify import plan as planfile
 from netra.errors import NetraError
 
 EXIT_FAULT = 3
 EXIT_ERROR = 2
+KEPT_BYTES = 16 << 30  # the most a worker keeps uploaded; the least recently used file goes first
+NO_KEEP = "NETRA_CERTIFY_KEEP_INPUTS"  # "0": upload every input for every launch (what certify did before)
+
+
+class Kept:
+    """Each input file's bytes uploaded once and kept on the device, up to KEPT_BYTES (least recently used
+    freed first; a file larger than that is uploaded for each launch, as without it)."""
+
+    def __init__(self, dev: Any, limit: int = KEPT_BYTES) -> None:
+        self.dev, self.limit, self.used = dev, limit, 0
+        self.files: OrderedDict[str, tuple[int, int]] = OrderedDict()  # file -> (device pointer, bytes)
+
+    def fill(self, buf: Any, name: str, file: str) -> None:
+        """buf's input `name`: a fresh allocation with `file`'s bytes."""
+        import numpy as np
+
+        from netra.certify import measure
+
+        got = self.files.get(file)
+        if got is None:
+            data = measure.raw_bytes(np.load(file, mmap_mode="r", allow_pickle=False))
+            if data.nbytes > self.limit:
+                buf.input(name, data)
+                return
+            while self.files and self.used + data.nbytes > self.limit:
+                _, (p, n) = self.files.popitem(last=False)
+                self.dev.free(p)
+                self.used -= n
+            p = self.dev.alloc(data.nbytes)
+            try:
+                self.dev.upload(p, data)
+            except BaseException:
+                self.dev.free(p)
+                raise
+            got = self.files[file] = (p, data.nbytes)
+            self.used += data.nbytes
+        self.files.move_to_end(file)
+        buf.copy_of(name, *got)
+
+    def free(self) -> None:
+        while self.files:
+            _, (p, _n) = self.files.popitem()
+            with contextlib.suppress(NetraError):  # after a device error the context is gone
+                self.dev.free(p)
 
 
 def _emit(line: str, progress: TextIO | None) -> None:
@@ -33,10 +82,7 @@ def _emit(line: str, progress: TextIO | None) -> None:
 
 
 def run(p: planfile.Plan, progress: TextIO | None = None) -> int:
-    import numpy as np
-
     from netra import runtime, targets
-    from netra.certify import measure
     from netra.runtime import installed
 
     inst = installed.locate()
@@ -46,6 +92,20 @@ def run(p: planfile.Plan, progress: TextIO | None = None) -> int:
     dev = targets.get(p.gpu_class).vendor.open_loader()
     by_artifact = {c.artifact: c for c in cat.table.candidates()}
     entry_of = {c.artifact: e for e in cat.table.entries.values() for c in e.candidates}
+    kept = Kept(dev) if os.environ.get(NO_KEEP) != "0" else None
+    try:
+        return _items(p, cat, dev, kept, by_artifact, entry_of, progress)
+    finally:
+        if kept is not None:
+            kept.free()
+
+
+def _items(p: planfile.Plan, cat: Any, dev: Any, kept: Kept | None, by_artifact: dict[str, Any],
+           entry_of: dict[str, Any], progress: TextIO | None) -> int:  # fmt: skip
+    import numpy as np
+
+    from netra.certify import measure
+
     for i, item in enumerate(p.items):
         cand = by_artifact.get(item.artifact)
         if cand is None:
@@ -62,6 +122,9 @@ def run(p: planfile.Plan, progress: TextIO | None = None) -> int:
                 buf = measure.Buffers(dev)
                 try:
                     for name, (file, initialized) in sorted(x.inputs.items()):
+                        if initialized and kept is not None:
+                            kept.fill(buf, name, file)
+                            continue
                         arr = np.load(file, mmap_mode="r", allow_pickle=False)
                         if initialized:
                             buf.input(name, measure.raw_bytes(arr))

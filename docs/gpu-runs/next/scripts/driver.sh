@@ -6,10 +6,11 @@
 # (docs/gpu-runs/session-2026-12-07d/) passed every conformance case and three of the four memory checkers
 # for all 65 of Qwen3-30B-A3B's candidates in one part, and racecheck had reached 30 of them when the
 # driver's --tool-timeout of 300 s ended it (about 10 s a candidate: 11 launches each under racecheck); so
-# a part is one stage now, with 1500 s a checker. Then the fused one-token probe (bench/probe_moe_fused.py),
+# a part is one stage now, with 1500 s a checker, after the sanitizer tests (the checkers' worker now keeps
+# its inputs on the device: docs/certify.md). Then the fused one-token probe (bench/probe_moe_fused.py),
 # the MoE gpu test and the rest of the gpu tests. That run's benches (issue 28's at both contracts, the
 # operator path, decode, the traces, the transformers integration) are not repeated.
-# On another card: the fused probe only (certify --reuse needs the table's device).
+# On another card: the sanitizer tests and the fused probe (certify --reuse needs the table's device).
 set -u
 R=/tmp/run; H="$R/house"
 cd "$R/tree"
@@ -35,6 +36,7 @@ fused() {
     --chains g4o+d8sh --trace 10 --json "$R/fused/fused.json" > "$R/fused/session.log" 2>&1)
   step fused "rc=$?"; pack fused; }
 if ! grep -q H200 "$R/which"; then
+  gs san 300 tests tests/test_gpu_sanitizer.py
   fused
   echo done >> "$R/progress"; exit 0
 fi
@@ -42,6 +44,10 @@ if [ -f "$R/tree/.gpu/short" ]; then  # a lease of a few minutes: no certify par
   fused
   echo done >> "$R/progress"; exit 0
 fi
+# the memory checkers' worker keeps its inputs on the device since the twenty-first session (not yet run on a
+# GPU): the sanitizer tests first (about a minute); if they fail, certify uploads per launch as before
+gs san 300 tests tests/test_gpu_sanitizer.py
+grep -q '^san rc=0' "$R/progress" || export NETRA_CERTIFY_KEEP_INPUTS=0
 Q30='(experts=128,topk=8,hidden=2048,inter=768)'; Q235='(experts=128,topk=8,hidden=4096,inter=1536)'
 prev="$R/tree/release/tables/sm_90.json"
 part() {  # $1 name, then certify's --only arguments: banked as it finishes; the next part reuses its table
