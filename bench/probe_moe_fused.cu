@@ -225,21 +225,28 @@ extern "C" __global__ void __cluster_dims__(SPLIT, 1, 1) __launch_bounds__(WARPS
       ok[s] = es >= 0 && es < kE;
       w[s] = wts[s];
     }
-    for (int n = k0 + (int)threadIdx.x; n < k0 + kHS; n += kW * 32) {
-      float v[kK][kG];
+    // every row's partial sums requested before the first is added: one round trip to L2, not one a row
+    constexpr int kRows = kHS / (kW * 32);
+    static_assert(kHS % (kW * 32) == 0, "probe: the CTA's threads must divide its rows");
+    float v[kRows][kK][kG];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int s = 0; s < kK; ++s)
 #pragma unroll
-        for (int j = 0; j < kG; ++j) v[s][j] = __ldcg(part + ((size_t)s * kG + j) * kH + n);
+        for (int j = 0; j < kG; ++j)
+          v[r][s][j] = __ldcg(part + ((size_t)s * kG + j) * kH + k0 + (int)threadIdx.x + r * kW * 32);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
       float acc = 0.f;
 #pragma unroll
       for (int s = 0; s < kK; ++s) {
-        float y = v[s][0];
+        float y = v[r][s][0];
 #pragma unroll
-        for (int j = 1; j < kG; ++j) y = __fadd_rn(y, v[s][j]);
+        for (int j = 1; j < kG; ++j) y = __fadd_rn(y, v[r][s][j]);
         acc = ok[s] ? __fmaf_rn(w[s], y, acc) : acc;
       }
-      out[n] = __float2bfloat16_rn(acc);
+      out[k0 + (int)threadIdx.x + r * kW * 32] = __float2bfloat16_rn(acc);
     }
     if (threadIdx.x == 0) counters[q] = 0u;
   }
