@@ -72,7 +72,7 @@ extern "C" __global__ void __cluster_dims__(SPLIT, 1, 1) __launch_bounds__(WARPS
                           const float* __restrict__ w13s, const uint8_t* __restrict__ w2,
                           const float* __restrict__ w2s, __nv_bfloat16* __restrict__ out, uint8_t* __restrict__ hq,
                           float* __restrict__ hs, float* __restrict__ part, unsigned* __restrict__ counters NETRA_TRACE_PARAM) {
-  __shared__ __align__(1024) uint8_t sdown[kHS * 128];
+  extern __shared__ __align__(1024) uint8_t sdown[];  // kHS * 128 bytes, dynamic (SPLIT 4: 64 KB)
   __shared__ __align__(16) float spart[256];
   __shared__ __align__(16) uint32_t shq[32];
   __shared__ float shs;
@@ -225,28 +225,31 @@ extern "C" __global__ void __cluster_dims__(SPLIT, 1, 1) __launch_bounds__(WARPS
       ok[s] = es >= 0 && es < kE;
       w[s] = wts[s];
     }
-    // every row's partial sums requested before the first is added: one round trip to L2, not one a row
-    constexpr int kRows = kHS / (kW * 32);
-    static_assert(kHS % (kW * 32) == 0, "probe: the CTA's threads must divide its rows");
-    float v[kRows][kK][kG];
+    // two rows' partial sums a thread requested before the first is added: a round trip to L2 per two rows
+    constexpr int kRows = kHS / (kW * 32), kBatch = kRows < 2 ? kRows : 2;
+    static_assert(kHS % (kW * 32) == 0 && kRows % kBatch == 0, "probe: the CTA's threads must divide its rows");
+#pragma unroll 1
+    for (int r0 = 0; r0 < kRows; r0 += kBatch) {
+      float v[kBatch][kK][kG];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
+      for (int r = 0; r < kBatch; ++r)
 #pragma unroll
-      for (int s = 0; s < kK; ++s)
+        for (int s = 0; s < kK; ++s)
 #pragma unroll
-        for (int j = 0; j < kG; ++j)
-          v[r][s][j] = __ldcg(part + ((size_t)s * kG + j) * kH + k0 + (int)threadIdx.x + r * kW * 32);
+          for (int j = 0; j < kG; ++j)
+            v[r][s][j] = __ldcg(part + ((size_t)s * kG + j) * kH + k0 + (int)threadIdx.x + (r0 + r) * kW * 32);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      float acc = 0.f;
+      for (int r = 0; r < kBatch; ++r) {
+        float acc = 0.f;
 #pragma unroll
-      for (int s = 0; s < kK; ++s) {
-        float y = v[r][s][0];
+        for (int s = 0; s < kK; ++s) {
+          float y = v[r][s][0];
 #pragma unroll
-        for (int j = 1; j < kG; ++j) y = __fadd_rn(y, v[r][s][j]);
-        acc = ok[s] ? __fmaf_rn(w[s], y, acc) : acc;
+          for (int j = 1; j < kG; ++j) y = __fadd_rn(y, v[r][s][j]);
+          acc = ok[s] ? __fmaf_rn(w[s], y, acc) : acc;
+        }
+        out[k0 + (int)threadIdx.x + (r0 + r) * kW * 32] = __float2bfloat16_rn(acc);
       }
-      out[k0 + (int)threadIdx.x + r * kW * 32] = __float2bfloat16_rn(acc);
     }
     if (threadIdx.x == 0) counters[q] = 0u;
   }
