@@ -98,7 +98,7 @@ class DeviceOps:
     def upload(self, ptr: int, data: bytes | memoryview) -> None:
         """data's bytes into device memory at ptr. A memoryview (certify's inputs: arrays mapped from their
         files) is read where it lies, not first copied into a bytes object of its size."""
-        if isinstance(data, memoryview) and data.nbytes:
+        if isinstance(data, memoryview) and data.nbytes and data.c_contiguous:
             import numpy as np  # certify and the GPU tests upload; a serving runtime never does
 
             view = np.frombuffer(data, dtype=np.uint8)  # the same memory, kept alive through the call
