@@ -7,9 +7,10 @@ begin line, runs each launch on fresh buffers (inputs from the plan's files, out
 as certify does), synchronizes after each launch, prints an end line. An input file is uploaded once and
 kept on the device (Kept): each launch's input is still an allocation of its own and its exact size,
 filled by a device-to-device copy, so the checkers see what they saw, without the host reading a routed
-MoE's weights (400 MB at Qwen3-30B-A3B, 7.5 GB at DeepSeek-V3) again for every launch of every candidate. It judges nothing: certify already
-did. On a device error it prints the end line with the error and exits 3 (a CUDA context that saw an
-illegal access does not survive it; certify starts a new worker after that item). Lines: netra.certify.plan.
+MoE's weights (400 MB at Qwen3-30B-A3B, 7.5 GB at DeepSeek-V3) again for every launch of every
+candidate. It judges nothing: certify already did. On a device error it prints the end line with the
+error and exits 3 (a CUDA context that saw an illegal access does not survive it; certify starts a new
+worker after that item). Lines: netra.certify.plan.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from netra.errors import NetraError
 EXIT_FAULT = 3
 EXIT_ERROR = 2
 KEPT_BYTES = 16 << 30  # the most a worker keeps uploaded; the least recently used file goes first
-NO_KEEP = "NETRA_CERTIFY_KEEP_INPUTS"  # "0": upload every input for every launch (what certify did before)
+KEEP_ENV = "NETRA_CERTIFY_KEEP_INPUTS"  # "0": upload every input for every launch (what certify did before)
 
 
 class Kept:
@@ -59,7 +60,8 @@ class Kept:
             try:
                 self.dev.upload(p, data)
             except BaseException:
-                self.dev.free(p)
+                with contextlib.suppress(NetraError):  # the upload's own error is the one to report
+                    self.dev.free(p)
                 raise
             got = self.files[file] = (p, data.nbytes)
             self.used += data.nbytes
@@ -92,7 +94,7 @@ def run(p: planfile.Plan, progress: TextIO | None = None) -> int:
     dev = targets.get(p.gpu_class).vendor.open_loader()
     by_artifact = {c.artifact: c for c in cat.table.candidates()}
     entry_of = {c.artifact: e for e in cat.table.entries.values() for c in e.candidates}
-    kept = Kept(dev) if os.environ.get(NO_KEEP) != "0" else None
+    kept = Kept(dev) if os.environ.get(KEEP_ENV) != "0" else None
     try:
         return _items(p, cat, dev, kept, by_artifact, entry_of, progress)
     finally:
