@@ -10,7 +10,7 @@
 # its inputs on the device: docs/certify.md). Then the fused one-token probe (bench/probe_moe_fused.py),
 # the MoE gpu test and the rest of the gpu tests. That run's benches (issue 28's at both contracts, the
 # operator path, decode, the traces, the transformers integration) are not repeated.
-# On another card: the sanitizer tests and the fused probe (certify --reuse needs the table's device).
+# On another card: the sanitizer tests, the fused probe and the layer (certify --reuse needs the table's device).
 set -u
 R=/tmp/run; H="$R/house"
 cd "$R/tree"
@@ -35,13 +35,19 @@ fused() {
   (cd bench && timeout -k 30 300 /tmp/vt/bin/python probe_moe_fused.py --cubins "$R/tree/.gpu/fused" \
     --chains g4o+d8sh --trace 10 --json "$R/fused/fused.json" > "$R/fused/session.log" 2>&1)
   step fused "rc=$?"; pack fused; }
+# issue 28's end to end: a Qwen3-30B-A3B decoder layer's decode step, netra-served against transformers
+layer() {
+  mkdir -p "$R/layer"; step layer start
+  (cd bench && timeout -k 30 300 /tmp/vt/bin/python bench_moe_layer.py --json "$R/layer/layer.json" \
+    > "$R/layer/session.log" 2>&1)
+  step layer "rc=$?"; pack layer; }
 if ! grep -q H200 "$R/which"; then
   gs san 300 tests tests/test_gpu_sanitizer.py
-  fused
+  fused; layer
   echo done >> "$R/progress"; exit 0
 fi
 if [ -f "$R/tree/.gpu/short" ]; then  # a lease of a few minutes: no certify part would finish
-  fused
+  fused; layer
   echo done >> "$R/progress"; exit 0
 fi
 # the memory checkers' worker keeps its inputs on the device since the twenty-first session (not yet run on a
@@ -57,7 +63,7 @@ part() {  # $1 name, then certify's --only arguments: banked as it finishes; the
 }
 part c30g --only "fp8_moe_gate_up$Q30"
 part c30d --only "fp8_moe_down$Q30"
-fused
+fused; layer
 part c235g --only "fp8_moe_gate_up$Q235"
 part c235d --only "fp8_moe_down$Q235"
 part crest
