@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from netra.loaders.devops import DeviceOps
 class HostDevice(DeviceOps):
     """DeviceOps over host memory: what the operations were asked to do, with the bytes they moved."""
 
-    OPS = {"alloc": "a", "free": "f", "upload": "u", "copy": "c"}
+    OPS: ClassVar[dict[str, str | tuple[str, ...]]] = {"alloc": "a", "free": "f", "upload": "u", "copy": "c"}
 
     def __init__(self) -> None:
         self.mem: dict[int, bytearray] = {}
