@@ -102,7 +102,9 @@ def test_each_file_is_uploaded_once_and_each_launch_gets_an_exact_copy_of_its_ow
     assert dev.mem == {}
 
 
-def test_past_its_budget_the_least_recently_used_file_goes_and_a_file_too_big_is_not_kept(tmp_path: Path) -> None:
+def test_past_its_budget_the_least_recently_used_file_goes_and_a_file_too_big_is_not_kept(
+    tmp_path: Path,
+) -> None:
     dev = HostDevice()
     a, b, c = (_file(tmp_path, n, 400, i) for i, n in enumerate("abc"))
     big = _file(tmp_path, "big", 2000, 9)
