@@ -155,3 +155,34 @@ def test_on_the_h200_every_variant_is_timed_past_l2_beside_the_copy_limit(tmp_pa
         offset = int(v.removeprefix("out@"))
         assert im[v]["placement"]["outs_mod_2mib"] == [offset % (2 * 2**20)], im[v]["placement"]
     assert row["record"]["status"] == "recorded" and row["record"]["tactic"] == row["tactic"], row["record"]
+
+
+def test_a_record_faster_than_this_runs_copy_limit_is_named_as_another_cards() -> None:
+    """On the H200 of 2026-12-07 certify's record of rmsnorm 4096 x 32768 (131.15 us, another H200's) was
+    below that run's copy limit (137.59): the record row gives its fraction of this run's limit and says
+    such a record was timed elsewhere; a record slower than the limit is only given its fraction."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_operator_path", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        b = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(b)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    rec: dict[str, object] = {"contract": RMS, "rows": 32768,
+                              "impls": {v: {"us": 139.96, "of_copy_limit": 0.983} for v in VARIANTS}}  # fmt: skip
+    rec["impls"]["copy"] = {"us": 137.59, "best": "cs/8xSM"}  # type: ignore[index]
+    rec["record"] = {
+        "status": "recorded",
+        "us": 131.15,
+        "tactic": "t128s",
+        "same_device": True,
+        "device": "H200",
+    }
+    last = b.line(rec)[-1]
+    assert "104.9% of this run's copy: faster than it, so timed on another card or day" in last, last
+    rec["record"]["us"] = 140.0  # type: ignore[index]
+    last = b.line(rec)[-1]
+    assert "98.3% of this run's copy)" in last and "faster" not in last, last
