@@ -35,6 +35,7 @@ from typing import Any
 
 import bench_moe as bm
 from _entry import run
+from trace_moe import L2_FLUSH_BYTES, TraceError, summarize
 
 CONTRACT = "Qwen3-30B-A3B"
 KERNEL = "netra_probe_moe_fused"
@@ -273,9 +274,10 @@ MARKS = ("entry", "gate/up summed", "cluster barrier passed", "down tile and cod
 
 def traced(torch: Any, name: str, cubin: Path, v: dict[str, int], p: dict[str, int], a: argparse.Namespace
            ) -> dict[str, Any]:  # fmt: skip
-    """The build with phase marks, called `calls` times eagerly, each after L2 is refilled by reading 256 MB:
-    per mark the earliest, median and latest CTA (us from the call's first entry), medians over the calls;
-    and how the CTAs lay on the SMs (slot 7: %smid)."""
+    """The build with phase marks, called `calls` times eagerly, each after L2 is refilled by a read (as
+    bench/trace_moe.py does, whose summarize reads the marks): per mark the earliest, median and latest CTA
+    (us from the call's first entry), medians over the calls; and how the CTAs lay on the SMs (slot 7:
+    %smid)."""
     from netra.torch import composite
 
     dev = torch.device("cuda")
@@ -285,34 +287,25 @@ def traced(torch: Any, name: str, cubin: Path, v: dict[str, int], p: dict[str, i
     fused = Fused(torch, cubin, p, v, trace=buf)
     layers = bm.Layers(torch, p, 1, a.seed, dev)
     row = bm.Row(torch, composite, p, 1, "uniform", a.trace, layers, a.seed + 17, dev)
-    flush = torch.ones(256 * 2**20 // 4, dtype=torch.float32, device=dev)
-    per_call = []
+    flush = torch.ones(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=dev)
+    per_call: list[dict[str, list[float]]] = []
+    last: Any = None
     for c in range(a.trace):
-        float(flush.sum())  # L2 refilled by a read (a write would leave dirty lines behind)
+        flush.sum()  # L2 refilled by a read (a write would leave dirty lines behind)
         buf.zero_()
         fused(*row.args(c))
         torch.cuda.synchronize()
-        m = buf.cpu().tolist()
-        t0 = min(r[0] for r in m)
-        per_call.append({"marks": [[(r[j] - t0) / 1e3 if r[j] else None for r in m] for j in range(7)],
-                         "sm": [r[7] for r in m]})  # fmt: skip
+        last = buf.cpu()
+        per_call.append(summarize(f"probe {name}", last, MARKS, int(last[:, 0].min())))
     out: dict[str, Any] = {"calls": a.trace, "marks": {}}
-    for j, mark in enumerate(MARKS):
-        vals = [[x for x in call["marks"][j] if x is not None] for call in per_call]
-        out["marks"][mark] = {
-            "first": statistics.median(min(v) for v in vals),
-            "median": statistics.median(statistics.median(v) for v in vals),
-            "last": statistics.median(max(v) for v in vals),
-        }
-        f = out["marks"][mark]
-        print(
-            f"trace {name} {mark:26s} first {f['first']:6.2f}  median {f['median']:6.2f}  last {f['last']:6.2f} us"
-        )
-    sms = per_call[0]["sm"]
+    for mark in MARKS:  # us: the median over the calls of each call's first, median and last CTA
+        first, med, end = (statistics.median(call[mark][j] for call in per_call) / 1e3 for j in range(3))
+        out["marks"][mark] = {"first": first, "median": med, "last": end}
+        print(f"trace {name} {mark:26s} first {first:6.2f}  median {med:6.2f}  last {end:6.2f} us")
+    sms = last[:, 7].tolist()  # the last call's
     load = {s: sms.count(s) for s in set(sms)}
     out["sms_used"], out["ctas_per_sm"] = len(load), sorted(set(load.values()))
-    entries = sorted(per_call[0]["marks"][0])
-    out["entries_after_2us"] = sum(1 for v in entries if v > 2.0)
+    out["entries_after_2us"] = int(((last[:, 0] - last[:, 0].min()) > 2000).sum())
     print(f"trace {name}: {ctas} CTAs on {len(load)} SMs, {out['ctas_per_sm']} a SM; "
           f"{out['entries_after_2us']} entered more than 2 us after the first")  # fmt: skip
     return out
@@ -375,7 +368,12 @@ def main(argv: list[str] | None = None) -> None:
         if bad:
             print(f"probe_moe_fused: failed its judges: {bad}; timed all the same, not a result")
     if a.trace:
-        rec["trace"] = {n: traced(torch, n, a.cubins / f"{n}.trace.cubin", VARIANTS[n], p, a) for n in fuseds}
+        try:
+            rec["trace"] = {
+                n: traced(torch, n, a.cubins / f"{n}.trace.cubin", VARIANTS[n], p, a) for n in fuseds
+            }
+        except TraceError as e:  # a mark a CTA never wrote: the trace build's fault, said in one line
+            sys.exit(f"probe_moe_fused: {e}")
     rec["rows"] = timed(torch, nt, fuseds, p, a)
     if a.json:
         a.json.write_text(json.dumps(rec, indent=1, sort_keys=True))
