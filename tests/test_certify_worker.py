@@ -10,6 +10,7 @@ loader's own operations); tests/test_gpu_sanitizer.py runs the worker under the 
 from __future__ import annotations
 
 import ctypes
+import itertools
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,6 +31,7 @@ class HostDevice(DeviceOps):
         self.uploads: list[int] = []  # bytes per upload
         self.sources: list[int] = []  # the host address each upload read
         self.copies = 0
+        self._addresses = itertools.count(4096, 4096)  # never reused: a freed buffer read again is seen
         self._ops = {"alloc": self._alloc, "free": self._free, "upload": self._upload, "copy": self._copy}
 
     def check(self, rc: int, what: str) -> None:
@@ -39,9 +41,7 @@ class HostDevice(DeviceOps):
         return 1
 
     def _alloc(self, out: Any, n: int) -> int:
-        p = 4096 * (len(self.mem) + 1 + len(self.uploads) + self.copies)
-        while p in self.mem:
-            p += 4096
+        p = next(self._addresses)
         self.mem[p] = bytearray(n)
         out._obj.value = p
         return 0
@@ -123,3 +123,17 @@ def test_past_its_budget_the_least_recently_used_file_goes_and_a_file_too_big_is
     assert list(kept.files) == [a, c]
     kept.free()
     assert dev.mem == {}
+
+
+def test_with_no_budget_every_launch_uploads_its_inputs_as_before(tmp_path: Path) -> None:
+    """NETRA_CERTIFY_KEEP_INPUTS=0 gives the worker a Kept of limit 0: each launch uploads each input again,
+    nothing stays on the device (the path the H200's run of 2026-12-07 took)."""
+    dev = HostDevice()
+    w = _file(tmp_path, "w", 500, 1)
+    kept = Kept(dev, limit=0)
+    for _ in range(3):
+        buf = measure.Buffers(dev)
+        kept.fill(buf, "w", w)
+        assert bytes(dev.mem[buf.args["w"]]) == np.load(w).tobytes()
+        buf.free()
+    assert dev.uploads == [500, 500, 500] and dev.copies == 0 and not kept.files and dev.mem == {}

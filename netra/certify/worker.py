@@ -33,8 +33,8 @@ KEEP_ENV = "NETRA_CERTIFY_KEEP_INPUTS"  # "0": upload every input for every laun
 
 
 class Kept:
-    """Each input file's bytes uploaded once and kept on the device, up to KEPT_BYTES (least recently used
-    freed first; a file larger than that is uploaded for each launch, as without it)."""
+    """Each input file's bytes uploaded once and kept on the device, up to `limit` bytes (least recently used
+    freed first; a file larger than that, and every file where the limit is 0, uploaded for each launch)."""
 
     def __init__(self, dev: Any, limit: int = KEPT_BYTES) -> None:
         self.dev, self.limit, self.used = dev, limit, 0
@@ -49,7 +49,7 @@ class Kept:
         got = self.files.get(file)
         if got is None:
             data = measure.raw_bytes(np.load(file, mmap_mode="r", allow_pickle=False))
-            if data.nbytes > self.limit:
+            if not self.limit or data.nbytes > self.limit:
                 buf.input(name, data)
                 return
             while self.files and self.used + data.nbytes > self.limit:
@@ -94,15 +94,14 @@ def run(p: planfile.Plan, progress: TextIO | None = None) -> int:
     dev = targets.get(p.gpu_class).vendor.open_loader()
     by_artifact = {c.artifact: c for c in cat.table.candidates()}
     entry_of = {c.artifact: e for e in cat.table.entries.values() for c in e.candidates}
-    kept = Kept(dev) if os.environ.get(KEEP_ENV) != "0" else None
+    kept = Kept(dev, KEPT_BYTES if os.environ.get(KEEP_ENV) != "0" else 0)
     try:
         return _items(p, cat, dev, kept, by_artifact, entry_of, progress)
     finally:
-        if kept is not None:
-            kept.free()
+        kept.free()
 
 
-def _items(p: planfile.Plan, cat: Any, dev: Any, kept: Kept | None, by_artifact: dict[str, Any],
+def _items(p: planfile.Plan, cat: Any, dev: Any, kept: Kept, by_artifact: dict[str, Any],
            entry_of: dict[str, Any], progress: TextIO | None) -> int:  # fmt: skip
     import numpy as np
 
@@ -124,14 +123,12 @@ def _items(p: planfile.Plan, cat: Any, dev: Any, kept: Kept | None, by_artifact:
                 buf = measure.Buffers(dev)
                 try:
                     for name, (file, initialized) in sorted(x.inputs.items()):
-                        if initialized and kept is not None:
-                            kept.fill(buf, name, file)
-                            continue
-                        arr = np.load(file, mmap_mode="r", allow_pickle=False)
                         if initialized:
-                            buf.input(name, measure.raw_bytes(arr))
+                            kept.fill(buf, name, file)
                         else:
-                            buf.uninitialized(name, int(arr.nbytes))
+                            buf.uninitialized(
+                                name, int(np.load(file, mmap_mode="r", allow_pickle=False).nbytes)
+                            )
                     for name, (dtype, shape) in sorted(x.outputs.items()):
                         buf.output(name, np.dtype(dtype), shape)
                     rows = x.rows + item.extra_rows
