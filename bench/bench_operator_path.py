@@ -619,18 +619,17 @@ def line(rec: dict[str, Any]) -> list[str]:
     if r["status"] != "recorded":
         lines.append(f"{head} {'record':16s} no record ({r['reason']})")
     else:
-        other = (
-            ""
-            if r["same_device"]
-            else f"; on {r['device'] or 'an unnamed device'}, not this one: not comparable"
-        )
         copy = im["copy"].get("us")
-        if copy and r["same_device"]:
+        if not r["same_device"]:
+            other = f"; on {r['device'] or 'an unnamed device'}, not this one: not comparable"
+        elif copy:
             # a record faster than this run's copy limit was timed on another card or day (the H200 of
             # 2026-12-07 copied 9% slower than the one certify ran on): only fractions of each run's limit compare
             other = f", {100 * copy / r['us']:.1f}% of this run's copy" + (
                 ": faster than it, so timed on another card or day" if r["us"] < copy else ""
             )
+        else:
+            other = ""
         lines.append(f"{head} {'record':16s} {r['us']:10.2f} us (certify, tactic {r['tactic']}{other})")
     return lines
 
