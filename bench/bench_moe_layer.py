@@ -147,27 +147,33 @@ def main(argv: list[str] | None = None) -> None:
     hf_models.fp8_experts(fp8)
     dq = hf_models.build(cfg, torch.bfloat16, dev)  # the same seed: the same weights but the experts'
     dequantize(fp8, dq)
+    served = hf_models.build(cfg, torch.bfloat16, dev)  # fp8's twin (the same seeds), served by netra
+    hf_models.fp8_experts(served)
+    apply_netra(served, strict=gpu, experts="auto" if gpu else "netra")
     none = contextlib.nullcontext
     rows = []
     for b in a.batch if not a.cpu_smoke else [1, 3]:
         ids = torch.randint(0, cfg.vocab_size, (b, 1), generator=torch.Generator().manual_seed(b)).to(dev)
 
-        def forward(model: Any, ids: Any = ids) -> Any:
+        def forward(model: Any, impl: str | None = None, ids: Any = ids) -> Any:
+            """One step, under the experts implementation `impl` (None: transformers' default): set at each
+            call, since every variant's eager steps run in the same rounds."""
+            model.config._experts_implementation = impl
             with torch.no_grad():
                 return model.model(input_ids=ids, use_cache=False).last_hidden_state
 
         variants: dict[str, Timed] = {}
         for impl in IMPLS:
             for name, model in (("torch-bf16", dq), ("transformers-fp8", fp8)):
-                model.config._experts_implementation = None if impl == "default" else impl
+                which = None if impl == "default" else impl
                 try:
-                    variants[f"{name} {impl}"] = Timed(torch, lambda m=model: forward(m), none, gpu)
+                    variants[f"{name} {impl}"] = Timed(
+                        torch, lambda m=model, w=which: forward(m, w), none, gpu
+                    )
                 except Exception as e:  # an implementation this torch or GPU lacks: said, not timed
                     print(f"B={b} {name} {impl}: failed: {bm.one_line(e)}")
-            fp8.config._experts_implementation = dq.config._experts_implementation = None
-        report = apply_netra(fp8, strict=gpu, experts="auto" if gpu else "netra")
         nt.reset_stats()
-        variants["netra"] = Timed(torch, lambda: forward(fp8), nt.strict if gpu else none, gpu)
+        variants["netra"] = Timed(torch, lambda: forward(served), nt.strict if gpu else none, gpu)
         if gpu:
             for _ in range(a.rounds):
                 for v in variants.values():
@@ -175,7 +181,6 @@ def main(argv: list[str] | None = None) -> None:
             paths = {k: p for k, p in nt.stats().items() if set(p) != {"certified"}}
             if paths:
                 raise SystemExit(f"bench_moe_layer: netra served a call uncertified while timed: {paths}")
-        report.restore()
         ref = variants["torch-bf16 default"].out
         rec: dict[str, Any] = {"batch": b, "variants": {}}
         for n, v in variants.items():
