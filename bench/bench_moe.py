@@ -36,7 +36,7 @@ experts per token; same: every token on the same k experts), each row times, sid
 - eager, compile: the torch composite a user would write (dequantize, then matmul per expert:
   netra.torch.composite.fp8_moe, which dequantizes each routed expert), eagerly and torch.compile(dynamic=True).
 
---chains GATE+DOWN ... also times those chains of the table's tactics (each stage's, e.g. g4a2+d3a2,
+--chains GATE+DOWN ... also times those chains of the table's tactics (each stage's, e.g. g8x8s3+d8x8s3,
 accepted or experiment) through nt.fp8_moe under nt.set_tactics, in the same interleaved rounds, as a
 row's `chains`: how a tactic not yet served would do at every M and routing, through the operator path.
 Each gets netra's guard first (bitwise equal across two runs, within --bound of the composite), else it

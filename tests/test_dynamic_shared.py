@@ -1,5 +1,5 @@
-"""Dynamic shared memory (issue 28's WGMMA tactics, whose chunk of activations outgrows the 48 KB a kernel
-may declare statically): a template manifest declares the bytes every launch gives as an expression of the
+"""Dynamic shared memory (issue 28's tensor-core tactics, whose ring of weights and chunk of activations
+outgrow the 48 KB a kernel may declare statically): a template manifest declares the bytes every launch gives as an expression of the
 instantiation's constants, the class's table carries them per candidate (the loaders launch with them and
 raise the function's limit), the static gate refuses a kernel whose static and dynamic shared memory
 together exceed what a CTA may hold, and a malformed expression is the manifest's one-line error."""
@@ -54,12 +54,12 @@ def test_every_candidate_gives_the_shared_memory_its_kernel_indexes(cat: manifes
     for a in specs:
         assert a.dynamic_shared == _slots(a) == given[a.name], a.name
     dynamic = {a.tactic.name: a.dynamic_shared for a in specs if a.dynamic_shared}
-    tc = {"g8x8", "g8x16", "g8x64", "g4x8", "g4x16", "g4x64", "d8x8", "d8x64", "d4x8", "d4x64", "g8x8p", "g8x64p",
-          "g8x8s3", "g8x16s3", "d8x8p", "d8x64p", "d8x8s3", "d8x64s3", "g8x8c", "g8x16c", "d8x16c", "d8x32c", "d8x64m", "d8x64s3m", "d8x32cm", "g8x64k2", "g8x64k2e16", "d8x64s3me16"}  # fmt: skip
-    assert set(dynamic) == {"g8w8", "g8w32", "g8w64", "d4w8", "d4w64", "d4w8q", "d4w64q"} | tc
-    # Qwen3-30B-A3B's gate/up with 64 pairs a chunk: 132 KB, above what a launch gets by default
-    g8w64 = next(a for a in specs if a.tactic.name == "g8w64" and a.contract["hidden"] == 2048)
-    assert g8w64.dynamic_shared == 64 * 2048 + 64 * 16 * 4
+    assert set(dynamic) == {"g8x8", "g8x64p", "g8x8s3", "g8x16s3", "g8x16c", "g8x64k2e16",
+                            "d8x8", "d8x8s3", "d8x64s3m", "d8x32cm", "d8x64s3me16"}  # fmt: skip
+    # Qwen3-30B-A3B's gate/up with 64 pairs a chunk: a ring of 5 k blocks of 256 rows x 128 bytes and 8 KB
+    # of activations, 64 pairs x 16 blocks of scales, 1 KB to align: 210 KB, above a launch's default
+    g8x64p = next(a for a in specs if a.tactic.name == "g8x64p" and a.contract["hidden"] == 2048)
+    assert g8x64p.dynamic_shared == 5 * (256 * 128 + 8192) + 64 * 16 * 4 + 1024
 
 
 @pytest.mark.parametrize(
@@ -71,7 +71,7 @@ def test_every_candidate_gives_the_shared_memory_its_kernel_indexes(cat: manifes
         ("dynamic_shared", "INTER / 3", "is not exact"),
         # the template's other expression (tests/test_accumulator_bits.py): the same checks, its own range
         ("accumulator_bits", "WARPS", "reads WARPS, which no instantiation defines"),
-        ("accumulator_bits", "24 + WGMMA", "accumulator_bits '24 + WGMMA' is 32, outside [8, 24]"),
+        ("accumulator_bits", "24 + TOPK", "accumulator_bits '24 + TOPK' is 32, outside [8, 24]"),
     ],
 )
 def test_a_malformed_dynamic_shared_is_refused_naming_the_template_manifest(
@@ -106,9 +106,9 @@ def test_a_malformed_dynamic_shared_is_refused_naming_the_template_manifest(
 
 
 def test_the_static_gate_counts_dynamic_shared_memory(cat: manifests.Manifests, tmp_path: Path) -> None:
-    """The real g8w64 cubin passes with its 132 KB of activations; the same cubin launched with more than a
-    CTA may hold beside its static shared memory is refused by the `shared` check."""
-    spec = next(a for a in cat.artifacts if a.target == "sm_90" and a.tactic.name == "g8w64"
+    """The real g8x64p cubin passes with its 210 KB of ring and activations; the same cubin launched with
+    more than a CTA may hold beside its static shared memory is refused by the `shared` check."""
+    spec = next(a for a in cat.artifacts if a.target == "sm_90" and a.tactic.name == "g8x64p"
                 and a.contract["hidden"] == 2048)  # fmt: skip
     sm90 = targets.get("sm_90")
     path = sm90.compile(spec, sm90.discover(), REPO, tmp_path, tmp_path / "out")

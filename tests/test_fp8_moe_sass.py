@@ -4,7 +4,9 @@ source means to happen before `griddepcontrol.wait` (SASS ACQBULK) is what ptxas
 fp8_moe_down.cu loads a CTA's first weight sub-slice before the wait, so that under programmatic
 dependent launch the down stage's weights stream while gate/up runs. ptxas sinks those `ld.global.nc`
 loads below the wait in every register-path tactic (2026-12-06); EARLY 1 predicates the wait on the
-loaded words, which keeps every one of them above it (docs/ops/fp8_moe.md, "Early weights")."""
+loaded words, which keeps every one of them above it (docs/ops/fp8_moe.md, "Early weights"). The retired
+tactics named here are compiled as variants of built ones (tests/tactic_variants.py): the template keeps
+each option the tests read."""
 
 from __future__ import annotations
 
@@ -14,13 +16,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import tactic_variants as variants
 from conftest import REPO
 
 from netra import targets
 from netra.release import manifests
 
-QWEN3_30B = "e128_k8_h2048_i768"
-QWEN3_235B = "e128_k8_h4096_i1536"
+QWEN3_30B = {"experts": 128, "topk": 8, "hidden": 2048, "inter": 768}
+QWEN3_235B = {"experts": 128, "topk": 8, "hidden": 4096, "inter": 1536}
+GATE_UP_30B = "netra_fp8_moe_gate_up_e128_k8_h2048_i768_"
 
 
 def nvdisasm() -> str:
@@ -36,12 +40,13 @@ def nvdisasm() -> str:
     return found
 
 
-def sass(name: str, tmp_path: Path) -> list[str]:
-    """The SASS instructions of the locked artifact `name`, compiled from this tree."""
+def sass(contract: dict[str, int], tactic: str, tmp_path: Path) -> list[str]:
+    """The SASS instructions of sm_90's (contract, tactic), compiled from this tree: a built tactic, or a
+    retired one as the variant of a built one (tests/tactic_variants.py)."""
     cat = manifests.load(REPO)
-    spec = next(a for a in cat.artifacts if a.name == name)
+    spec = variants.artifact(cat, contract, variants.tactic(cat, tactic))
     tgt = targets.get(spec.target)
-    work = tmp_path / name
+    work = tmp_path / spec.name
     work.mkdir()
     cubin = tgt.compile(spec, tgt.discover(), REPO, work, work / "out")
     r = subprocess.run([nvdisasm(), "-c", str(cubin)], capture_output=True, text=True, check=True)
@@ -68,14 +73,14 @@ def weight_loads_before_the_wait(code: list[str]) -> int:
 def test_an_early_tactic_issues_its_first_weights_before_the_wait(
     tactic: str, contract: str, loads: int, tmp_path: Path
 ) -> None:
-    code = sass(f"netra_fp8_moe_down_{contract}_{tactic}", tmp_path)
+    code = sass(contract, tactic, tmp_path)
     assert weight_loads_before_the_wait(code) == loads
 
 
 @pytest.mark.parametrize("tactic", ["d3", "d3o", "d3ys"])
 def test_without_early_ptxas_sinks_every_weight_load_below_the_wait(tactic: str, tmp_path: Path) -> None:
     """Why EARLY exists, on the lock's toolchain: the source loads the same words before the wait."""
-    assert weight_loads_before_the_wait(sass(f"netra_fp8_moe_down_{QWEN3_30B}_{tactic}", tmp_path)) == 0
+    assert weight_loads_before_the_wait(sass(QWEN3_30B, tactic, tmp_path)) == 0
 
 
 def wgmma_waits(code: list[str]) -> tuple[int, dict[int, int]]:
@@ -90,25 +95,25 @@ def wgmma_waits(code: list[str]) -> tuple[int, dict[int, int]]:
 
 
 @pytest.mark.parametrize(
-    ("name", "overlap"),
+    ("contract", "tactic", "overlap"),
     [
-        (f"netra_fp8_moe_gate_up_{QWEN3_30B}_g8x8p", True),
-        (f"netra_fp8_moe_gate_up_{QWEN3_235B}_g8x64p", True),
-        (f"netra_fp8_moe_down_{QWEN3_30B}_d8x8p", True),
-        (f"netra_fp8_moe_down_{QWEN3_235B}_d8x64p", True),
-        (f"netra_fp8_moe_gate_up_{QWEN3_30B}_g8x8", False),
-        (f"netra_fp8_moe_down_{QWEN3_235B}_d8x64", False),
+        (QWEN3_30B, "g8x8p", True),
+        (QWEN3_235B, "g8x64p", True),
+        (QWEN3_30B, "d8x8p", True),
+        (QWEN3_235B, "d8x64p", True),
+        (QWEN3_30B, "g8x8", False),
+        (QWEN3_235B, "d8x64", False),
     ],
 )
 def test_a_tensor_core_tactic_issues_a_blocks_wgmma_back_to_back(
-    name: str, overlap: bool, tmp_path: Path
+    contract: dict[str, int], tactic: str, overlap: bool, tmp_path: Path
 ) -> None:
     """The _tc templates' k loop in machine code: each block's four (down) or eight (gate/up) wgmma issued
     back to back and waited on once, not one wait per wgmma (ptxas's fallback, C7514, which the build
     refuses). With OVERLAP 1 (blocks in pairs: block k + 1's wgmma runs while block k's partial is
     promoted) one wait leaves a group in flight (0x1); without it every wait retires all (0x0)."""
-    mmas, waits = wgmma_waits(sass(name, tmp_path))
-    per_block = 8 if "gate_up" in name else 4
+    mmas, waits = wgmma_waits(sass(contract, tactic, tmp_path))
+    per_block = 8 if tactic.startswith("g") else 4
     assert mmas >= per_block and sum(waits.values()) <= mmas // per_block + 1, (mmas, waits)
     assert (waits.get(1, 0) >= 1) == overlap and set(waits) <= {0, 1}, waits
 
@@ -128,8 +133,8 @@ def test_a_serialized_wgmma_is_refused_by_the_build_naming_the_artifact(tmp_path
     src.write_text(
         src.read_text().replace(good, "        promote(kb, dg0, du0);\n        tc::wg_wait_upto1();\n")
     )
-    name = f"netra_fp8_moe_gate_up_{QWEN3_30B}_g8x8p"
-    spec = next(a for a in manifests.load(root).artifacts if a.name == name)
+    spec = next(a for a in manifests.load(root).artifacts if a.name == GATE_UP_30B + "g8x64p")
+    name = spec.name
     tgt = targets.get(spec.target)
     out, work = tmp_path / "out", tmp_path / "work"
     work.mkdir()
@@ -164,17 +169,11 @@ def test_gathered_slot_sums_request_a_tokens_values_before_its_first_sum(
 ) -> None:
     """SLOT_SUM 1 (docs/ops/fp8_moe.md, "Slot sums gathered"): all of a token's loads are issued before the
     first of its column groups is written, where SLOT_SUM 0 waits on each slot's load before its fma."""
-    assert (
-        slot_sum_loads_before_the_first_output(sass(f"netra_fp8_moe_down_{QWEN3_30B}_{tactic}", tmp_path))
-        >= loads
-    )
+    assert slot_sum_loads_before_the_first_output(sass(QWEN3_30B, tactic, tmp_path)) >= loads
 
 
 @pytest.mark.parametrize("tactic", ["d8x64", "d8x64s3", "d8x32c"])
 def test_slot_by_slot_sums_request_one_column_groups_values_first(tactic: str, tmp_path: Path) -> None:
     """Why SLOT_SUM exists, on the lock's toolchain: without it at most one column group's TOPK weights and
     y32 values precede the first store."""
-    assert (
-        slot_sum_loads_before_the_first_output(sass(f"netra_fp8_moe_down_{QWEN3_30B}_{tactic}", tmp_path))
-        <= 16
-    )
+    assert slot_sum_loads_before_the_first_output(sass(QWEN3_30B, tactic, tmp_path)) <= 16

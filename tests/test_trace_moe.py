@@ -13,8 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import tactic_variants as variants
 from conftest import REPO, TIMEOUT, clean_env, log
 
+from netra.release import manifests
 from netra.runtime import lockfile
 
 SCRIPT = Path("bench") / "trace_moe.py"
@@ -62,11 +64,11 @@ def test_the_trace_build_differs_and_the_release_build_keeps_the_locks_text(tmp_
 
 
 def test_a_slot_tile_down_stage_launches_one_row_of_sixteen_column_ctas(tmp_path: Path) -> None:
-    """The family record's grid at a SLOT_TILE tactic (d8s): HIDDEN / 16 CTAs of one row, whatever the
+    """The family record's grid at a SLOT_TILE tactic (d8sh): HIDDEN / 16 CTAs of one row, whatever the
     tokens, where every other tactic launches HIDDEN / 32 columns by the experts hit."""
     for tokens, gate_rows in (("1", 8), ("64", 128)):
         out = tmp_path / f"t{tokens}.json"
-        r = trace(REPO, tmp_path, "--cpu-smoke", "--contract", "Qwen3-30B-A3B", "--chain", "g4o+d8s",
+        r = trace(REPO, tmp_path, "--cpu-smoke", "--contract", "Qwen3-30B-A3B", "--chain", "g4o+d8sh",
                   "--tokens", tokens, "--json", str(out))  # fmt: skip
         assert r.returncode == 0 and "Traceback" not in r.stderr, log(r)
         doc = json.loads(out.read_text())
@@ -78,10 +80,19 @@ def test_a_slot_tile_down_stage_launches_one_row_of_sixteen_column_ctas(tmp_path
 def test_a_tactic_at_its_register_budget_is_traced_with_the_marks_recomputed(tmp_path: Path) -> None:
     """d3ys uses 168 of its 168 registers: with the CTA's slot held across the kernel its trace build
     spills (the build refuses local memory), so the script rebuilds it with NETRA_TRACE_RECOMPUTE; its
-    grid is capped at GRID_EXPERTS rows (8 where 64 tokens could hit 128 experts)."""
+    grid is capped at GRID_EXPERTS rows (8 where 64 tokens could hit 128 experts). No built tactic is at
+    its budget since d3ys and g4r8y were retired, so a copy of the tree adds them back and locks."""
+    root = tmp_path / "tree"
+    for d in ("bench", "kernels", "manifests", "netra", "release", "requirements"):
+        shutil.copytree(REPO / d, root / d, symlinks=True)
+    variants.add_to_manifest(root, manifests.load(REPO), ("g4r8y", "d3ys"))
+    locked = subprocess.run([sys.executable, "-m", "netra", "lock", "-q", "--root", str(root)],
+                            env=clean_env(PYTHONPATH=str(root)), capture_output=True, text=True,
+                            timeout=TIMEOUT, check=False)  # fmt: skip
+    assert locked.returncode == 0, log(locked)
     out = tmp_path / "t.json"
     args = ("--cpu-smoke", "--contract", "Qwen3-30B-A3B", "--chain", "g4r8y+d3ys", "--tokens", "64")
-    r = trace(REPO, tmp_path, *args, "--json", str(out))
+    r = trace(root, tmp_path, *args, "--json", str(out))
     assert r.returncode == 0 and "Traceback" not in r.stderr, log(r)
     assert (
         "netra_fp8_moe_down_e128_k8_h2048_i768_d3ys: the trace build spills; built with NETRA_TRACE_RECOMPUTE"

@@ -8,14 +8,14 @@ python3 -m venv $v
 python3 -c 'import site; print("\n".join(site.getsitepackages()))' > "$($v/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/img.pth"
 $v/bin/python -m pip install -q --no-index --no-deps $h/*.whl
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $o/which
-for c in g8x64p+d8x64s3m g4x64+d4x64 g8x16c+d8x32cm g8x64+d8x64m; do
+for c in g8x64p+d8x64s3m g8x64k2e16+d8x64s3me16 g8x16c+d8x32cm g8x8s3+d8x8s3; do
   timeout 90 env PYTHONPATH=$(pwd) $v/bin/python bench/trace_moe.py --contract Qwen3-30B-A3B --chain $c --tokens 64 \
     --routing same --json $o/trace-$c.json > $o/trace-$c.log 2>&1
   echo "trace $c rc $?"; grep -E "^  (gate|down)" $o/trace-$c.log
 done
 P=$(pwd)/docs/gpu-runs/session-2026-12-06/scripts/prof3.py  # nt.fp8_moe pinned to a chain
 cd /tmp
-for c in g8x64p+d8x64s3m g4x64+d4x64 g8x16c+d8x32cm; do
+for c in g8x64p+d8x64s3m g8x64k2e16+d8x64s3me16 g8x16c+d8x32cm; do
   n=same64-${c/+/-}
   timeout 120 ncu --clock-control none --kernel-name regex:netra_fp8_moe --launch-skip 2 --launch-count 2 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \

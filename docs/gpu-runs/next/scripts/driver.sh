@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The next device run on main's wheel (under setsid, from .gpu/call.sh). On an H200: certify --reuse of the
-# routed MoE, a stage of a contract at a time (--only), each part reusing the table of the part before and
-# banked as it finishes: Qwen3-30B-A3B's gate/up, then its down stage, then Qwen3-235B-A22B's two, then the
-# rest (DeepSeek-V3's router and experts) (issues 28 and 30). The twenty-first session's H200 run
-# (docs/gpu-runs/session-2026-12-07d/) passed every conformance case and three of the four memory checkers
-# for all 65 of Qwen3-30B-A3B's candidates in one part, and racecheck had reached 30 of them when the
-# driver's --tool-timeout of 300 s ended it (about 10 s a candidate: 11 launches each under racecheck); so
-# a part is one stage now, with 1500 s a checker, after the sanitizer tests (the checkers' worker now keeps
-# its inputs on the device: docs/certify.md). Then the fused one-token probe (bench/probe_moe_fused.py),
-# the MoE gpu test and the rest of the gpu tests. That run's benches (issue 28's at both contracts, the
-# operator path, decode, the traces, the transformers integration) are not repeated.
-# On another card: the sanitizer tests, the fused probe and the layer (certify --reuse needs the table's device).
+# routed MoE, a contract's two stages at a time (--only), each part reusing the table of the part before and
+# banked as it finishes: Qwen3-30B-A3B, then Qwen3-235B-A22B, then the rest (DeepSeek-V3's router and
+# experts) (issues 28 and 30). The twenty-first session's H200 run (docs/gpu-runs/session-2026-12-07d/)
+# passed every conformance case and three of the four memory checkers for all 65 of Qwen3-30B-A3B's
+# candidates, and racecheck had reached 30 of them when the driver's --tool-timeout of 300 s ended it
+# (about 10 s a candidate). The twenty-second session retired the tactics that were not among the H200's
+# fastest (docs/ops/fp8_moe.md, "Retired tactics"): 15 candidates a Qwen3 contract, 14 DeepSeek-V3's. The
+# sanitizer tests come first (the checkers' worker now keeps its inputs on the device: docs/certify.md).
+# Then issue 28's end to end (bench/bench_moe_layer.py), the fused one-token probe
+# (bench/probe_moe_fused.py), the MoE gpu test and the rest of the gpu tests.
+# On another card: the sanitizer tests, the layer and the fused probe (certify --reuse needs the table's
+# device).
 set -u
 R=/tmp/run; H="$R/house"
 cd "$R/tree"
@@ -43,11 +44,11 @@ layer() {
   step layer "rc=$?"; pack layer; }
 if ! grep -q H200 "$R/which"; then
   gs san 300 tests tests/test_gpu_sanitizer.py
-  fused; layer
+  layer; fused
   echo done >> "$R/progress"; exit 0
 fi
 if [ -f "$R/tree/.gpu/short" ]; then  # a lease of a few minutes: no certify part would finish
-  fused; layer
+  layer; fused
   echo done >> "$R/progress"; exit 0
 fi
 # the memory checkers' worker keeps its inputs on the device since the twenty-first session (not yet run on a
@@ -61,12 +62,10 @@ part() {  # $1 name, then certify's --only arguments: banked as it finishes; the
   gs "$n" 1800 certify --reuse "$prev" --tool-timeout 1500 "$@"
   [ -f "$R/$n/sm_90.json" ] && prev="$R/$n/sm_90.json"
 }
-part c30g --only "fp8_moe_gate_up$Q30"
-part c30d --only "fp8_moe_down$Q30"
-fused; layer
-part c235g --only "fp8_moe_gate_up$Q235"
-part c235d --only "fp8_moe_down$Q235"
+part c30 --only "fp8_moe_gate_up$Q30" "fp8_moe_down$Q30"
+part c235 --only "fp8_moe_gate_up$Q235" "fp8_moe_down$Q235"
 part crest
+layer; fused
 gs moetest 1500 tests tests/test_gpu_moe.py
 gs tests 1200 tests tests/test_gpu_grouped_router.py tests/test_gpu_torch_ops.py tests/test_gpu_torch_fused.py \
   tests/test_gpu_sanitizer.py tests/test_cli.py tests/test_gpu_sm90.py
