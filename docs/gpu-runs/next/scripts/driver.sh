@@ -62,8 +62,8 @@ part() {  # $1 name, then certify's --only arguments: banked as it finishes; the
   gs "$n" 1800 certify --reuse "$prev" --tool-timeout 1500 "$@"
   [ -f "$R/$n/sm_90.json" ] && prev="$R/$n/sm_90.json"
 }
-part c30 --only "fp8_moe_gate_up$Q30" "fp8_moe_down$Q30"
-part c235 --only "fp8_moe_gate_up$Q235" "fp8_moe_down$Q235"
+part c30 --only "fp8_moe_gate_up$Q30" --only "fp8_moe_down$Q30"
+part c235 --only "fp8_moe_gate_up$Q235" --only "fp8_moe_down$Q235"
 part crest
 layer; fused
 gs moetest 1500 tests tests/test_gpu_moe.py
