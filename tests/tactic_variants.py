@@ -7,8 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from netra import targets
-from netra.core.types import ArtifactSpec, Tactic, artifact_file, artifact_name
+from netra.core.types import ArtifactSpec, Tactic
 from netra.release import manifests
 
 # Retired tactics the tests still compile, as the built tactic and the constants that made them.
@@ -49,15 +48,9 @@ def tactic(cat: manifests.Manifests, spec: str) -> Tactic:
 
 
 def artifact(cat: manifests.Manifests, contract: dict[str, int], tac: Tactic) -> ArtifactSpec:
-    """The sm_90 code object of (contract, tactic), made as netra.release.manifests makes a built one."""
+    """The sm_90 code object of (contract, tactic), made as the catalog makes a built one."""
     tpl = cat.templates[("sm_90", tac.template)]
-    name = artifact_name(tpl.op, contract, tac.name)
-    tgt = targets.get("sm_90")
-    return ArtifactSpec(
-        name=name, target="sm_90", template=tpl, tactic=tac, contract=contract,
-        definitions=dict(sorted(manifests.instance_definitions(tac, contract).items())),
-        rows_per_block=tgt.rows_per_block(tpl, tac), file=artifact_file("sm_90", name, tgt.suffix),
-    )  # fmt: skip
+    return manifests.artifact_spec(tpl, tac, contract, manifests.instance_definitions(tac, contract))
 
 
 def add_to_manifest(root: Path, cat: manifests.Manifests, names: tuple[str, ...]) -> None:

@@ -16,7 +16,7 @@ a tactic (definitions, rows per block, file) is asked of it once, here.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -449,7 +449,6 @@ def load(root: str | Path) -> Manifests:
             )
         for tac in matching:
             tpl = templates[(tac.target, tac.template)]
-            tgt = targets.get(tac.target)
             for p, v in contract.items():
                 rng = tpl.constants[p.upper()]
                 if not rng.admits(v):
@@ -458,24 +457,13 @@ def load(root: str | Path) -> Manifests:
                         f"the range {tpl.source} declares for {p.upper()}",
                         "fix the model manifest, or widen the template and its declared range",
                     )
-            name = artifact_name(op, contract, tac.name)
             definitions = instance_definitions(tac, contract)
             failed = _refusal(tpl, definitions, f"contract {key}, tactic {tac.target}/{tac.name}")
             if failed is not None:
                 refused.append(NotAdmitted(tac.target, key, tac.name, tpl.manifest, failed))
                 continue
             _check_expressions(tpl, definitions, f"contract {key}, tactic {tac.target}/{tac.name}")
-            spec = ArtifactSpec(
-                name=name,
-                target=tac.target,
-                template=tpl,
-                tactic=tac,
-                contract=contract,
-                definitions=dict(sorted(definitions.items())),
-                rows_per_block=tgt.rows_per_block(tpl, tac),
-                file=artifact_file(tac.target, name, tgt.suffix),
-                used_by=tuple(sorted(set(users))),
-            )
+            spec = artifact_spec(tpl, tac, contract, definitions, users)
             _check_launch(spec, f"contract {key}, tactic {tac.target}/{tac.name}")
             artifacts.append(spec)
     artifacts.sort(key=lambda a: (a.target, a.name))
@@ -497,6 +485,30 @@ def load(root: str | Path) -> Manifests:
         models=model_names,
         certification=certification,
         not_admitted=tuple(sorted(refused, key=lambda n: (n.target, n.key, n.tactic))),
+    )
+
+
+def artifact_spec(
+    tpl: Template,
+    tac: Tactic,
+    contract: dict[str, int],
+    definitions: dict[str, int],
+    users: Sequence[str] = (),
+) -> ArtifactSpec:
+    """The code object of one admitted (contract, tactic) pair: its name, file and the class's launch facts
+    (one place, so that a test compiling a variant no manifest builds makes it as the catalog would)."""
+    tgt = targets.get(tac.target)
+    name = artifact_name(tpl.op, contract, tac.name)
+    return ArtifactSpec(
+        name=name,
+        target=tac.target,
+        template=tpl,
+        tactic=tac,
+        contract=contract,
+        definitions=dict(sorted(definitions.items())),
+        rows_per_block=tgt.rows_per_block(tpl, tac),
+        file=artifact_file(tac.target, name, tgt.suffix),
+        used_by=tuple(sorted(set(users))),
     )
 
 
