@@ -826,7 +826,7 @@ def test_causes_a_user_can_fix_never_end_in_a_traceback(tree: Path, tmp_path: Pa
         return ["lock"]
 
     cases = [
-        ("the lock is a directory (build)", lock_dir, "manifest.lock: lock file is a directory"),
+        ("the lock is a directory (build)", lock_dir, "manifest.lock: lock file is a folder"),
         (
             "the lock is a directory (lock)",
             lock_dir_lock,
@@ -1724,7 +1724,7 @@ def test_gpu_detection_on_a_broken_sysfs_reports_each_source_and_never_hangs(tmp
     assert [(g.gpu_class, g.index, g.name) for g in amd] == [("gfx950", 1, "MI355\ufffdX")], found
     note = next(n for n in found.notes if n.startswith("kfd sysfs"))
     assert "node 2: unreadable" in note and "FIFO" in note, note
-    assert "node 3: unreadable" in note and "directory" in note, note
+    assert "node 3: unreadable" in note and "is a folder, not a regular file" in note, note
     assert "not a node: 4\\xff" in note, note
     note.encode("utf-8")  # printable: nothing of the host's bytes leaks into it undecoded
 

@@ -185,12 +185,16 @@ def test_a_changed_candidate_or_a_new_contract_is_certified_again() -> None:
     assert set(got.rerun) == base | {key}, "a contract new to the install"
 
 
-def test_another_device_is_refused() -> None:
-    reused = reuse.read(TABLE, "sm_90")
+def test_another_device_is_refused_unless_across_devices_and_then_each_contract_keeps_its_device() -> None:
+    cat, reused = _catalog(), reuse.read(TABLE, "sm_90")
     with pytest.raises(CertificationError) as e:
-        reuse.carry(_catalog().table, reused, "NVIDIA H100 80GB HBM3")
+        reuse.carry(cat.table, reused, "NVIDIA H100 80GB HBM3")
     assert str(TABLE) in e.value.message and "certified on NVIDIA H200" in e.value.message
-    assert "without --reuse" in str(e.value.hint)
+    assert "without --reuse" in str(e.value.hint) and "--across-devices" in str(e.value.hint)
+    here = reuse.carry(cat.table, reused, _device())
+    there = reuse.carry(cat.table, reused, "NVIDIA H100 80GB HBM3", across_devices=True)
+    assert there == here, "what is carried and what is certified do not depend on the device"
+    assert {r["device"] for r in there.runs} == {_device()}, "the carried entries keep the H200's runs"
 
 
 def _certify(tmp_path: Path, reused: Path | None, *more: str) -> subprocess.CompletedProcess[str]:
@@ -243,6 +247,7 @@ def test_a_bad_or_foreign_reused_table_is_one_line_and_nothing_is_written(tmp_pa
 def test_only_without_reuse_or_naming_nothing_is_one_line_and_nothing_is_written(tmp_path: Path) -> None:
     for why, (reused, more, says) in {
         "no --reuse": (None, ("--only", "fp8_moe_down"), "--only needs --reuse"),
+        "--across-devices, no --reuse": (None, ("--across-devices",), "--across-devices needs --reuse"),
         "no such contract": (TABLE, ("--only", "rmsnorm_v9"), "--only rmsnorm_v9: no contract or op family"),
     }.items():
         _refused(tmp_path, _certify(tmp_path, reused, *more), "netra: error: ", says, why)

@@ -137,7 +137,7 @@ def test_refuses_a_fifo_without_blocking(tree: Path) -> None:
 
 
 def test_refuses_a_directory_where_a_file_is_expected(tree: Path) -> None:
-    with pytest.raises(PathError, match=r"kernels/gfx950/include .* is a directory, not a regular file"):
+    with pytest.raises(PathError, match=r"kernels/gfx950/include .* is a folder, not a regular file"):
         files.read_bytes(tree, "kernels/gfx950/include", limit=LIMIT, where=WHERE)
 
 
@@ -289,7 +289,7 @@ def test_read_path_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "to-fifo").symlink_to(tmp_path / "fifo")
     (tmp_path / "dir").mkdir()
-    for name, kind in [("fifo", "a FIFO"), ("to-fifo", "a FIFO"), ("dir", "a directory")]:
+    for name, kind in [("fifo", "a FIFO"), ("to-fifo", "a FIFO"), ("dir", "a folder")]:
         with pytest.raises(PathError) as e:
             within(10, files.read_path, tmp_path / name, limit=LIMIT, what="wheel")
         assert f"is {kind}, not a regular file" in e.value.message

@@ -36,9 +36,28 @@ def test_the_driver_certifies_every_moe_contract_in_parts() -> None:
 @pytest.mark.parametrize(("name", "args"), parts())
 def test_each_part_is_what_certify_s_parser_accepts(name: str, args: list[str]) -> None:
     ns = commands.parser().parse_args(
-        ["certify", "--gpu-class", "sm_90", "--reuse", "t.json", "--tool-timeout", "1500", *args]
+        [
+            "certify",
+            "--gpu-class",
+            "sm_90",
+            "--reuse",
+            "t.json",
+            "--across-devices",
+            "--tool-timeout",
+            "1500",
+            *args,
+        ]
     )
-    assert ns.only == [a for a in args if a != "--only"], name
+    assert ns.only == [a for a in args if a != "--only"] and ns.across_devices, name
+
+
+def test_the_parts_reuse_across_devices_on_any_card_but_an_h200() -> None:
+    """The committed table is the H200's: on an H100 a part without --across-devices is refused."""
+    text = DRIVER.read_text()
+    assert re.search(r'^across=\(\); grep -q H200 "\$R/which" \|\| across=\(--across-devices\)', text, re.M)
+    assert '"${across[@]}"' in next(
+        ln for ln in text.splitlines() if ln.lstrip().startswith('gs "$n" 1800 certify')
+    )
 
 
 def test_two_contracts_after_one_only_are_refused_by_the_parser() -> None:

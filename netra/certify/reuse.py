@@ -104,18 +104,29 @@ def _same(now: tables.Entry, then: tables.Entry) -> bool:
     return _alike(now, then) and all(c.hardware is not None for c in then.candidates)
 
 
-def carry(installed: tables.Table, reused: Reused, device: str, only: set[str] | None = None) -> Carried:
+def carry(
+    installed: tables.Table,
+    reused: Reused,
+    device: str,
+    only: set[str] | None = None,
+    *,
+    across_devices: bool = False,
+) -> Carried:
     """Which contracts of `installed` take their entry from the reused table (renumbered: this run is
     run 0, the reused runs follow in their order) and which this run certifies: with `only` (--only's
     contracts), those of them the reused table does not carry; every other one it does not carry is
     held as that table has it, and refused where that table does not have it as it is now. Refused
-    when the reused table was certified on another device name than `device` (this host's)."""
+    when the reused table was certified on another device name than `device` (this host's), unless
+    `across_devices`: a table serves every device of its class, and a contract's order and dispatch
+    come from its own candidates, which one run measures together, so each contract keeps the device
+    it was certified on (its runs say which) and this run's contracts are this device's."""
     other = sorted({r["device"] for r in reused.table.runs} - {device})
-    if other:
+    if other and not across_devices:
         raise CertificationError(
             f"--reuse {reused.path}: certified on {other[0]}, not on this host's {device}: its timings, "
             "order and dispatch do not hold here",
-            f"reuse a table certified on this host's device ({device}), or certify without --reuse",
+            f"reuse a table certified on this host's device ({device}), add --across-devices to keep each "
+            "contract as the device it was certified on measured it, or certify without --reuse",
         )
     then = reused.table.entries
     keep = {k: then[k] for k, e in sorted(installed.entries.items()) if k in then and _same(e, then[k])}

@@ -233,13 +233,15 @@ def certify(
     options: Options | None = None,
     reuse: Path | None = None,
     only: tuple[str, ...] = (),
+    across_devices: bool = False,
 ) -> tables.Table:
     """The certified table of `gpu_class` for this install, measured on this host's GPU (write it with
     netra.certify.certified.write); `reuse`: a certified table whose contracts that certified this
     install's candidates as they are now are carried instead of run again (netra.certify.reuse);
     `only` (with `reuse`): contract keys or op families: certify only those of them `reuse` does not
     carry, and hold every other contract as `reuse` has it (a device session shorter than the whole
-    run banks its part; the next run reuses this one's table)."""
+    run banks its part; the next run reuses this one's table); `across_devices` (with `reuse`): carry
+    and hold contracts a table certified on another device of the class (netra.certify.reuse.carry)."""
     from netra import runtime
     from netra.certify import reuse as reusing
 
@@ -260,6 +262,11 @@ def certify(
             "--only needs --reuse: the contracts it does not name are held as the reused table has them",
             f"add --reuse release/tables/{gpu_class}.json (the committed table), or certify without --only",
         )
+    if across_devices and reuse is None:
+        raise CertificationError(
+            "--across-devices needs --reuse: it says which devices a reused table may have been certified on",
+            f"add --reuse release/tables/{gpu_class}.json (the committed table), or drop --across-devices",
+        )
     asked = selected(table, only) if only else None  # checked before anything needs the GPU
     vendor = targets.get(gpu_class).vendor
     tools = toolset.find(vendor, opts.sanitize, opts.profile)
@@ -270,7 +277,11 @@ def certify(
             f"this host's GPU is {have} ({dev.device_name()}); certifying {gpu_class} needs an {gpu_class} GPU",
             f"run `netra certify --gpu-class {gpu_class}` on a host with that GPU",
         )
-    carried = reusing.carry(table, reused, dev.device_name(), asked) if reused is not None else None
+    carried = (
+        reusing.carry(table, reused, dev.device_name(), asked, across_devices=across_devices)
+        if reused is not None
+        else None
+    )
     if carried is not None and not carried.rerun and asked is not None:
         raise CertificationError(
             f"--only {' '.join(only)}: every contract it names is carried from {carried.source}: nothing to certify",
@@ -288,6 +299,11 @@ def certify(
     total = sum(len(table.entries[k].candidates) for k in keys)
     checkers = ", ".join(c.check for c, _, _ in tools.checkers)
     also = f" ({len(carried.entries)} carried from {carried.source})" if carried is not None else ""
+    others = (
+        sorted({r["device"] for r in reused.table.runs} - {dev.device_name()}) if reused is not None else []
+    )
+    if others:  # --across-devices: the table written names two devices or more, each contract one
+        also = also[:-1] + f", certified there on {', '.join(others)})"
     _say(progress, f"certify {gpu_class} on {dev.device_name()}: {total} candidates of {len(keys)} contracts{also}; "
                    + (f"memory checkers {checkers} ({tools.checkers[0][0].tool} {tools.checkers[0][2]})"
                       if tools.checkers else "memory checkers " + ("skipped" if tools.skipped_sanitizer else "unavailable"))

@@ -246,6 +246,12 @@ def parser() -> argparse.ArgumentParser:
         "banks its part",
     )
     ce.add_argument(
+        "--across-devices",
+        action="store_true",
+        help="with --reuse: carry and hold the contracts of a table certified on another device of this "
+        "class (an H200's table on an H100); each keeps the device that measured its candidates together",
+    )
+    ce.add_argument(
         "--skip-sanitizer",
         action="store_true",
         help="do not run the vendor's memory checkers: recorded as skipped, so no candidate is accepted (at most verified)",

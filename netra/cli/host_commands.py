@@ -227,9 +227,9 @@ def cmd_verify_wheel(args: argparse.Namespace) -> int:
 
     wheel = Path(args.wheel)
     if not wheel.is_file():
-        what = (
-            "is a folder" if wheel.is_dir() else "is not a regular file" if wheel.exists() else "no such file"
-        )
+        from netra.core import files
+
+        what = f"is {files.kind(wheel.stat().st_mode)}" if wheel.exists() else "no such file"
         raise NetraError(f"{wheel}: {what}", "pass the path of a .whl file")
     if not zipfile.is_zipfile(wheel):
         raise NetraError(f"{wheel}: not a wheel (a wheel is a zip archive)", "pass the path of a .whl file")
@@ -364,6 +364,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
         options=opts,
         reuse=reuse,
         only=tuple(args.only),
+        across_devices=args.across_devices,
     )
     carried = certify.carried(table)
     held = certify.held(table)

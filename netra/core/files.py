@@ -106,7 +106,7 @@ def read_path(path: Path, *, limit: int, what: str) -> bytes:
         st = os.lstat(real)
         if not stat.S_ISREG(st.st_mode):
             raise PathError(
-                f"{shown} is {_kind(st.st_mode)}, not a regular file", f"pass the {what} file itself"
+                f"{shown} is {kind(st.st_mode)}, not a regular file", f"pass the {what} file itself"
             )
         fd = os.open(real, _FILE_FLAGS)
     except OSError as e:
@@ -323,11 +323,12 @@ def _path_problem(rel: object) -> str | None:
     return None
 
 
-def _kind(mode: int) -> str:
+def kind(mode: int) -> str:
+    """What a path is, in the words every message of netra uses ("a folder", never "a directory")."""
     if stat.S_ISLNK(mode):
         return "a symlink"
     if stat.S_ISDIR(mode):
-        return "a directory"
+        return "a folder"
     if stat.S_ISFIFO(mode):
         return "a FIFO"
     if stat.S_ISSOCK(mode):
@@ -383,7 +384,7 @@ def _component_error(dfd: int, name: str, shown: str, rel: str, where: str, e: O
         return PathError(f"{label} is a symlink", _LINK_HINT)
     if st is not None and not stat.S_ISDIR(st.st_mode):
         return PathError(
-            f"{label} is {_kind(st.st_mode)}, not a folder", f"{shown} must be a folder: move it away"
+            f"{label} is {kind(st.st_mode)}, not a folder", f"{shown} must be a folder: move it away"
         )
     return _os_error(label, e, f"restore {shown}, or run `netra lock` if it was removed on purpose")
 
@@ -406,7 +407,7 @@ def _open_file_at(dfd: int, name: str, rel: str, where: str) -> int:
     if stat.S_ISLNK(st.st_mode):
         raise PathError(f"{label} is a symlink", _LINK_HINT)
     if not stat.S_ISREG(st.st_mode):
-        raise PathError(f"{label} is {_kind(st.st_mode)}, not a regular file", _KIND_HINT)
+        raise PathError(f"{label} is {kind(st.st_mode)}, not a regular file", _KIND_HINT)
     try:
         return os.open(name, _FILE_FLAGS, dir_fd=dfd)
     except OSError as e:  # replaced between the check and the open
@@ -419,7 +420,7 @@ def _read_fd(fd: int, shown: str, limit: int) -> bytes:
     """At most `limit` bytes of an open regular file; more (even grown while reading) is refused."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):  # swapped in after the check
-        raise PathError(f"{shown} is {_kind(st.st_mode)}, not a regular file", _KIND_HINT)
+        raise PathError(f"{shown} is {kind(st.st_mode)}, not a regular file", _KIND_HINT)
     too_large = f"netra reads at most {_size(limit)} here: check that this is the right file"
     if st.st_size > limit:
         raise FileTooLargeError(f"{shown} is {st.st_size} bytes, over the {_size(limit)} limit", too_large)
@@ -471,7 +472,7 @@ def _scan(dfd: int, prefix: str, base: str, where: str, found: list[str], depth:
         else:
             mode = entry.stat(follow_symlinks=False).st_mode
             raise PathError(
-                f"{shown} ({where}) is {_kind(mode)}; every file under {base}/ must be a regular file",
+                f"{shown} ({where}) is {kind(mode)}; every file under {base}/ must be a regular file",
                 _KIND_HINT,
             )
 

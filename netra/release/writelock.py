@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from netra.core import text
+from netra.core import files, text
 from netra.errors import BusyError, PathError, UnreadableFileError
 
 _POLL_S = 0.05  # how often a bounded wait retries
@@ -67,9 +67,12 @@ def _open(path: Path, what: str) -> int:
             f"{path}: cannot open the lock file for {what} ({e.strerror})",
             "make its folder writable by this user",
         ) from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
         os.close(fd)
-        raise PathError(f"{path}: the lock file for {what} is not a regular file", "remove it")
+        raise PathError(
+            f"{path}: the lock file for {what} is {files.kind(mode)}, not a regular file", "remove it"
+        )
     return fd
 
 
