@@ -384,7 +384,7 @@ def pkg(py: str) -> Path:
 # -- the gpu marker ------------------------------------------------------------------------------------
 
 GPU_SKIP_REASON = (
-    "needs an NVIDIA H200 (sm_90): none on this machine (CI has no GPU; run on the device, docs/gpu.md)"
+    "needs an sm_90 GPU (an H100 or H200): none on this machine (CI has no GPU; run on the device, docs/gpu.md)"
 )
 
 
