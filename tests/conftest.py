@@ -383,9 +383,7 @@ def pkg(py: str) -> Path:
 
 # -- the gpu marker ------------------------------------------------------------------------------------
 
-GPU_SKIP_REASON = (
-    "needs an sm_90 GPU (an H100 or H200): none on this machine (CI has no GPU; run on the device, docs/gpu.md)"
-)
+GPU_SKIP_REASON = "needs an sm_90 GPU (an H100 or H200): none on this machine (CI has no GPU; run on the device, docs/gpu.md)"
 
 
 def _sm90_visible() -> bool:
