@@ -49,6 +49,12 @@ class Carried:
     rerun: tuple[str, ...]
     held: dict[str, tables.Entry] = dataclasses.field(default_factory=dict)
 
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The devices that measured what is carried and held (another one than this host's only with
+        --across-devices)."""
+        return tuple(sorted({r["device"] for r in self.runs}))
+
 
 def evidence_of(path: Path) -> Path:
     """Where the evidence of the table at `path` is: beside it as `netra certify` writes it

@@ -298,12 +298,11 @@ def certify(
     l2 = measure.l2_bytes(dev)
     total = sum(len(table.entries[k].candidates) for k in keys)
     checkers = ", ".join(c.check for c, _, _ in tools.checkers)
-    also = f" ({len(carried.entries)} carried from {carried.source})" if carried is not None else ""
-    others = (
-        sorted({r["device"] for r in reused.table.runs} - {dev.device_name()}) if reused is not None else []
-    )
-    if others:  # --across-devices: the table written names two devices or more, each contract one
-        also = also[:-1] + f", certified there on {', '.join(others)})"
+    also = ""
+    if carried is not None:  # with --across-devices the table written names two devices, each contract one
+        there = [d for d in carried.devices if d != dev.device_name()]
+        on = f", certified there on {', '.join(there)}" if there else ""
+        also = f" ({len(carried.entries)} carried from {carried.source}{on})"
     _say(progress, f"certify {gpu_class} on {dev.device_name()}: {total} candidates of {len(keys)} contracts{also}; "
                    + (f"memory checkers {checkers} ({tools.checkers[0][0].tool} {tools.checkers[0][2]})"
                       if tools.checkers else "memory checkers " + ("skipped" if tools.skipped_sanitizer else "unavailable"))
